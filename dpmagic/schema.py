@@ -1,0 +1,376 @@
+"""The public domain: a schema declares every column's possible values, never read from the rows.
+
+The JSON format is DESIGN.md §3.1::
+
+    {"table": "adult", "privacy_unit": "one row",
+     "columns": {"age": {"type": "int", "lower": 17, "upper": 90},
+                 "sex": {"type": "categorical", "values": ["Female", "Male"]}}}
+
+A :class:`Schema` can also be built in Python (:meth:`Schema.from_dataframe` takes the categories of pandas
+``Categorical`` columns as declared values and explicit bounds for numeric ones).  :meth:`Schema.validate`
+checks a DataFrame against the declared domain when a session binds it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from dpmagic.errors import DataValidationError, SchemaError
+
+__all__ = [
+    "CategoricalColumn",
+    "NumericColumn",
+    "Column",
+    "Schema",
+    "OutOfRangePolicy",
+    "UnsafeInferenceWarning",
+]
+
+OutOfRangePolicy = Literal["error", "clamp"]
+
+
+class UnsafeInferenceWarning(UserWarning):
+    """Raised (as a warning) when a domain is read from the rows: that leaks information."""
+
+
+@dataclass(frozen=True)
+class CategoricalColumn:
+    """A column whose domain is a declared, finite list of values (strings or numbers)."""
+
+    name: str
+    values: tuple[Any, ...]
+
+    kind: Literal["categorical"] = field(default="categorical", init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.values) == 0:
+            raise SchemaError(f"column {self.name!r}: a categorical column needs a non-empty 'values' list")
+        for v in self.values:
+            if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                raise SchemaError(
+                    f"column {self.name!r}: category {v!r} is not a string or a number"
+                )
+            if isinstance(v, float) and not math.isfinite(v):
+                raise SchemaError(f"column {self.name!r}: category {v!r} is not finite")
+        if len(set(self.values)) != len(self.values):
+            raise SchemaError(f"column {self.name!r}: the 'values' list has duplicates")
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_numeric_valued(self) -> bool:
+        """True when every category is a number (so ``<``/``>`` comparisons make sense)."""
+        return all(isinstance(v, (int, float)) for v in self.values)
+
+    def index_of(self, value: Any) -> int | None:
+        """Position of ``value`` among the declared values (numbers compare by value), else None."""
+        for i, v in enumerate(self.values):
+            if _same_category(v, value):
+                return i
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "categorical", "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class NumericColumn:
+    """An ``int`` or ``float`` column with inclusive declared bounds ``lower <= x <= upper``."""
+
+    name: str
+    kind: Literal["int", "float"]
+    lower: float
+    upper: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("int", "float"):
+            raise SchemaError(f"column {self.name!r}: numeric type must be 'int' or 'float', not {self.kind!r}")
+        for label, b in (("lower", self.lower), ("upper", self.upper)):
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+                raise SchemaError(f"column {self.name!r}: {label!r} must be a finite number, got {b!r}")
+            if self.kind == "int" and float(b) != int(b):
+                raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
+        if self.lower > self.upper:
+            raise SchemaError(
+                f"column {self.name!r}: lower bound {self.lower!r} is above upper bound {self.upper!r}"
+            )
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def max_abs(self) -> float:
+        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM."""
+        return float(max(abs(self.lower), abs(self.upper)))
+
+    @property
+    def width(self) -> float:
+        """upper - lower: the replace-one sensitivity of a clamped SUM."""
+        return float(self.upper - self.lower)
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = (int(self.lower), int(self.upper)) if self.is_int else (self.lower, self.upper)
+        return {"type": self.kind, "lower": lo, "upper": hi}
+
+
+Column = CategoricalColumn | NumericColumn
+
+
+def _same_category(declared: Any, value: Any) -> bool:
+    if isinstance(declared, str) or isinstance(value, str):
+        return isinstance(declared, str) and isinstance(value, str) and declared == value
+    if isinstance(value, bool):
+        return False
+    try:
+        return float(declared) == float(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _column_from_dict(name: str, spec: Any) -> Column:
+    if not isinstance(spec, Mapping):
+        raise SchemaError(f"column {name!r}: its declaration must be an object, got {type(spec).__name__}")
+    ctype = spec.get("type")
+    if ctype == "categorical":
+        values = spec.get("values")
+        if not isinstance(values, list):
+            raise SchemaError(f"column {name!r}: a categorical column needs a 'values' list")
+        return CategoricalColumn(name, tuple(values))
+    if ctype in ("int", "float"):
+        if "lower" not in spec or "upper" not in spec:
+            raise SchemaError(f"column {name!r}: an {ctype} column needs inclusive 'lower' and 'upper' bounds")
+        return NumericColumn(name, ctype, spec["lower"], spec["upper"])
+    raise SchemaError(
+        f"column {name!r}: unknown type {ctype!r} (expected 'categorical', 'int' or 'float')"
+    )
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The declared public domain of one table: an ordered mapping of column name to column."""
+
+    columns: Mapping[str, Column]
+    table: str = "data"
+    privacy_unit: str = "one row"
+
+    def __post_init__(self) -> None:
+        if not self.columns:
+            raise SchemaError("the schema declares no columns")
+        for name, col in self.columns.items():
+            if col.name != name:
+                raise SchemaError(f"column key {name!r} does not match its column name {col.name!r}")
+        object.__setattr__(self, "columns", dict(self.columns))
+
+    # -- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any) -> Schema:
+        """Build a schema from the parsed JSON object of DESIGN.md §3.1 (extra keys are ignored)."""
+        if not isinstance(data, Mapping):
+            raise SchemaError("a schema must be a JSON object with a 'columns' object")
+        cols = data.get("columns")
+        if not isinstance(cols, Mapping) or not cols:
+            raise SchemaError("the schema needs a non-empty 'columns' object")
+        columns = {str(name): _column_from_dict(str(name), spec) for name, spec in cols.items()}
+        table = data.get("table", "data")
+        if not isinstance(table, str):
+            raise SchemaError("the schema's 'table' must be a string")
+        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")))
+
+    @classmethod
+    def from_json(cls, source: str | Path) -> Schema:
+        """Load a schema from a JSON file path (or a JSON string starting with ``{``)."""
+        text: str
+        if isinstance(source, str) and source.lstrip().startswith("{"):
+            text = source
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise SchemaError(f"schema file {str(path)!r} does not exist")
+            text = path.read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dataframe(
+        cls,
+        df: pd.DataFrame,
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+        *,
+        categories: Mapping[str, Iterable[Any]] | None = None,
+        table: str = "data",
+        unsafe_infer: bool = False,
+    ) -> Schema:
+        """Declare a schema for ``df`` without reading its rows.
+
+        Categorical columns take their declared values from the pandas ``Categorical`` dtype (its
+        categories, a public declaration) or from ``categories``; numeric columns need explicit
+        ``bounds={"age": (17, 90)}``.  With ``unsafe_infer=True`` anything not declared is read from the
+        rows, with an :class:`UnsafeInferenceWarning`: the resulting domain leaks information and the
+        privacy guarantee no longer holds for those columns.
+        """
+        bounds = dict(bounds or {})
+        categories = {k: list(v) for k, v in (categories or {}).items()}
+        columns: dict[str, Column] = {}
+        inferred: list[str] = []
+        for name in df.columns:
+            name_s = str(name)
+            series = df[name]
+            if name_s in categories:
+                columns[name_s] = CategoricalColumn(name_s, tuple(categories[name_s]))
+            elif isinstance(series.dtype, pd.CategoricalDtype):
+                columns[name_s] = CategoricalColumn(name_s, tuple(_py(v) for v in series.cat.categories))
+            elif name_s in bounds:
+                lo, hi = bounds[name_s]
+                kind: Literal["int", "float"] = "int" if pd.api.types.is_integer_dtype(series) else "float"
+                columns[name_s] = NumericColumn(name_s, kind, lo, hi)
+            elif unsafe_infer:
+                inferred.append(name_s)
+                if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+                    kind = "int" if pd.api.types.is_integer_dtype(series) else "float"
+                    columns[name_s] = NumericColumn(name_s, kind, _py(series.min()), _py(series.max()))
+                else:
+                    columns[name_s] = CategoricalColumn(
+                        name_s, tuple(sorted({_py(v) for v in series.dropna().unique()}, key=str))
+                    )
+            else:
+                raise SchemaError(
+                    f"column {name_s!r} has no declared domain: make it a pandas Categorical, pass "
+                    f"categories={{{name_s!r}: [...]}} or bounds={{{name_s!r}: (lower, upper)}}",
+                    hint="dpmagic never reads the domain from the rows unless you pass unsafe_infer=True",
+                )
+        extra = (set(bounds) | set(categories)) - {str(c) for c in df.columns}
+        if extra:
+            raise SchemaError(f"bounds or categories given for unknown column(s): {sorted(extra)}")
+        if inferred:
+            warnings.warn(
+                f"domain of column(s) {inferred} was read from the data (unsafe_infer=True): this leaks "
+                "information and voids the differential privacy guarantee for them",
+                UnsafeInferenceWarning,
+                stacklevel=2,
+            )
+        return cls(columns, table=table)
+
+    # -- access -----------------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Column:
+        return self.columns[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.columns
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.columns)
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "privacy_unit": self.privacy_unit,
+            "columns": {name: col.to_dict() for name, col in self.columns.items()},
+        }
+
+    def fingerprint(self) -> str:
+        """A stable hash of the declared domain (used to key ledgers)."""
+        import hashlib
+
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    # -- validation ---------------------------------------------------------------------------------------
+    def validate(self, df: pd.DataFrame, *, out_of_range: OutOfRangePolicy = "error") -> pd.DataFrame:
+        """Check ``df`` against the declared domain and return the frame the session will query.
+
+        * a column missing from either side, a missing value, a category that is not declared, a
+          non-numeric value in a numeric column or a fraction in an int column → :class:`DataValidationError`;
+        * a number outside ``[lower, upper]`` → an error with ``out_of_range="error"`` (default), or,
+          with ``out_of_range="clamp"`` (a custodian's choice), the value is clamped to the nearest bound.
+          Clamping changes no row's membership in the privacy unit and is applied to a copy.
+        """
+        if out_of_range not in ("error", "clamp"):
+            raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
+        if not isinstance(df, pd.DataFrame):
+            raise DataValidationError(f"expected a pandas DataFrame, got {type(df).__name__}")
+        data_cols = [str(c) for c in df.columns]
+        missing = [c for c in self.columns if c not in data_cols]
+        if missing:
+            raise DataValidationError(f"column(s) {missing} are declared in the schema but missing from the data")
+        undeclared = [c for c in data_cols if c not in self.columns]
+        if undeclared:
+            raise DataValidationError(
+                f"column(s) {undeclared} are in the data but not declared in the schema",
+                hint="declare them, or drop them from the DataFrame before binding",
+            )
+        out = df.copy()
+        out.columns = data_cols
+        for name, col in self.columns.items():
+            series = out[name]
+            if series.isna().any():
+                raise DataValidationError(f"column {name!r} has missing values; the declared domain has none")
+            if isinstance(col, CategoricalColumn):
+                out[name] = _validate_categorical(col, series)
+            else:
+                out[name] = _validate_numeric(col, series, out_of_range)
+        return out
+
+
+def _py(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Series:
+    values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
+    present = pd.unique(values)
+    bad = [_py(v) for v in present if col.index_of(_py(v)) is None]
+    if bad:
+        shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        raise DataValidationError(
+            f"column {col.name!r} has value(s) outside its declared categories: {shown}"
+        )
+    # Normalise to the declared values (e.g. 1.0 -> 1) so that comparisons with literals are exact.
+    mapping = {v: col.values[col.index_of(_py(v))] for v in present}  # type: ignore[index]
+    return values.map(mapping).astype(object)
+
+
+def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+    if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
+        raise DataValidationError(
+            f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values"
+        )
+    arr = series.to_numpy(dtype=float)
+    if not np.isfinite(arr).all():
+        raise DataValidationError(f"column {col.name!r} has non-finite values")
+    if col.is_int and not np.all(arr == np.round(arr)):
+        raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
+    outside = (arr < col.lower) | (arr > col.upper)
+    if outside.any():
+        if policy == "error":
+            n = int(outside.sum())
+            raise DataValidationError(
+                f"column {col.name!r} has {n} value(s) outside its declared bounds "
+                f"[{col.lower}, {col.upper}]",
+                hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
+            )
+        arr = np.clip(arr, col.lower, col.upper)
+    if col.is_int:
+        return pd.Series(arr.astype(np.int64), index=series.index)
+    return pd.Series(arr, index=series.index)

@@ -1,0 +1,297 @@
+"""Coverage algebra: per-column value sets and boxes over the declared domain.
+
+A predicate on one column has a *coverage*: the set of declared values that satisfy it (seed 000 §3.1).
+dpmagic represents it exactly:
+
+* :class:`CategorySet` — a subset of a categorical column's declared values, stored as sorted indices;
+* :class:`IntervalSet` — a union of disjoint intervals inside a numeric column's ``[lower, upper]``, with
+  correct open/closed ends.  On ``int`` columns every interval is normalised to closed integer ends, so
+  ``x > 4 AND x < 5`` is empty there.
+
+A conjunction of such predicates is a :class:`Box`: a product over columns of value sets, where a column
+that is not constrained is the whole domain (a tautology).  Two boxes overlap iff their sets intersect on
+every column (seed 000, Prop. 3) — an O(m) test.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
+
+__all__ = ["Interval", "IntervalSet", "CategorySet", "ValueSet", "Box", "full_set", "empty_set"]
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    """One interval ``lo..hi``; ``lo_closed``/``hi_closed`` say whether each end belongs to it."""
+
+    lo: float
+    hi: float
+    lo_closed: bool = True
+    hi_closed: bool = True
+
+    def is_empty(self) -> bool:
+        if self.lo > self.hi:
+            return True
+        return self.lo == self.hi and not (self.lo_closed and self.hi_closed)
+
+    def contains(self, x: float) -> bool:
+        if x < self.lo or x > self.hi:
+            return False
+        if x == self.lo and not self.lo_closed:
+            return False
+        return not (x == self.hi and not self.hi_closed)
+
+    def __str__(self) -> str:
+        if self.lo == self.hi:
+            return f"{{{_num(self.lo)}}}"
+        return f"{'[' if self.lo_closed else '('}{_num(self.lo)}, {_num(self.hi)}{']' if self.hi_closed else ')'}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclass(frozen=True)
+class IntervalSet:
+    """A normalised union of disjoint, sorted intervals within a numeric column's declared bounds."""
+
+    column: NumericColumn
+    intervals: tuple[Interval, ...]
+
+    # -- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def of(cls, column: NumericColumn, intervals: Iterable[Interval]) -> IntervalSet:
+        """Normalise: clip to ``[lower, upper]``, integer ends on int columns, sort and merge."""
+        dom = Interval(float(column.lower), float(column.upper), True, True)
+        pieces: list[Interval] = []
+        for iv in intervals:
+            iv = _intersect(iv, dom)
+            if iv is None:
+                continue
+            if column.is_int:
+                lo = math.ceil(iv.lo) if iv.lo_closed else math.floor(iv.lo) + 1
+                hi = math.floor(iv.hi) if iv.hi_closed else math.ceil(iv.hi) - 1
+                if lo > hi:
+                    continue
+                iv = Interval(float(lo), float(hi), True, True)
+            if not iv.is_empty():
+                pieces.append(iv)
+        pieces.sort(key=lambda i: (i.lo, not i.lo_closed))
+        merged: list[Interval] = []
+        for iv in pieces:
+            if merged and _touches(merged[-1], iv, column.is_int):
+                last = merged[-1]
+                if (iv.hi, iv.hi_closed) > (last.hi, last.hi_closed):
+                    merged[-1] = Interval(last.lo, iv.hi, last.lo_closed, iv.hi_closed)
+            else:
+                merged.append(iv)
+        return cls(column, tuple(merged))
+
+    # -- algebra -----------------------------------------------------------------------------------------
+    def is_empty(self) -> bool:
+        return not self.intervals
+
+    def is_full(self) -> bool:
+        c = self.column
+        return self == IntervalSet.of(c, [Interval(float(c.lower), float(c.upper))])
+
+    def intersect(self, other: IntervalSet) -> IntervalSet:
+        out = [
+            iv
+            for a in self.intervals
+            for b in other.intervals
+            if (iv := _intersect(a, b)) is not None
+        ]
+        return IntervalSet.of(self.column, out)
+
+    def union(self, other: IntervalSet) -> IntervalSet:
+        return IntervalSet.of(self.column, self.intervals + other.intervals)
+
+    def complement(self) -> IntervalSet:
+        c = self.column
+        out: list[Interval] = []
+        lo, lo_closed = float(c.lower), True
+        for iv in self.intervals:
+            out.append(Interval(lo, iv.lo, lo_closed, not iv.lo_closed))
+            lo, lo_closed = iv.hi, not iv.hi_closed
+        out.append(Interval(lo, float(c.upper), lo_closed, True))
+        return IntervalSet.of(c, out)
+
+    def overlaps(self, other: IntervalSet) -> bool:
+        return any(_intersect(a, b) is not None for a in self.intervals for b in other.intervals)
+
+    def contains(self, x: float) -> bool:
+        return any(iv.contains(x) for iv in self.intervals)
+
+    def some_value(self) -> float | int:
+        """A concrete member (used for witness rows)."""
+        iv = self.intervals[0]
+        if self.column.is_int:
+            return int(iv.lo)
+        if iv.lo_closed:
+            return iv.lo
+        if iv.hi_closed and iv.hi == iv.lo:
+            return iv.hi
+        return (iv.lo + iv.hi) / 2.0
+
+    def __str__(self) -> str:
+        return " ∪ ".join(str(iv) for iv in self.intervals) if self.intervals else "∅"
+
+
+def _intersect(a: Interval, b: Interval) -> Interval | None:
+    if (a.lo, not a.lo_closed) >= (b.lo, not b.lo_closed):
+        lo, lo_closed = a.lo, a.lo_closed
+    else:
+        lo, lo_closed = b.lo, b.lo_closed
+    if (a.hi, a.hi_closed) <= (b.hi, b.hi_closed):
+        hi, hi_closed = a.hi, a.hi_closed
+    else:
+        hi, hi_closed = b.hi, b.hi_closed
+    iv = Interval(lo, hi, lo_closed, hi_closed)
+    return None if iv.is_empty() else iv
+
+
+def _touches(a: Interval, b: Interval, is_int: bool) -> bool:
+    """True when ``b`` (which starts at or after ``a``) overlaps or abuts ``a`` without a gap."""
+    if is_int:
+        return b.lo <= a.hi + 1
+    if b.lo < a.hi:
+        return True
+    if b.lo == a.hi:
+        return a.hi_closed or b.lo_closed
+    return False
+
+
+@dataclass(frozen=True)
+class CategorySet:
+    """A subset of a categorical column's declared values, as sorted indices into ``column.values``."""
+
+    column: CategoricalColumn
+    indices: frozenset[int]
+
+    @classmethod
+    def of_values(cls, column: CategoricalColumn, values: Iterable[Any]) -> CategorySet:
+        """The declared values among ``values``; a literal outside the domain matches nothing."""
+        idx = {i for v in values if (i := column.index_of(v)) is not None}
+        return cls(column, frozenset(idx))
+
+    def is_empty(self) -> bool:
+        return not self.indices
+
+    def is_full(self) -> bool:
+        return len(self.indices) == self.column.size
+
+    def intersect(self, other: CategorySet) -> CategorySet:
+        return CategorySet(self.column, self.indices & other.indices)
+
+    def union(self, other: CategorySet) -> CategorySet:
+        return CategorySet(self.column, self.indices | other.indices)
+
+    def complement(self) -> CategorySet:
+        return CategorySet(self.column, frozenset(range(self.column.size)) - self.indices)
+
+    def overlaps(self, other: CategorySet) -> bool:
+        return not self.indices.isdisjoint(other.indices)
+
+    def contains(self, value: Any) -> bool:
+        i = self.column.index_of(value)
+        return i is not None and i in self.indices
+
+    @property
+    def values(self) -> list[Any]:
+        return [self.column.values[i] for i in sorted(self.indices)]
+
+    def some_value(self) -> Any:
+        return self.column.values[min(self.indices)]
+
+    def __str__(self) -> str:
+        return "{" + ", ".join(repr(v) for v in self.values) + "}"
+
+
+ValueSet = IntervalSet | CategorySet
+
+
+def full_set(column: Column) -> ValueSet:
+    """The tautology on ``column``: its whole declared domain."""
+    if isinstance(column, CategoricalColumn):
+        return CategorySet(column, frozenset(range(column.size)))
+    return IntervalSet.of(column, [Interval(float(column.lower), float(column.upper))])
+
+
+def empty_set(column: Column) -> ValueSet:
+    """The contradiction on ``column``."""
+    if isinstance(column, CategoricalColumn):
+        return CategorySet(column, frozenset())
+    return IntervalSet(column, ())
+
+
+@dataclass(frozen=True)
+class Box:
+    """A conjunction of per-column predicates: ``constraints[c]`` is column c's value set.
+
+    Columns absent from ``constraints`` are unconstrained.  Tautologies are dropped on construction, so
+    two boxes with the same coverage compare equal.  ``Box({})`` covers the whole domain.
+    """
+
+    constraints: Mapping[str, ValueSet]
+
+    def __post_init__(self) -> None:
+        kept = {c: s for c, s in sorted(self.constraints.items()) if not s.is_full()}
+        object.__setattr__(self, "constraints", kept)
+
+    @classmethod
+    def everything(cls) -> Box:
+        return cls({})
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.constraints.items()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.constraints)
+
+    def is_empty(self) -> bool:
+        return any(s.is_empty() for s in self.constraints.values())
+
+    def get(self, column: str) -> ValueSet | None:
+        return self.constraints.get(column)
+
+    def intersect(self, other: Box) -> Box:
+        out = dict(self.constraints)
+        for c, s in other.constraints.items():
+            out[c] = out[c].intersect(s) if c in out else s  # type: ignore[arg-type]
+        return Box(out)
+
+    def overlaps(self, other: Box) -> bool:
+        """Seed 000 Prop. 3: disjoint iff some column's sets are disjoint; O(m)."""
+        if self.is_empty() or other.is_empty():
+            return False
+        for c, s in self.constraints.items():
+            t = other.constraints.get(c)
+            if t is not None and not s.overlaps(t):  # type: ignore[arg-type]
+                return False
+        return True
+
+    def contains_row(self, row: Mapping[str, Any]) -> bool:
+        """Whether a domain row (a value per constrained column at least) lies in the box."""
+        return all(c in row and s.contains(row[c]) for c, s in self.constraints.items())
+
+    def some_row(self, schema: Schema) -> dict[str, Any]:
+        """A concrete domain row inside the box (one value per constrained column)."""
+        if self.is_empty():
+            raise ValueError("an empty box has no rows")
+        return {c: s.some_value() for c, s in self.constraints.items() if c in schema}
+
+    def describe(self) -> str:
+        if self.is_empty():
+            return "nothing (empty predicate)"
+        if not self.constraints:
+            return "the whole domain"
+        return " AND ".join(f"{c} ∈ {s}" for c, s in self.constraints.items())
+
+    def __str__(self) -> str:
+        return self.describe()
