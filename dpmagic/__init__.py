@@ -1,1 +1,85 @@
-"""dpmagic."""
+"""dpmagic: differentially private exploratory data analysis in Jupyter, with overlap-aware accounting.
+
+Public API (usable without IPython)::
+
+    from dpmagic import Session, Schema
+    s = Session(df, "adult.schema.json", "epsilon=1.0")
+    s.query("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.1).df
+
+In IPython / Jupyter: ``%load_ext dpmagic``, then ``%dpsession``, ``%%dpquery`` and ``%dpbudget``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpmagic.accountant.currency import Budget, parse_budget
+from dpmagic.errors import (
+    BudgetError,
+    BudgetExceededError,
+    ConfigurationError,
+    DataValidationError,
+    DPMagicError,
+    QueryError,
+    QueryTypeError,
+    SchemaError,
+    UnknownColumnError,
+    UnsupportedQueryError,
+)
+from dpmagic.query import Query, parse_query
+from dpmagic.schema import Schema
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Budget",
+    "BudgetError",
+    "BudgetExceededError",
+    "ConfigurationError",
+    "DPMagicError",
+    "DataValidationError",
+    "Query",
+    "QueryError",
+    "QueryResult",
+    "QueryTypeError",
+    "Schema",
+    "SchemaError",
+    "Session",
+    "UnknownColumnError",
+    "UnsupportedQueryError",
+    "load_adult",
+    "load_ipython_extension",
+    "parse_budget",
+    "parse_query",
+]
+
+
+_LAZY = {"Session": "dpmagic.session", "QueryResult": "dpmagic.session"}
+
+
+def __getattr__(name: str) -> Any:
+    # Session pulls in OpenDP and the overlap engine; import it on first use so `import dpmagic` stays light.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dpmagic' has no attribute {name!r}")
+
+
+def load_adult() -> tuple[Any, Schema]:
+    """The UCI Adult data set shipped with dpmagic (32,561 rows, CC BY 4.0) and its public schema."""
+    from importlib.resources import files
+
+    import pandas as pd
+
+    base = files("dpmagic") / "data"
+    with (base / "adult.csv").open("rb") as fh:
+        df = pd.read_csv(fh)
+    return df, Schema.from_json(str(base / "adult.schema.json"))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext dpmagic``: register the magics."""
+    from dpmagic.magics import DPMagic
+
+    ipython.register_magics(DPMagic(ipython))

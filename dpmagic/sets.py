@@ -22,7 +22,17 @@ from typing import Any
 
 from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
 
-__all__ = ["Interval", "IntervalSet", "CategorySet", "ValueSet", "Box", "full_set", "empty_set"]
+__all__ = [
+    "Interval",
+    "IntervalSet",
+    "CategorySet",
+    "ValueSet",
+    "Box",
+    "full_set",
+    "empty_set",
+    "box_to_json",
+    "box_from_json",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -295,3 +305,27 @@ class Box:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def box_to_json(box: Box) -> dict[str, Any]:
+    """A JSON-able description of a box: ``{col: {"values": [...]}}`` or ``{col: {"intervals": [...]}}``."""
+    out: dict[str, Any] = {}
+    for c, s in box.constraints.items():
+        if isinstance(s, CategorySet):
+            out[c] = {"values": s.values}
+        else:
+            out[c] = {"intervals": [[iv.lo, iv.hi, iv.lo_closed, iv.hi_closed] for iv in s.intervals]}
+    return out
+
+
+def box_from_json(data: Mapping[str, Any], schema: Schema) -> Box:
+    """Inverse of :func:`box_to_json` against ``schema``."""
+    constraints: dict[str, ValueSet] = {}
+    for c, spec in data.items():
+        col = schema[c]
+        if isinstance(col, CategoricalColumn):
+            constraints[c] = CategorySet.of_values(col, spec["values"])
+        else:
+            assert isinstance(col, NumericColumn)
+            constraints[c] = IntervalSet.of(col, [Interval(float(a), float(b), bool(lc), bool(hc)) for a, b, lc, hc in spec["intervals"]])
+    return Box(constraints)

@@ -61,7 +61,7 @@ def split_statements(text: str) -> list[str]:
         parsed = sqlglot.parse(text)
     except (ParseError, TokenError) as exc:
         raise QueryError(f"cannot parse the SQL: {_first_line(exc)}") from None
-    return [e.sql() for e in parsed if e is not None]
+    return [e.sql() for e in parsed if e is not None and not isinstance(e, exp.Semicolon)]
 
 
 def canonical_sql(text: str) -> str:
@@ -81,7 +81,7 @@ def parse_query(text: str, schema: Schema) -> Query:
     if not isinstance(text, str) or not text.strip():
         raise QueryError("the query is empty: write a SELECT statement")
     try:
-        statements = [s for s in sqlglot.parse(text) if s is not None]
+        statements = [s for s in sqlglot.parse(text) if s is not None and not isinstance(s, exp.Semicolon)]
     except (ParseError, TokenError) as exc:
         raise QueryError(f"cannot parse the SQL: {_first_line(exc)}") from None
     if not statements:

@@ -1,0 +1,220 @@
+"""IPython magics: ``%dpsession``, ``%%dpquery``, ``%dpbudget`` (the thin presentation layer).
+
+Conventions follow JupySQL: options through ``magic_arguments`` (so ``%dpquery?`` shows real help),
+defaults through traitlets (``%config DPMagic.default_bound = "chromatic"``), and ``name <<`` at the start of
+a ``%%dpquery`` line assigns the answer's DataFrame to a variable.  Errors are shown as one readable
+message (IPython's ``UsageError``, no traceback) unless ``%config DPMagic.debug = True``.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import HTML, display
+from traitlets import Bool, Float, Unicode
+from traitlets.config import Configurable
+
+from dpmagic.errors import ConfigurationError, DPMagicError
+from dpmagic.schema import Schema
+from dpmagic.session import QueryResult, Session
+
+__all__ = ["DPMagic", "current_session"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_STATE: dict[str, Session | None] = {"session": None}
+
+
+def current_session() -> Session:
+    """The session bound by the last ``%dpsession`` in this kernel."""
+    s = _STATE["session"]
+    if s is None:
+        raise ConfigurationError(
+            "no dpmagic session yet", hint="bind one first: %dpsession df --schema schema.json --budget epsilon=1"
+        )
+    return s
+
+
+def _friendly(func: F) -> F:
+    """Turn dpmagic errors into one readable message (no traceback) unless DPMagic.debug is set."""
+
+    @functools.wraps(func)
+    def wrapper(self: DPMagic, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(self, *args, **kwargs)
+        except DPMagicError as exc:
+            if self.debug:
+                raise
+            hint = f"\n  hint: {exc.hint}" if getattr(exc, "hint", None) else ""
+            raise UsageError(f"{type(exc).__name__}: {exc}{hint}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*<<\s*(.*)$", re.S)
+_SELECT = re.compile(r"\bselect\b", re.I)
+
+
+@magics_class
+class DPMagic(Magics, Configurable):
+    """Differentially private queries on a DataFrame, inside a hard budget."""
+
+    default_bound = Unicode(
+        "exact", help="Bound charged by new sessions: exact, clique, chromatic or sequential."
+    ).tag(config=True)
+    time_limit = Float(10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged.").tag(
+        config=True
+    )
+    debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        Magics.__init__(self, shell=shell)
+        Configurable.__init__(self, config=shell.config if shell is not None else None, **kwargs)
+        if shell is not None:
+            shell.configurables.append(self)
+
+    # -- %dpsession -------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("data", help="Name of the pandas DataFrame variable holding the sensitive rows.")
+    @argument("--schema", "-s", required=True, help="Schema JSON file, or the name of a Schema / dict variable.")
+    @argument("--budget", "-b", required=True, help="Total budget: epsilon=1.0 (pure DP), rho=0.5 (zCDP) or mu=1.0 (GDP).")
+    @argument("--bound", default=None, help="Bound to charge: exact (default), clique, chromatic or sequential.")
+    @argument("--default-cost", type=float, default=None, help="Cost of a query that names none (default: budget/10).")
+    @argument("--clamp", action="store_true", help="Clamp numbers outside the declared bounds instead of refusing the data.")
+    @argument("--ledger", default=None, help="Path of a durable sqlite ledger (default: in memory).")
+    @argument("--delta", type=float, default=1e-6, help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions.")
+    @line_magic
+    @_friendly
+    def dpsession(self, line: str) -> None:
+        """Bind a DataFrame, its public schema and a privacy budget: ``%dpsession df --schema s.json --budget epsilon=1``."""
+        args = parse_argstring(self.dpsession, line)
+        ns = self.shell.user_ns if self.shell is not None else {}
+        if args.data not in ns:
+            raise ConfigurationError(f"no variable named {args.data!r} in the notebook")
+        data = ns[args.data]
+        if not isinstance(data, pd.DataFrame):
+            raise ConfigurationError(f"{args.data!r} is a {type(data).__name__}, not a pandas DataFrame")
+        schema_arg = args.schema.strip("\"'")
+        schema: Any = ns.get(schema_arg) if schema_arg in ns else schema_arg
+        if isinstance(schema, str) and not Path(schema).is_file():
+            raise ConfigurationError(f"--schema {schema_arg!r} is neither a variable nor an existing file")
+        if not isinstance(schema, (Schema, dict, str, Path)):
+            raise ConfigurationError(f"--schema {schema_arg!r} is a {type(schema).__name__}, not a Schema, dict or path")
+        session = Session(
+            data,
+            schema,
+            args.budget.strip("\"'"),
+            bound=args.bound or self.default_bound,  # type: ignore[arg-type]
+            default_cost=args.default_cost,
+            out_of_range="clamp" if args.clamp else "error",
+            ledger=args.ledger,
+            time_limit=self.time_limit,
+            delta=args.delta,
+        )
+        _STATE["session"] = session
+        cur = session.currency
+        print(
+            f"dpmagic session: {len(session.data):,} rows of {session.schema.table!r}, budget "
+            f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
+            f"{cur.parameter} already charged: {session.spent:.4g}"
+        )
+
+    # -- %%dpquery --------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--epsilon", "-e", type=float, default=None, help="Cost of this query in ε (pure-DP sessions).")
+    @argument("--rho", "-r", type=float, default=None, help="Cost of this query in ρ (zCDP sessions).")
+    @argument("--mu", "-m", type=float, default=None, help="Cost of this query in μ (GDP sessions).")
+    @argument("--out", "-o", default=None, help="Assign the answer's DataFrame to this variable (same as 'name <<').")
+    @line_cell_magic
+    @_friendly
+    def dpquery(self, line: str, cell: str | None = None) -> Any:
+        """Answer a SQL query with differential privacy.
+
+        ::
+
+            %%dpquery [name <<] [--epsilon E | --rho R | --mu M] [--out name]
+            SELECT sex, COUNT(*) AS n, AVG(age) FROM adult WHERE age >= 30 GROUP BY sex
+
+        Supported SQL: SELECT [group columns,] COUNT(*) / SUM(col) / AVG(col) FROM t [WHERE ...]
+        [GROUP BY categorical columns]; WHERE is an AND of per-column predicates (=, <>, <, <=, >, >=,
+        BETWEEN, IN, NOT IN, NOT) with OR allowed between predicates on the same column.  The cost is
+        charged before any row is read; a query that would exceed the budget is refused and costs nothing.
+        """
+        target = None
+        m = _ASSIGN.match(line)
+        if m:
+            target, line = m.group(1), m.group(2)
+        if cell is None:
+            sm = _SELECT.search(line)
+            if sm is None:
+                raise ConfigurationError("%dpquery needs a SELECT statement (use %%dpquery for a cell)")
+            line, sql = line[: sm.start()], line[sm.start() :]
+        else:
+            sql = cell
+        args = parse_argstring(self.dpquery, line)
+        target = args.out or target
+        session = current_session()
+        result = session.query(sql, epsilon=args.epsilon, rho=args.rho, mu=args.mu)
+        if target is not None:
+            if self.shell is not None:
+                self.shell.user_ns[target] = result.df
+            display(result)
+            return None
+        return result
+
+    # -- %dpbudget ---------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--json", action="store_true", help="Return the summary as a dict instead of displaying it.")
+    @line_magic
+    @_friendly
+    def dpbudget(self, line: str) -> Any:
+        """Show spent / remaining budget, the four overlap bounds and the list of queries with costs."""
+        args = parse_argstring(self.dpbudget, line)
+        session = current_session()
+        summary = budget_summary(session)
+        if args.json:
+            return summary
+        display(HTML(budget_html(session, summary)))
+        return None
+
+
+def budget_summary(session: Session) -> dict[str, Any]:
+    """Spent, remaining, the four bounds and the (ε, δ) equivalent, in the session's parameter."""
+    cur = session.currency
+    eps, delta = session.approx_dp()
+    return {
+        "definition": cur.definition,
+        "parameter": cur.parameter,
+        "budget": session.budget.total,
+        "spent": session.spent,
+        "remaining": session.remaining,
+        "bound": session.bound,
+        "queries": len(session.accountant),
+        "approx_dp": {"epsilon": eps, "delta": delta},
+        "bounds": session.bounds_summary(),
+    }
+
+
+def budget_html(session: Session, summary: dict[str, Any]) -> str:
+    cur = session.currency
+    b = summary["bounds"]
+    exact = "exact" if b["overlap_exact"] else f"in [{b['overlap_lower']:.4g}, {b['overlap_upper']:.4g}]"
+    rows = session.ledger_frame()
+    table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
+    return (
+        f"<div><b>dpmagic budget</b>: {summary['spent']:.4g} of {summary['budget']:.4g} {html.escape(cur.symbol)} "
+        f"charged ({html.escape(summary['bound'])} bound), {summary['remaining']:.4g} left; "
+        f"{summary['queries']} queries.<br>"
+        f"bounds ({html.escape(cur.parameter)}): sequential {b['sequential']:.4g} · colouring {b['chromatic']:.4g} · "
+        f"clique {b['clique']:.4g}{'' if b['clique_exact'] else ' (not exact)'} · maximum overlap {b['overlap_upper']:.4g} "
+        f"({exact}); saving vs sequential {100 * b['saving']:.1f}%</div>{table}"
+    )

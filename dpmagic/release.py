@@ -1,0 +1,126 @@
+"""Turning exact cell aggregates into a noisy, released answer.
+
+Cost split (documented policy): a query charged cost c releases, in every GROUP BY cell, one noisy value per
+COUNT or SUM and two per AVG (a noisy SUM and a noisy COUNT).  The query's additive weight w = weight(c) is
+divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  The
+cells of a GROUP BY are disjoint, so they compose in parallel and each cell gets the full per-release share.
+
+AVG is post-processing: noisy SUM / max(noisy COUNT, 1), clamped into the column's declared bounds.  Its
+95% interval is the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it
+covers the true average with probability ≥ 95% whenever the true count is positive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dpmagic.accountant.currency import Currency
+from dpmagic.backends.pandas import Cells
+from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
+from dpmagic.query.model import Query
+from dpmagic.schema import NumericColumn, Schema
+
+__all__ = ["plan_noise", "release", "ReleasePlan"]
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """The noise of every release of a query, fixed before any data is read."""
+
+    count: Noise | None
+    sums: dict[str, Noise]
+    share_cost: float
+    releases_per_cell: int
+
+
+def plan_noise(query: Query, schema: Schema, currency: Currency, cost: float, *, replace_one: bool = False) -> ReleasePlan:
+    """Calibrate the noise of each release of ``query`` for a total cost ``cost`` (data-independent).
+
+    With ``replace_one`` (bounded DP, seed 001) a SUM's sensitivity is upper − lower instead of
+    max(|lower|, |upper|); a COUNT's stays 1 (the accountant charges the pair of rows).
+    """
+    k = query.releases_per_cell
+    share = currency.cost(currency.weight(cost) / k)
+    needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
+    count = noise_for(currency.definition, share, 1.0, integer=True) if needs_count else None
+    sums: dict[str, Noise] = {}
+    for agg in query.aggregates:
+        if agg.column is None or agg.column in sums:
+            continue
+        col = schema[agg.column]
+        assert isinstance(col, NumericColumn)
+        if col.is_int:
+            sens = col.width if replace_one else col.max_abs
+            if sens == 0:
+                sens = 1.0  # a constant column: any positive scale is private; keep the mechanism defined
+            sums[agg.column] = noise_for(currency.definition, share, sens, integer=True)
+        else:
+            sums[agg.column] = float_sum_noise(currency.definition, share, float(col.lower), float(col.upper))
+    return ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+
+
+def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, level: float = 0.95) -> pd.DataFrame:
+    """Draw the noise and assemble the answer: one row per declared GROUP BY key."""
+    out: dict[str, object] = {}
+    for i, g in enumerate(query.group_by):
+        out[g] = [key[i] for key in cells.keys]
+    noisy_count = None
+    if plan.count is not None:
+        noisy_count = release_integer(cells.counts, plan.count).astype(float)
+    noisy_sums: dict[str, np.ndarray] = {}
+    for colname, noise in plan.sums.items():
+        col = schema[colname]
+        assert isinstance(col, NumericColumn)
+        if col.is_int:
+            noisy_sums[colname] = release_integer(cells.int_sums[colname], noise).astype(float)
+        else:
+            noisy_sums[colname] = release_float_sum(cells.float_values[colname], noise, float(col.lower), float(col.upper))
+    for agg in query.aggregates:
+        if agg.func == "count":
+            assert plan.count is not None and noisy_count is not None
+            h = plan.count.ci_halfwidth(level)
+            out[agg.alias] = noisy_count
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = noisy_count - h, noisy_count + h
+        elif agg.func == "sum":
+            assert agg.column is not None
+            h = plan.sums[agg.column].ci_halfwidth(level)
+            out[agg.alias] = noisy_sums[agg.column]
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = noisy_sums[agg.column] - h, noisy_sums[agg.column] + h
+        else:
+            assert agg.column is not None and plan.count is not None and noisy_count is not None
+            col = schema[agg.column]
+            assert isinstance(col, NumericColumn)
+            s, c = noisy_sums[agg.column], noisy_count
+            lo_b, hi_b = float(col.lower), float(col.upper)
+            avg = np.clip(s / np.maximum(c, 1.0), lo_b, hi_b)
+            half_level = 1.0 - (1.0 - level) / 2.0
+            hs, hc = plan.sums[agg.column].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
+            low, high = _ratio_interval(s, hs, c, hc, lo_b, hi_b)
+            out[agg.alias] = avg
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
+    return pd.DataFrame(out)
+
+
+def _ratio_interval(
+    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Range of S/C over [s ± hs] × [c ± hc] (C ≥ 1), clamped to [lo, hi]; the whole range if C may be < 1."""
+    c_lo = c - hc
+    low = np.full(len(s), lo, dtype=float)
+    high = np.full(len(s), hi, dtype=float)
+    ok = c_lo >= 1.0
+    if ok.any():
+        corners = np.stack(
+            [
+                (s[ok] - hs) / c_lo[ok],
+                (s[ok] - hs) / (c[ok] + hc),
+                (s[ok] + hs) / c_lo[ok],
+                (s[ok] + hs) / (c[ok] + hc),
+            ]
+        )
+        low[ok] = np.clip(corners.min(axis=0), lo, hi)
+        high[ok] = np.clip(corners.max(axis=0), lo, hi)
+    return low, high

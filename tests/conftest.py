@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpmagic import load_adult
+from dpmagic.schema import Schema
+
+DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
+
+
+@pytest.fixture(scope="session")
+def adult() -> tuple[pd.DataFrame, Schema]:
+    return load_adult()
+
+
+@pytest.fixture(scope="session")
+def adult_schema(adult) -> Schema:
+    return adult[1]
+
+
+@pytest.fixture(scope="session")
+def small_schema() -> Schema:
+    return Schema.from_dict(
+        {
+            "table": "t",
+            "columns": {
+                "age": {"type": "int", "lower": 0, "upper": 10},
+                "income": {"type": "float", "lower": 0.0, "upper": 100.0},
+                "sex": {"type": "categorical", "values": ["F", "M"]},
+                "grade": {"type": "categorical", "values": [1, 2, 3]},
+                "city": {"type": "categorical", "values": ["a", "b", "c"]},
+            },
+        }
+    )
+
+
+@pytest.fixture
+def small_df() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "age": [0, 3, 5, 5, 10, 7],
+            "income": [0.0, 10.5, 50.0, 99.9, 100.0, 42.0],
+            "sex": ["F", "M", "F", "M", "F", "F"],
+            "grade": [1, 2, 3, 1, 2, 3],
+            "city": ["a", "b", "c", "a", "b", "c"],
+        }
+    )
+
+
+def pums_schema() -> Schema:
+    return Schema.from_json(DATA / "pums.schema.json")
+
+
+def schema_json(tmp_path: Path, data: dict) -> Path:
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(data))
+    return p
