@@ -25,7 +25,7 @@ from traitlets.config import Configurable
 
 from dpmagic.errors import ConfigurationError, DPMagicError
 from dpmagic.schema import Schema
-from dpmagic.session import QueryResult, Session
+from dpmagic.session import Session
 
 __all__ = ["DPMagic", "current_session"]
 
@@ -68,12 +68,12 @@ _SELECT = re.compile(r"\bselect\b", re.I)
 class DPMagic(Magics, Configurable):
     """Differentially private queries on a DataFrame, inside a hard budget."""
 
-    default_bound = Unicode(
-        "exact", help="Bound charged by new sessions: exact, clique, chromatic or sequential."
-    ).tag(config=True)
-    time_limit = Float(10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged.").tag(
+    default_bound = Unicode("exact", help="Bound charged by new sessions: exact, clique, chromatic or sequential.").tag(
         config=True
     )
+    time_limit = Float(
+        10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged."
+    ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
@@ -86,10 +86,14 @@ class DPMagic(Magics, Configurable):
     @magic_arguments()
     @argument("data", help="Name of the pandas DataFrame variable holding the sensitive rows.")
     @argument("--schema", "-s", required=True, help="Schema JSON file, or the name of a Schema / dict variable.")
-    @argument("--budget", "-b", required=True, help="Total budget: epsilon=1.0 (pure DP), rho=0.5 (zCDP) or mu=1.0 (GDP).")
+    @argument(
+        "--budget", "-b", required=True, help="Total budget: epsilon=1.0 (pure DP), rho=0.5 (zCDP) or mu=1.0 (GDP)."
+    )
     @argument("--bound", default=None, help="Bound to charge: exact (default), clique, chromatic or sequential.")
     @argument("--default-cost", type=float, default=None, help="Cost of a query that names none (default: budget/10).")
-    @argument("--clamp", action="store_true", help="Clamp numbers outside the declared bounds instead of refusing the data.")
+    @argument(
+        "--clamp", action="store_true", help="Clamp numbers outside the declared bounds instead of refusing the data."
+    )
     @argument("--ledger", default=None, help="Path of a durable sqlite ledger (default: in memory).")
     @argument("--delta", type=float, default=1e-6, help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions.")
     @line_magic
@@ -108,7 +112,9 @@ class DPMagic(Magics, Configurable):
         if isinstance(schema, str) and not Path(schema).is_file():
             raise ConfigurationError(f"--schema {schema_arg!r} is neither a variable nor an existing file")
         if not isinstance(schema, (Schema, dict, str, Path)):
-            raise ConfigurationError(f"--schema {schema_arg!r} is a {type(schema).__name__}, not a Schema, dict or path")
+            raise ConfigurationError(
+                f"--schema {schema_arg!r} is a {type(schema).__name__}, not a Schema, dict or path"
+            )
         session = Session(
             data,
             schema,

@@ -24,7 +24,7 @@ from scipy.stats import norm
 
 from dpmagic.accountant.currency import Definition
 
-dp.enable_features("contrib", "floating-point")
+dp.enable_features("contrib")
 
 __all__ = ["Noise", "NoiseKind", "float_sum_noise", "noise_for", "release_float_sum", "release_integer"]
 
@@ -60,7 +60,9 @@ class Noise:
         return _tail(self.kind, self.scale, h)
 
     def __str__(self) -> str:
-        name = {"discrete_laplace": "discrete Laplace", "laplace": "Laplace"}.get(self.kind, self.kind.replace("_", " "))
+        name = {"discrete_laplace": "discrete Laplace", "laplace": "Laplace"}.get(
+            self.kind, self.kind.replace("_", " ")
+        )
         param = "b" if "laplace" in self.kind else "σ"
         return f"{name} ({param}={self.scale:.4g})"
 
@@ -84,11 +86,11 @@ def noise_for(definition: Definition, cost: float, sensitivity: float, *, intege
 
 @lru_cache(maxsize=256)
 def _integer_measurement(kind: NoiseKind, scale: float) -> dp.Measurement:
-    space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
+    domain = dp.vector_domain(dp.atom_domain(T="i64"))
     if kind == "discrete_laplace":
-        return dp.m.make_laplace(*space, scale=scale)
+        return dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=scale)
     if kind == "discrete_gaussian":
-        return dp.m.make_gaussian(*space, scale=scale)
+        return dp.m.make_gaussian(domain, dp.l2_distance(T="i64"), scale=scale)
     raise ValueError(f"{kind} is not an integer mechanism")
 
 

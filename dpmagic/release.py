@@ -36,7 +36,9 @@ class ReleasePlan:
     releases_per_cell: int
 
 
-def plan_noise(query: Query, schema: Schema, currency: Currency, cost: float, *, replace_one: bool = False) -> ReleasePlan:
+def plan_noise(
+    query: Query, schema: Schema, currency: Currency, cost: float, *, replace_one: bool = False
+) -> ReleasePlan:
     """Calibrate the noise of each release of ``query`` for a total cost ``cost`` (data-independent).
 
     With ``replace_one`` (bounded DP, seed 001) a SUM's sensitivity is upper − lower instead of
@@ -77,7 +79,9 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
         if col.is_int:
             noisy_sums[colname] = release_integer(cells.int_sums[colname], noise).astype(float)
         else:
-            noisy_sums[colname] = release_float_sum(cells.float_values[colname], noise, float(col.lower), float(col.upper))
+            noisy_sums[colname] = release_float_sum(
+                cells.float_values[colname], noise, float(col.lower), float(col.upper)
+            )
     for agg in query.aggregates:
         if agg.func == "count":
             assert plan.count is not None and noisy_count is not None
@@ -88,7 +92,10 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
             assert agg.column is not None
             h = plan.sums[agg.column].ci_halfwidth(level)
             out[agg.alias] = noisy_sums[agg.column]
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = noisy_sums[agg.column] - h, noisy_sums[agg.column] + h
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = (
+                noisy_sums[agg.column] - h,
+                noisy_sums[agg.column] + h,
+            )
         else:
             assert agg.column is not None and plan.count is not None and noisy_count is not None
             col = schema[agg.column]

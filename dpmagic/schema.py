@@ -56,9 +56,7 @@ class CategoricalColumn:
             raise SchemaError(f"column {self.name!r}: a categorical column needs a non-empty 'values' list")
         for v in self.values:
             if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-                raise SchemaError(
-                    f"column {self.name!r}: category {v!r} is not a string or a number"
-                )
+                raise SchemaError(f"column {self.name!r}: category {v!r} is not a string or a number")
             if isinstance(v, float) and not math.isfinite(v):
                 raise SchemaError(f"column {self.name!r}: category {v!r} is not finite")
         if len(set(self.values)) != len(self.values):
@@ -102,9 +100,7 @@ class NumericColumn:
             if self.kind == "int" and float(b) != int(b):
                 raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
         if self.lower > self.upper:
-            raise SchemaError(
-                f"column {self.name!r}: lower bound {self.lower!r} is above upper bound {self.upper!r}"
-            )
+            raise SchemaError(f"column {self.name!r}: lower bound {self.lower!r} is above upper bound {self.upper!r}")
 
     @property
     def is_int(self) -> bool:
@@ -152,9 +148,7 @@ def _column_from_dict(name: str, spec: Any) -> Column:
         if "lower" not in spec or "upper" not in spec:
             raise SchemaError(f"column {name!r}: an {ctype} column needs inclusive 'lower' and 'upper' bounds")
         return NumericColumn(name, ctype, spec["lower"], spec["upper"])
-    raise SchemaError(
-        f"column {name!r}: unknown type {ctype!r} (expected 'categorical', 'int' or 'float')"
-    )
+    raise SchemaError(f"column {name!r}: unknown type {ctype!r} (expected 'categorical', 'int' or 'float')")
 
 
 @dataclass(frozen=True)
@@ -343,9 +337,7 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
     bad = [_py(v) for v in present if col.index_of(_py(v)) is None]
     if bad:
         shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        raise DataValidationError(
-            f"column {col.name!r} has value(s) outside its declared categories: {shown}"
-        )
+        raise DataValidationError(f"column {col.name!r} has value(s) outside its declared categories: {shown}")
     # Normalise to the declared values (e.g. 1.0 -> 1) so that comparisons with literals are exact.
     mapping = {v: col.values[col.index_of(_py(v))] for v in present}  # type: ignore[index]
     return values.map(mapping).astype(object)
@@ -353,9 +345,7 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
 
 def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
-        raise DataValidationError(
-            f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values"
-        )
+        raise DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values")
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
         raise DataValidationError(f"column {col.name!r} has non-finite values")
@@ -366,8 +356,7 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
         if policy == "error":
             n = int(outside.sum())
             raise DataValidationError(
-                f"column {col.name!r} has {n} value(s) outside its declared bounds "
-                f"[{col.lower}, {col.upper}]",
+                f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
                 hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
             )
         arr = np.clip(arr, col.lower, col.upper)

@@ -56,9 +56,10 @@ class QueryResult:
         cur = self.currency
         n = self.charge.overlaps
         overlaps = f"overlaps {n} quer{'y' if n == 1 else 'ies'}"
+        charged = cur.cost(self.charge.after) - cur.cost(self.charge.before)
         return (
-            f"+{self.cost:.4g} {cur.symbol} asked, charged bound +{cur.cost(self.charge.after) - cur.cost(self.charge.before):.4g}"
-            f" ({self.charge.charged_as}); {overlaps}; {self.spent:.4g} of {self.budget:.4g} {cur.symbol} used"
+            f"+{self.cost:.2f} {cur.symbol} asked, +{charged:.2f} charged ({self.charge.charged_as}); {overlaps}; "
+            f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used"
         )
 
     def noise_description(self) -> str:
@@ -237,9 +238,18 @@ class Session:
         """All four bounds (in the session's parameter), the charged one, and the savings."""
         cur = self.currency
         if len(self.accountant) == 0:
-            return {"sequential": 0.0, "chromatic": 0.0, "clique": 0.0, "overlap_lower": 0.0,
-                    "overlap_upper": 0.0, "overlap_exact": True, "clique_exact": True, "witness": None,
-                    "charged": 0.0, "saving": 0.0}
+            return {
+                "sequential": 0.0,
+                "chromatic": 0.0,
+                "clique": 0.0,
+                "overlap_lower": 0.0,
+                "overlap_upper": 0.0,
+                "overlap_exact": True,
+                "clique_exact": True,
+                "witness": None,
+                "charged": 0.0,
+                "saving": 0.0,
+            }
         b = self.accountant.bounds()
         charged = self.accountant.charged_weight
         return {

@@ -111,12 +111,7 @@ class IntervalSet:
         return self == IntervalSet.of(c, [Interval(float(c.lower), float(c.upper))])
 
     def intersect(self, other: IntervalSet) -> IntervalSet:
-        out = [
-            iv
-            for a in self.intervals
-            for b in other.intervals
-            if (iv := _intersect(a, b)) is not None
-        ]
+        out = [iv for a in self.intervals for b in other.intervals if (iv := _intersect(a, b)) is not None]
         return IntervalSet.of(self.column, out)
 
     def union(self, other: IntervalSet) -> IntervalSet:
@@ -327,5 +322,7 @@ def box_from_json(data: Mapping[str, Any], schema: Schema) -> Box:
             constraints[c] = CategorySet.of_values(col, spec["values"])
         else:
             assert isinstance(col, NumericColumn)
-            constraints[c] = IntervalSet.of(col, [Interval(float(a), float(b), bool(lc), bool(hc)) for a, b, lc, hc in spec["intervals"]])
+            constraints[c] = IntervalSet.of(
+                col, [Interval(float(a), float(b), bool(lc), bool(hc)) for a, b, lc, hc in spec["intervals"]]
+            )
     return Box(constraints)

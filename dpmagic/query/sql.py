@@ -87,9 +87,7 @@ def parse_query(text: str, schema: Schema) -> Query:
     if not statements:
         raise QueryError("the query is empty: write a SELECT statement")
     if len(statements) > 1:
-        raise UnsupportedQueryError(
-            f"one statement per query, got {len(statements)} (separated by ';')"
-        )
+        raise UnsupportedQueryError(f"one statement per query, got {len(statements)} (separated by ';')")
     tree = statements[0]
     if not isinstance(tree, exp.Select):
         if isinstance(tree, (exp.Column, exp.Identifier, exp.Literal, exp.Alias)):
@@ -174,9 +172,7 @@ def _select_list(tree: exp.Select, schema: Schema, group_by: list[str]) -> list[
         if isinstance(node, exp.Column):
             name = _resolve(node, schema)
             if name not in group_by:
-                raise UnsupportedQueryError(
-                    f"column {name!r} is selected without an aggregate and is not in GROUP BY"
-                )
+                raise UnsupportedQueryError(f"column {name!r} is selected without an aggregate and is not in GROUP BY")
             continue
         agg = _aggregate(node, schema, alias)
         if agg.alias in names or agg.alias in group_by:
@@ -220,9 +216,7 @@ def _aggregate(node: exp.Expression, schema: Schema, alias: str | None) -> Aggre
     name = _resolve(arg, schema)
     col = schema[name]
     if not isinstance(col, NumericColumn):
-        raise QueryTypeError(
-            f"{func.upper()}({name}) needs a numeric (int or float) column; {name!r} is categorical"
-        )
+        raise QueryTypeError(f"{func.upper()}({name}) needs a numeric (int or float) column; {name!r} is categorical")
     return Aggregate(func, name, alias or f"{func}_{name}")
 
 
@@ -296,7 +290,9 @@ def _literal(node: exp.Expression, column: Column) -> Any:
 def _check_type(value: Any, column: Column) -> None:
     if isinstance(column, NumericColumn):
         if isinstance(value, str):
-            raise QueryTypeError(f"column {column.name!r} is {column.kind}; it cannot be compared with the string {value!r}")
+            raise QueryTypeError(
+                f"column {column.name!r} is {column.kind}; it cannot be compared with the string {value!r}"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise QueryTypeError(f"literal {value!r} for column {column.name!r} is not finite")
         return
@@ -306,9 +302,7 @@ def _check_type(value: Any, column: Column) -> None:
             f"column {column.name!r} has numeric categories; compare it with numbers, not the string {value!r}"
         )
     if not numeric and not isinstance(value, str):
-        raise QueryTypeError(
-            f"column {column.name!r} has string categories; quote the value: '{value}'"
-        )
+        raise QueryTypeError(f"column {column.name!r} has string categories; quote the value: '{value}'")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -476,4 +470,3 @@ def _interval_set(col: Column, iv: Interval) -> ValueSet:
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-

@@ -1,0 +1,567 @@
+"""Seeded, reproducible query workloads for benchmarks, tests and notebooks.
+
+Three families, all following seed 000 (Smith et al., *Making the Most of Parallel Composition*) §7:
+
+* **Census** (seed 000 §7.2, DESIGN.md §4): :func:`census_schema`, :func:`census_workload`.  Income is
+  5,000 equal-width ranges over (0, 750,000), modelled as an ``int`` column ``income`` holding the range
+  index 1..5000 (index i is the income range ((i−1)·150, i·150]), so the paper's ``Income ∈ (0, i)`` is the
+  prefix ``income <= i`` of an ordered column.  Age is 5 ranges over (0, 100) (categorical band labels),
+  Marital 4 values, Race 7, Gender 2.  Each query is a prefix on income AND, for each of age, marital, race
+  and gender, either one value or no condition, chosen uniformly among the k values plus "all" — the
+  paper's "either single elements from the field's domain or all elements".
+* **Uniform synthetic** (seed 000 §7.1): :func:`uniform_schema` (k values per column, k uniform in a small
+  range: the hard small-domain case), :func:`paper_uniform_schema` (10^e values per column, e uniform in
+  1..6, the paper's domain-size sweep) and :func:`uniform_workload` (a query constrains m' ~ U{1..m}
+  columns, each to a uniformly random subset of size a' ~ U{1..|A|}).
+* **Adult analyst log** (the kind of log seed 000 Table 1 analyses): :func:`adult_query_log` returns a few
+  hundred realistic SQL statements on the Adult schema (``dpmagic/data/adult.schema.json``).
+
+Every generator takes a ``seed`` and uses its own :class:`numpy.random.Generator`, so the same arguments
+always give the same boxes / statements (no global random state).  :func:`box_to_sql` renders a box as a
+``SELECT COUNT(*)`` statement that :func:`dpmagic.query.sql.parse_query` maps back to the same box, so a
+workload can be written as a ``.sql`` file for ``dpmagic overlap`` (:func:`write_sql`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.sets import Box, CategorySet, Interval, IntervalSet, ValueSet
+
+__all__ = [
+    "CENSUS_INCOME_RANGES",
+    "CENSUS_INCOME_MAX",
+    "CENSUS_AGE_BANDS",
+    "CENSUS_MARITAL",
+    "CENSUS_RACE",
+    "CENSUS_GENDER",
+    "census_schema",
+    "census_query",
+    "census_workload",
+    "census_sql",
+    "uniform_schema",
+    "paper_uniform_schema",
+    "uniform_workload",
+    "box_to_sql",
+    "write_sql",
+    "adult_query_log",
+]
+
+# --------------------------------------------------------------------------------------------------
+# census workload (seed 000 §7.2; Ektelo §9.2)
+
+#: number of equal-width income ranges (the ``income`` column holds the range index 1..5000)
+CENSUS_INCOME_RANGES = 5000
+#: upper end of the income interval (0, 750,000): index i is the range ((i-1)*150, i*150]
+CENSUS_INCOME_MAX = 750_000
+CENSUS_AGE_BANDS: tuple[str, ...] = ("0-19", "20-39", "40-59", "60-79", "80-99")
+CENSUS_MARITAL: tuple[str, ...] = ("Married", "Never-married", "Divorced", "Widowed")
+CENSUS_RACE: tuple[str, ...] = (
+    "White",
+    "Black",
+    "Asian",
+    "Amer-Indian",
+    "Pacific-Islander",
+    "Other",
+    "Two-or-more",
+)
+CENSUS_GENDER: tuple[str, ...] = ("Female", "Male")
+_CENSUS_CATEGORICAL: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("age", CENSUS_AGE_BANDS),
+    ("marital", CENSUS_MARITAL),
+    ("race", CENSUS_RACE),
+    ("gender", CENSUS_GENDER),
+)
+
+
+def census_schema() -> Schema:
+    """The census domain of seed 000 §7.2 (|D| = 5000·5·4·7·2 = 1.4·10⁶).
+
+    ``income`` is an ``int`` column of income-range indices 1..5000 (index i is ((i−1)·150, i·150] dollars),
+    so ``Income ∈ (0, i·150]`` is the prefix ``income <= i``; the other four columns are categorical.
+    """
+    columns: dict[str, CategoricalColumn | NumericColumn] = {
+        "income": NumericColumn("income", "int", 1, CENSUS_INCOME_RANGES),
+    }
+    for name, values in _CENSUS_CATEGORICAL:
+        columns[name] = CategoricalColumn(name, values)
+    return Schema(columns, table="census")
+
+
+def census_query(
+    schema: Schema,
+    income: int,
+    age: str | None = None,
+    marital: str | None = None,
+    race: str | None = None,
+    gender: str | None = None,
+) -> Box:
+    """One census query: ``income <= income`` AND each given categorical column equal to its value.
+
+    ``None`` means no condition on that column (all its values), as in seed 000 §7.2.
+    """
+    if not 1 <= income <= CENSUS_INCOME_RANGES:
+        raise ValueError(f"income range index must be in 1..{CENSUS_INCOME_RANGES}, got {income}")
+    inc = schema["income"]
+    assert isinstance(inc, NumericColumn)
+    constraints: dict[str, ValueSet] = {"income": IntervalSet.of(inc, [Interval(1.0, float(income))])}
+    for name, value in (("age", age), ("marital", marital), ("race", race), ("gender", gender)):
+        if value is None:
+            continue
+        col = schema[name]
+        assert isinstance(col, CategoricalColumn)
+        idx = col.index_of(value)
+        if idx is None:
+            raise ValueError(f"{value!r} is not a declared value of census column {name!r}")
+        constraints[name] = CategorySet(col, frozenset({idx}))
+    return Box(constraints)
+
+
+def census_workload(t: int, seed: int, schema: Schema | None = None) -> list[Box]:
+    """``t`` random census queries (seed 000 §7.2): i, a, m, r, g uniform and independent.
+
+    i is uniform in 1..5000; each categorical column is uniform over its k values plus "all" (no
+    condition).  Same ``(t, seed)`` → same boxes.  Pass ``schema`` (from :func:`census_schema`) to share
+    column objects across calls.
+    """
+    schema = schema if schema is not None else census_schema()
+    rng = np.random.default_rng(seed)
+    incomes = rng.integers(1, CENSUS_INCOME_RANGES + 1, size=t)
+    picks = {name: rng.integers(0, len(values) + 1, size=t) for name, values in _CENSUS_CATEGORICAL}
+    inc_col = schema["income"]
+    assert isinstance(inc_col, NumericColumn)
+    cat_cols = {name: schema[name] for name, _ in _CENSUS_CATEGORICAL}
+    singles = {
+        name: [CategorySet(col, frozenset({j})) for j in range(col.size)]  # type: ignore[union-attr]
+        for name, col in cat_cols.items()
+    }
+    prefix_cache: dict[int, IntervalSet] = {}
+    boxes: list[Box] = []
+    for q in range(t):
+        i = int(incomes[q])
+        pre = prefix_cache.get(i)
+        if pre is None:
+            pre = prefix_cache[i] = IntervalSet.of(inc_col, [Interval(1.0, float(i))])
+        constraints: dict[str, ValueSet] = {"income": pre}
+        for name, values in _CENSUS_CATEGORICAL:
+            j = int(picks[name][q])
+            if j < len(values):  # j == len(values) means "all values": no condition
+                constraints[name] = singles[name][j]
+        boxes.append(Box(constraints))
+    return boxes
+
+
+def census_sql(box: Box, table: str = "census") -> str:
+    """The census query ``box`` as a ``SELECT COUNT(*)`` statement (see :func:`box_to_sql`)."""
+    return box_to_sql(box, table)
+
+
+# --------------------------------------------------------------------------------------------------
+# uniform synthetic workload (seed 000 §7.1)
+
+_VALUES_CACHE: dict[int, tuple[int, ...]] = {}
+
+
+def _int_values(k: int) -> tuple[int, ...]:
+    vals = _VALUES_CACHE.get(k)
+    if vals is None:
+        vals = _VALUES_CACHE[k] = tuple(range(k))
+    return vals
+
+
+def _categorical(name: str, k: int) -> CategoricalColumn:
+    """A categorical column with values 0..k−1.
+
+    Small columns go through the normal validating constructor.  Large ones (k > 1,000, the paper's 10^4..10^6
+    domains) share one cached ``tuple(range(k))`` and skip the O(k) duplicate/type validation, which is
+    redundant for ``range`` values and would dominate generation time for thousands of columns.
+    """
+    if k <= 1000:
+        return CategoricalColumn(name, _int_values(k))
+    col = object.__new__(CategoricalColumn)
+    object.__setattr__(col, "name", name)
+    object.__setattr__(col, "values", _int_values(k))
+    object.__setattr__(col, "kind", "categorical")
+    return col
+
+
+def uniform_schema(m: int, k_range: tuple[int, int] = (2, 5), seed: int = 0) -> Schema:
+    """``m`` categorical columns ``c0..c{m-1}``, column j with k_j ~ U{k_range[0]..k_range[1]} values 0..k_j−1.
+
+    With about 10 columns and k in 2..5 this is the hard small-domain case of seed 000 §7.1 / DESIGN.md §4
+    (queries overlap often and category sets break the Helly property, so ω can exceed γ).
+    """
+    lo, hi = k_range
+    if m < 1 or lo < 1 or hi < lo:
+        raise ValueError(f"need m >= 1 and 1 <= k_range[0] <= k_range[1], got m={m}, k_range={k_range}")
+    rng = np.random.default_rng(seed)
+    ks = rng.integers(lo, hi + 1, size=m)
+    return Schema({f"c{j}": _categorical(f"c{j}", int(ks[j])) for j in range(m)}, table="synthetic")
+
+
+def paper_uniform_schema(
+    m: int, seed: int = 0, exponents: Sequence[int] = (1, 2, 3, 4, 5, 6), max_log10_domain: float = 80_000
+) -> Schema:
+    """Seed 000 §7.1's domains: ``m`` columns, column j with 10^e_j values, e_j uniform over ``exponents``.
+
+    The paper draws m from 10 to 50,000 and caps the domain at 10^80000; columns are added until
+    log10 |D| would exceed ``max_log10_domain``, so the result may have fewer than ``m`` columns.  Note that
+    a query's value subset has expected size |A|/2, so workloads over 10^5..10^6-value columns hold
+    hundreds of thousands of indices per predicate: pass smaller ``exponents`` for large ``m`` and ``t``.
+    """
+    rng = np.random.default_rng(seed)
+    es = rng.choice(np.asarray(list(exponents), dtype=int), size=m)
+    columns: dict[str, CategoricalColumn] = {}
+    log10 = 0.0
+    for j in range(m):
+        e = int(es[j])
+        if log10 + e > max_log10_domain:
+            break
+        log10 += e
+        columns[f"c{j}"] = _categorical(f"c{j}", 10**e)
+    return Schema(columns, table="synthetic")  # type: ignore[arg-type]
+
+
+def uniform_workload(schema: Schema, t: int, seed: int) -> list[Box]:
+    """``t`` random queries on a categorical ``schema`` (seed 000 §7.1, "Uniform distribution").
+
+    Each query picks m' ~ U{1..m} distinct columns uniformly, and for each a uniformly random subset of
+    a' ~ U{1..|A|} of its values (non-empty by construction).  A subset that is the whole column is a
+    tautology, which :class:`~dpmagic.sets.Box` drops.  Same ``(schema, t, seed)`` → same boxes.
+    """
+    cols = [schema[name] for name in schema.names]
+    for c in cols:
+        if not isinstance(c, CategoricalColumn):
+            raise ValueError(f"uniform_workload needs categorical columns; {c.name!r} is {c.kind}")
+    m = len(cols)
+    rng = np.random.default_rng(seed)
+    boxes: list[Box] = []
+    for _ in range(t):
+        m_q = int(rng.integers(1, m + 1))
+        chosen = rng.choice(m, size=m_q, replace=False)
+        constraints: dict[str, ValueSet] = {}
+        for j in chosen:
+            col = cols[int(j)]
+            assert isinstance(col, CategoricalColumn)
+            k = col.size
+            a = int(rng.integers(1, k + 1))
+            if a == k:
+                idx: Iterable[int] = range(k)
+            elif a <= 32 or a * 8 < k:
+                idx = _sample_without_replacement(rng, k, a)
+            else:
+                idx = rng.choice(k, size=a, replace=False).tolist()
+            constraints[col.name] = CategorySet(col, frozenset(idx))
+        boxes.append(Box(constraints))
+    return boxes
+
+
+def _sample_without_replacement(rng: np.random.Generator, k: int, a: int) -> set[int]:
+    """``a`` distinct values of 0..k−1 by rejection (O(a) for a ≪ k; avoids an O(k) permutation)."""
+    out: set[int] = set()
+    while len(out) < a:
+        out.update(int(x) for x in rng.integers(0, k, size=a - len(out)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# SQL rendering
+
+
+def _sql_ident(name: str) -> str:
+    if name.isidentifier() and name.lower() not in _RESERVED:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+_RESERVED = {"class", "select", "from", "where", "group", "by", "order", "and", "or", "not", "in", "between"}
+
+
+def _sql_literal(v: Any) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _interval_sql(col: str, iv: Interval, column: NumericColumn) -> str:
+    lo_free = iv.lo <= column.lower and iv.lo_closed
+    hi_free = iv.hi >= column.upper and iv.hi_closed
+    if iv.lo == iv.hi:
+        return f"{col} = {_sql_literal(iv.lo)}"
+    if iv.lo_closed and iv.hi_closed and not lo_free and not hi_free:
+        return f"{col} BETWEEN {_sql_literal(iv.lo)} AND {_sql_literal(iv.hi)}"
+    parts = []
+    if not lo_free:
+        parts.append(f"{col} {'>=' if iv.lo_closed else '>'} {_sql_literal(iv.lo)}")
+    if not hi_free:
+        parts.append(f"{col} {'<=' if iv.hi_closed else '<'} {_sql_literal(iv.hi)}")
+    return " AND ".join(parts) if parts else "1 = 1"
+
+
+def box_to_sql(box: Box, table: str = "data") -> str:
+    """A ``SELECT COUNT(*) FROM table WHERE ...`` statement whose coverage is ``box``.
+
+    Category sets become ``=`` / ``IN (...)``; a union of intervals becomes an ``OR`` of ranges on that
+    column (parenthesised).  Column names that are not plain identifiers are double-quoted.  An empty
+    box (a contradiction) is rendered with an impossible predicate on one of its columns.
+    """
+    preds: list[str] = []
+    for name, s in box.constraints.items():
+        col = _sql_ident(name)
+        if isinstance(s, CategorySet):
+            vals = s.values
+            if not vals:
+                preds.append(
+                    f"{col} IN ({_sql_literal(s.column.values[0])}) AND {col} NOT IN "
+                    f"({_sql_literal(s.column.values[0])})"
+                )
+            elif len(vals) == 1:
+                preds.append(f"{col} = {_sql_literal(vals[0])}")
+            else:
+                preds.append(f"{col} IN ({', '.join(_sql_literal(v) for v in vals)})")
+        else:
+            column = s.column
+            if not s.intervals:
+                preds.append(
+                    f"{col} < {_sql_literal(float(column.lower))} AND {col} > {_sql_literal(float(column.upper))}"
+                )
+                continue
+            ranges = [_interval_sql(col, iv, column) for iv in s.intervals]
+            if len(ranges) == 1:
+                preds.append(ranges[0])
+            else:
+                preds.append("(" + " OR ".join(f"({r})" for r in ranges) + ")")
+    where = f" WHERE {' AND '.join(preds)}" if preds else ""
+    return f"SELECT COUNT(*) FROM {table}{where}"
+
+
+def write_sql(boxes: Iterable[Box], path: str | Path, table: str = "data") -> Path:
+    """Write ``boxes`` as a ``.sql`` file (one ``SELECT COUNT(*)`` per box, ``;``-terminated)."""
+    path = Path(path)
+    path.write_text("".join(box_to_sql(b, table) + ";\n" for b in boxes), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Adult analyst query log (the kind of log seed 000 Table 1 analyses)
+
+_AGE_BANDS: tuple[tuple[int, int], ...] = ((17, 24), (25, 34), (35, 44), (45, 54), (55, 64), (65, 90))
+_HOURS_BANDS: tuple[tuple[int, int], ...] = ((1, 19), (20, 34), (35, 40), (41, 50), (51, 99))
+_EDU_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("Preschool", "1st-4th", "5th-6th", "7th-8th", "9th", "10th", "11th", "12th"),
+    ("HS-grad",),
+    ("Some-college", "Assoc-acdm", "Assoc-voc"),
+    ("Bachelors",),
+    ("Masters", "Prof-school", "Doctorate"),
+)
+_WORKCLASS = ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov")
+_MARITAL = ("Married-civ-spouse", "Never-married", "Divorced", "Separated", "Widowed")
+_OCCUPATION = (
+    "Exec-managerial",
+    "Prof-specialty",
+    "Craft-repair",
+    "Adm-clerical",
+    "Sales",
+    "Other-service",
+    "Machine-op-inspct",
+    "Tech-support",
+)
+_RACE = ("White", "Black", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other")
+_SEX = ("Female", "Male")
+_GROUP_COLS = ("sex", "race", "education", "workclass", '"marital-status"', "relationship", "occupation", '"class"')
+_MEASURES = ('"hours-per-week"', "age", '"capital-gain"', '"capital-loss"', '"education-num"')
+
+
+def _q(v: str) -> str:
+    return "'" + v.replace("'", "''") + "'"
+
+
+def _in(col: str, values: Sequence[str]) -> str:
+    return f"{col} = {_q(values[0])}" if len(values) == 1 else f"{col} IN ({', '.join(_q(v) for v in values)})"
+
+
+class _AdultPredicates:
+    """Random single-column predicates an analyst would write on Adult."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def pick(self, seq: Sequence[Any]) -> Any:
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def age(self) -> str:
+        lo, hi = self.pick(_AGE_BANDS)
+        r = self.rng.random()
+        if r < 0.6:
+            return f"age BETWEEN {lo} AND {hi}"
+        if r < 0.8:
+            return f"age >= {lo}"
+        return f"age < {hi + 1}"
+
+    def hours(self) -> str:
+        lo, hi = self.pick(_HOURS_BANDS)
+        r = self.rng.random()
+        if r < 0.5:
+            return f'"hours-per-week" BETWEEN {lo} AND {hi}'
+        if r < 0.8:
+            return f'"hours-per-week" >= {self.pick((35, 40, 45, 50, 60))}'
+        return f'"hours-per-week" < {self.pick((20, 30, 35, 40))}'
+
+    def education(self) -> str:
+        return _in("education", self.pick(_EDU_GROUPS))
+
+    def sex(self) -> str:
+        return f"sex = {_q(self.pick(_SEX))}"
+
+    def race(self) -> str:
+        r = self.rng.random()
+        if r < 0.7:
+            return f"race = {_q(self.pick(_RACE))}"
+        return "race <> 'White'"
+
+    def workclass(self) -> str:
+        r = self.rng.random()
+        if r < 0.7:
+            return f"workclass = {_q(self.pick(_WORKCLASS))}"
+        return _in("workclass", ("Federal-gov", "Local-gov", "State-gov"))
+
+    def marital(self) -> str:
+        return f'"marital-status" = {_q(self.pick(_MARITAL))}'
+
+    def occupation(self) -> str:
+        return f"occupation = {_q(self.pick(_OCCUPATION))}"
+
+    def income_class(self) -> str:
+        return f'"class" = {_q(self.pick(("<=50K", ">50K")))}'
+
+    def capital(self) -> str:
+        return self.pick(('"capital-gain" > 0', '"capital-loss" > 0', '"capital-gain" >= 5000'))
+
+    def country(self) -> str:
+        return self.pick(
+            (
+                "\"native-country\" = 'United-States'",
+                "\"native-country\" <> 'United-States'",
+                "\"native-country\" = 'Mexico'",
+            )
+        )
+
+    def random(self, exclude: set[str]) -> tuple[str, str]:
+        kinds = [k for k in _PRED_KINDS if k not in exclude]
+        weights = np.array([_PRED_KINDS[k] for k in kinds], dtype=float)
+        kind = kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))]
+        return kind, getattr(self, kind)()
+
+
+_PRED_KINDS: dict[str, float] = {
+    "age": 3.0,
+    "sex": 3.0,
+    "education": 2.5,
+    "hours": 2.0,
+    "race": 1.5,
+    "workclass": 1.5,
+    "marital": 1.2,
+    "occupation": 1.0,
+    "income_class": 2.0,
+    "capital": 0.6,
+    "country": 0.6,
+}
+
+
+def _select(rng: np.random.Generator, group: str | None, allow_measures: bool = True) -> str:
+    r = rng.random()
+    if not allow_measures or r < 0.6:
+        agg = "COUNT(*)"
+    elif r < 0.85:
+        agg = f"AVG({_MEASURES[int(rng.integers(len(_MEASURES)))]})"
+    else:
+        agg = f"SUM({_MEASURES[int(rng.integers(len(_MEASURES)))]})"
+    return f"{group}, {agg}" if group else agg
+
+
+def _statement(select: str, preds: Sequence[str], group: str | None) -> str:
+    where = f" WHERE {' AND '.join(preds)}" if preds else ""
+    gb = f" GROUP BY {group}" if group else ""
+    return f"SELECT {select} FROM adult{where}{gb}"
+
+
+def adult_query_log(n: int = 300, seed: int = 0, *, counts_only: bool = False) -> list[str]:
+    """``n`` realistic analyst SQL statements on the Adult table (seed 000 Table 1-style log).
+
+    The log is a sequence of short exploration *episodes*, each of a kind an analyst writes:
+
+    * overview GROUP BYs (by sex, race, education, workclass, ..., possibly filtered);
+    * filtered counts / averages / sums with 1–3 predicates (age bands, hours bands, education groups,
+      sex, race, workclass, marital status, occupation, income class, capital gains, native country);
+    * drill-downs that add one predicate at a time to a starting filter (nested, overlapping regions);
+    * sweeps over the bands of one column (age bands, hours bands, education groups) under a fixed filter —
+      disjoint regions that compose in parallel;
+    * comparisons of two complementary groups (Female vs Male, >50K vs <=50K) on the same measure.
+
+    Column names containing ``-`` and the keyword-like ``class`` are double-quoted.  With
+    ``counts_only=True`` every aggregate is ``COUNT(*)``.  Same ``(n, seed)`` → same statements.
+    """
+    rng = np.random.default_rng(seed)
+    preds = _AdultPredicates(rng)
+    out: list[str] = []
+    measures = not counts_only
+
+    def filters(k: int, exclude: set[str] | None = None) -> tuple[list[str], set[str]]:
+        used = set(exclude or ())
+        got: list[str] = []
+        for _ in range(k):
+            kind, p = preds.random(used)
+            used.add(kind)
+            got.append(p)
+        return got, used
+
+    while len(out) < n:
+        episode = rng.choice(5, p=[0.17, 0.33, 0.2, 0.18, 0.12])
+        if episode == 0:  # overview group-bys
+            for _ in range(int(rng.integers(1, 4))):
+                group = _GROUP_COLS[int(rng.integers(len(_GROUP_COLS)))]
+                k = int(rng.choice(3, p=[0.4, 0.45, 0.15]))
+                gkind = group.strip('"').replace("marital-status", "marital").replace("class", "income_class")
+                ps, _ = filters(k, {gkind})
+                out.append(_statement(_select(rng, group, measures), ps, group))
+        elif episode == 1:  # filtered aggregates
+            for _ in range(int(rng.integers(1, 4))):
+                ps, _ = filters(int(rng.choice([1, 2, 3], p=[0.35, 0.45, 0.2])))
+                out.append(_statement(_select(rng, None, measures), ps, None))
+        elif episode == 2:  # drill-down
+            ps, used = filters(1)
+            select = _select(rng, None, measures)
+            for _ in range(int(rng.integers(2, 5))):
+                out.append(_statement(select, ps, None))
+                kind, p = preds.random(used)
+                used.add(kind)
+                ps = [*ps, p]
+        elif episode == 3:  # sweep over the bands of one column under a fixed filter
+            which = int(rng.integers(3))
+            ps, _ = filters(int(rng.integers(0, 3)), {("age", "hours", "education")[which]})
+            select = _select(rng, None, measures)
+            if which == 0:
+                bands = [f"age BETWEEN {lo} AND {hi}" for lo, hi in _AGE_BANDS]
+            elif which == 1:
+                bands = [f'"hours-per-week" BETWEEN {lo} AND {hi}' for lo, hi in _HOURS_BANDS]
+            else:
+                bands = [_in("education", g) for g in _EDU_GROUPS]
+            for b in bands:
+                out.append(_statement(select, [*ps, b], None))
+        else:  # compare complementary groups on one measure
+            pair = (("sex = 'Female'", "sex = 'Male'"), ("\"class\" = '>50K'", "\"class\" = '<=50K'"))[
+                int(rng.integers(2))
+            ]
+            kind = "sex" if pair[0].startswith("sex") else "income_class"
+            ps, _ = filters(int(rng.integers(0, 3)), {kind})
+            select = _select(rng, None, measures)
+            for side in pair:
+                out.append(_statement(select, [*ps, side], None))
+    return out[:n]

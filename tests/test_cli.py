@@ -1,0 +1,134 @@
+"""`dpmagic overlap`: the DESIGN.md §3.2 contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpmagic.cli import main
+
+SCHEMA = {
+    "table": "census",
+    "columns": {
+        "Postcode": {"type": "categorical", "values": ["A", "B", "C"]},
+        "Native": {"type": "categorical", "values": ["Y", "N"]},
+        "age": {"type": "int", "lower": 0, "upper": 100},
+    },
+}
+EXAMPLE_3 = """
+-- seed 000, Example 3
+SELECT COUNT(*) FROM t WHERE Postcode = 'A' AND Native = 'Y';
+SELECT COUNT(*) FROM t WHERE Postcode IN ('A', 'B');
+SELECT COUNT(*) FROM t WHERE Postcode IN ('A', 'C') AND Native = 'N';
+SELECT COUNT(*) FROM t WHERE Native = 'Y';
+SELECT COUNT(*) FROM t WHERE Postcode = 'C';
+SELECT COUNT(*) FROM t WHERE Postcode = 'B' AND Native = 'N';
+"""
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    queries = tmp_path / "q.sql"
+    queries.write_text(EXAMPLE_3)
+    return schema, queries
+
+
+def run(args: list[str], capsys) -> tuple[int, str, str]:
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_example_3_json(files, capsys) -> None:
+    schema, queries = files
+    code, out, err = run(["overlap", "--schema", str(schema), str(queries), "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["queries"] == 6 and result["sequential"] == 6.0
+    mo = result["max_overlap"]
+    assert mo["value"] == mo["upper"] == mo["lower"] == 3.0 and mo["exact"] is True
+    assert result["clique"]["value"] >= 3.0 and result["chromatic"]["value"] >= result["clique"]["value"]
+    assert result["utility_gain"] == pytest.approx(0.5)
+    assert isinstance(result["seconds"], float)
+    # the witness row really is covered by 3 queries
+    from dpmagic.query import parse_query
+    from dpmagic.schema import Schema
+
+    s = Schema.from_dict(SCHEMA)
+    boxes = [parse_query(q, s).where for q in EXAMPLE_3.split(";") if "SELECT" in q]
+    assert sum(b.contains_row(mo["witness"]) for b in boxes) == 3
+
+
+def test_example_2_and_weights_jsonl(tmp_path: Path, files, capsys) -> None:
+    schema, _ = files
+    q = tmp_path / "q.jsonl"
+    lines = [
+        {"sql": "SELECT COUNT(*) FROM t WHERE Postcode = 'A' AND Native = 'Y'", "weight": 0.5},
+        {"sql": "SELECT COUNT(*) FROM t WHERE Postcode IN ('A', 'B')", "weight": 0.25},
+        {"sql": "SELECT COUNT(*) FROM t WHERE Postcode = 'B' AND Native = 'N'", "weight": 1.0},
+    ]
+    q.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    code, out, _ = run(["overlap", "--schema", str(schema), str(q), "--json"], capsys)
+    result = json.loads(out)
+    assert code == 0
+    assert result["sequential"] == pytest.approx(1.75)
+    assert result["max_overlap"]["upper"] == pytest.approx(1.25)  # Example 2: γ = 2 queries, weighted
+
+
+def test_table_output(files, capsys) -> None:
+    schema, queries = files
+    code, out, _ = run(["overlap", "--schema", str(schema), str(queries)], capsys)
+    assert code == 0
+    assert "maximum overlap γ" in out and "utility gain" in out and "50.0%" in out
+
+
+def test_replace_neighbours_reports_interval(files, capsys) -> None:
+    schema, queries = files
+    code, out, _ = run(["overlap", "--schema", str(schema), str(queries), "--json", "--neighbors", "replace"], capsys)
+    result = json.loads(out)
+    assert result["max_overlap"]["lower"] >= 3.0 and result["max_overlap"]["upper"] <= 6.0
+
+
+@pytest.mark.parametrize(
+    "content, suffix, fragment",
+    [
+        ("SELECT COUNT(*) FROM t WHERE Postcode = 'A';\nSELECT COUNT(*) FROM t WHERE Zip = 3;", ".sql", "statement 2"),
+        ("SELECT COUNT(*) FROM t WHERE age > 3 OR Native = 'Y';", ".sql", "OR across"),
+        ('{"sql": "SELECT COUNT(*) FROM t", "weight": -1}\n', ".jsonl", "line 1: weight"),
+        ("{not json\n", ".jsonl", "not valid JSON"),
+        ('{"weight": 1}\n', ".jsonl", "string 'sql'"),
+    ],
+)
+def test_bad_queries_exit_2_with_one_line(tmp_path: Path, files, capsys, content, suffix, fragment) -> None:
+    schema, _ = files
+    q = tmp_path / f"bad{suffix}"
+    q.write_text(content)
+    code, out, err = run(["overlap", "--schema", str(schema), str(q), "--json"], capsys)
+    assert code == 2 and out == ""
+    assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_schema_exit_2(tmp_path: Path, files, capsys) -> None:
+    _, queries = files
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"columns": {"x": {"type": "nope"}}}')
+    code, _, err = run(["overlap", "--schema", str(bad), str(queries)], capsys)
+    assert code == 2 and "unknown type" in err
+
+
+def test_console_script_entry_point(files) -> None:
+    schema, queries = files
+    proc = subprocess.run(
+        [sys.executable, "-m", "dpmagic.cli", "overlap", "--schema", str(schema), str(queries), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["max_overlap"]["value"] == 3.0

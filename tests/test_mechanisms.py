@@ -1,0 +1,99 @@
+"""Noise: OpenDP samplers match their declared distributions; confidence intervals cover as stated."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpmagic.accountant.currency import CURRENCIES, gdp_delta, gdp_epsilon, parse_budget
+from dpmagic.errors import BudgetError
+from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
+
+N = 20_000
+
+
+@pytest.mark.parametrize(
+    "definition, cost, sens, kind, scale",
+    [
+        ("pure", 0.5, 1.0, "discrete_laplace", 2.0),
+        ("pure", 2.0, 10.0, "discrete_laplace", 5.0),
+        ("zcdp", 0.5, 1.0, "discrete_gaussian", 1.0),
+        ("zcdp", 0.125, 3.0, "discrete_gaussian", 6.0),
+        ("gdp", 0.5, 1.0, "discrete_gaussian", 2.0),
+    ],
+)
+def test_calibration(definition, cost, sens, kind, scale) -> None:
+    n = noise_for(definition, cost, sens, integer=True)
+    assert n.kind == kind
+    assert n.scale == pytest.approx(scale)
+
+
+@pytest.mark.parametrize("noise", [Noise("discrete_laplace", 2.0, 1.0), Noise("discrete_gaussian", 3.0, 1.0)])
+def test_integer_noise_moments_and_ci(noise: Noise) -> None:
+    draws = release_integer(np.full(N, 1000), noise) - 1000
+    sd = noise.std
+    assert abs(draws.mean()) < 6 * sd / math.sqrt(N)
+    assert draws.var() == pytest.approx(noise.variance, rel=0.12)
+    h = noise.ci_halfwidth(0.95)
+    covered = np.mean(np.abs(draws) <= h)
+    expected = 1.0 - noise.tail(h)
+    assert expected >= 0.95
+    assert abs(covered - expected) < 6 * math.sqrt(expected * (1 - expected) / N)
+    # h is the smallest such integer
+    assert noise.tail(h - 1) > 0.05
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp"])
+def test_float_sum_noise_moments_and_ci(definition: str) -> None:
+    noise = float_sum_noise(definition, 0.5, 0.0, 10.0)
+    assert noise.sensitivity >= 10.0  # OpenDP's make_sum sensitivity includes rounding slack
+    values = np.linspace(0.0, 10.0, 101)
+    exact = float(values.sum())
+    draws = release_float_sum([values] * 4000, noise, 0.0, 10.0) - exact
+    assert abs(draws.mean()) < 6 * noise.std / math.sqrt(4000)
+    assert draws.var() == pytest.approx(noise.variance, rel=0.2)
+    covered = np.mean(np.abs(draws) <= noise.ci_halfwidth(0.95))
+    assert abs(covered - 0.95) < 6 * math.sqrt(0.95 * 0.05 / 4000)
+
+
+def test_continuous_halfwidths() -> None:
+    assert Noise("laplace", 2.0, 1.0).ci_halfwidth(0.95) == pytest.approx(2.0 * math.log(20))
+    assert Noise("gaussian", 3.0, 1.0).ci_halfwidth(0.95) == pytest.approx(3.0 * 1.959964, rel=1e-5)
+
+
+def test_tiny_scale_halfwidth_zero() -> None:
+    assert Noise("discrete_laplace", 0.05, 1.0).ci_halfwidth() == 0.0
+    assert Noise("discrete_gaussian", 0.1, 1.0).ci_halfwidth() == 0.0
+
+
+def test_currencies() -> None:
+    pure, zcdp, gdp = CURRENCIES["pure"], CURRENCIES["zcdp"], CURRENCIES["gdp"]
+    assert pure.weight(0.3) == 0.3 and zcdp.weight(0.3) == 0.3
+    assert gdp.weight(0.5) == 0.25 and gdp.cost(0.25) == 0.5
+    assert pure.approx_dp(1.0, 1e-6) == 1.0
+    rho = 0.5
+    assert zcdp.approx_dp(rho, 1e-6) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e6)))
+    eps = gdp.approx_dp(1.0, 1e-5)
+    assert gdp_delta(1.0, eps) == pytest.approx(1e-5, rel=1e-6)
+    assert 4.0 < eps < 5.0  # μ = 1 GDP is about (4.4, 1e-5)-DP
+    assert gdp_epsilon(0.01, 0.5) == 0.0
+
+
+@pytest.mark.parametrize(
+    "spec, parameter, total",
+    [("epsilon=1.0", "epsilon", 1.0), ("rho=0.5", "rho", 0.5), ("mu=2", "mu", 2.0), ({"eps": 3}, "epsilon", 3.0)],
+)
+def test_parse_budget(spec, parameter, total) -> None:
+    b = parse_budget(spec)
+    assert b.currency.parameter == parameter and b.total == total
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["epsilon=-1", "epsilon=0", "epsilon=nan", "epsilon=inf", "eps", "epsilon=1 rho=1", "lambda=1", "epsilon=x", 5],
+)
+def test_parse_budget_errors(spec) -> None:
+    with pytest.raises(BudgetError):
+        parse_budget(spec)

@@ -1,0 +1,46 @@
+"""Every tutorial notebook executes top to bottom in a real Jupyter kernel (nbclient)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [
+        (i, o)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and "raises-exception" not in c.metadata.get("tags", [])
+        for o in c.get("outputs", [])
+        if o.output_type == "error"
+    ]
+    assert not errors, errors
+    text = "\n".join(
+        str(o.get("text", ""))
+        + str(o.get("data", {}).get("text/plain", ""))
+        + str(o.get("data", {}).get("text/html", ""))
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
+    assert "charged" in text
+
+
+def test_quickstart_shows_answers_and_budget() -> None:
+    nb = nbformat.read(NOTEBOOKS[[p.name for p in NOTEBOOKS].index("quickstart.ipynb")], as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
+    assert "people" in html and "ci_low" in html  # noisy answers with intervals
+    refused = [o for o in outputs if o.output_type == "error"]
+    assert len(refused) == 1 and "BudgetExceededError" in refused[0].evalue
+    assert any("remaining ε" in o.get("text", "") for o in outputs)

@@ -1,0 +1,249 @@
+"""The session: charge before read, refusal spends nothing, the budget is never exceeded."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpmagic import Session
+from dpmagic.errors import (
+    BudgetError,
+    BudgetExceededError,
+    ConfigurationError,
+    DataValidationError,
+    DPMagicError,
+    QueryError,
+    QueryTypeError,
+    SchemaError,
+    UnknownColumnError,
+    UnsupportedQueryError,
+)
+
+
+@pytest.fixture
+def session(adult) -> Session:
+    df, schema = adult
+    return Session(df, schema, "epsilon=1.0")
+
+
+def ledger_state(s: Session) -> tuple[int, float, list[str]]:
+    return len(s.accountant.ledger), s.spent, [e.canonical for e in s.accountant.ledger.entries()]
+
+
+def test_answers_have_declared_keys_zero_filled(session: Session) -> None:
+    r = session.query(
+        'SELECT "native-country", COUNT(*) AS n FROM adult WHERE age < 18 GROUP BY "native-country"', epsilon=0.1
+    )
+    assert len(r.df) == 42  # every declared country, present in the rows or not
+    assert list(r.df["native-country"]) == list(session.schema["native-country"].values)
+    assert set(r.df.columns) == {"native-country", "n", "n_ci_low", "n_ci_high"}
+
+
+def test_two_group_columns_cartesian(session: Session) -> None:
+    r = session.query("SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race", epsilon=0.1)
+    assert len(r.df) == 2 * 5
+
+
+def test_noisy_answers_close_to_truth(adult) -> None:
+    df, schema = adult
+    s = Session(df, schema, "epsilon=100")
+    r = s.query(
+        'SELECT sex, COUNT(*) AS n, SUM(age) AS a, AVG("hours-per-week") AS h FROM adult GROUP BY sex', epsilon=50
+    )
+    truth = df.groupby("sex").agg(n=("age", "size"), a=("age", "sum"), h=("hours-per-week", "mean"))
+    for _, row in r.df.iterrows():
+        t = truth.loc[row["sex"]]
+        assert abs(row["n"] - t["n"]) <= max(10, 5 * (row["n_ci_high"] - row["n"]))
+        assert row["n_ci_low"] <= row["n"] <= row["n_ci_high"]
+        assert abs(row["a"] - t["a"]) < 5 * (row["a_ci_high"] - row["a"]) + 1
+        assert abs(row["h"] - t["h"]) < 1.0
+
+
+def test_parallel_composition_on_disjoint_regions(session: Session) -> None:
+    for lo, hi in [(17, 29), (30, 49), (50, 90)]:
+        session.query(f"SELECT COUNT(*) FROM adult WHERE age BETWEEN {lo} AND {hi}", epsilon=0.9)
+    assert session.spent == pytest.approx(0.9)
+    with pytest.raises(BudgetExceededError):
+        session.query("SELECT COUNT(*) FROM adult WHERE sex = 'Male'", epsilon=0.2)
+
+
+def test_refusal_changes_nothing_and_reads_nothing(session: Session, monkeypatch) -> None:
+    session.query("SELECT COUNT(*) FROM adult", epsilon=0.8)
+    before = ledger_state(session)
+
+    def boom(*a, **k):
+        raise AssertionError("data was read for a refused query")
+
+    monkeypatch.setattr(session.backend, "evaluate", boom)
+    with pytest.raises(BudgetExceededError, match="left for a query"):
+        session.query("SELECT COUNT(*) FROM adult WHERE age > 40", epsilon=0.3)
+    assert ledger_state(session) == before
+
+
+def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -> None:
+    seen = {}
+    original = session.backend.evaluate
+
+    def spy(q):
+        seen["entries"] = len(session.accountant.ledger)
+        seen["status"] = session.accountant.ledger.entries()[-1].status
+        return original(q)
+
+    monkeypatch.setattr(session.backend, "evaluate", spy)
+    session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
+    assert seen == {"entries": 1, "status": "charged"}
+    assert session.accountant.ledger.entries()[-1].status == "released"
+
+
+def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkeypatch) -> None:
+    monkeypatch.setattr(session.backend, "evaluate", lambda q: 1 / 0)
+    with pytest.raises(DPMagicError, match="stays charged"):
+        session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
+    assert session.spent == pytest.approx(0.1)
+    assert session.accountant.ledger.entries()[-1].status == "charged"
+
+
+def test_empty_predicate_is_valid(session: Session) -> None:
+    r = session.query("SELECT COUNT(*) AS n FROM adult WHERE sex = 'Dinosaur'", epsilon=0.1)
+    assert len(r.df) == 1
+    assert session.spent == 0.0  # it covers no row, so no row's load grows
+
+
+def test_default_cost_is_a_tenth(session: Session) -> None:
+    session.query("SELECT COUNT(*) FROM adult")
+    assert session.spent == pytest.approx(0.1)
+
+
+def test_zcdp_and_gdp_sessions(adult) -> None:
+    df, schema = adult
+    z = Session(df, schema, "rho=0.5")
+    r = z.query("SELECT COUNT(*) AS n FROM adult", rho=0.1)
+    assert r.noise["count"].kind == "discrete_gaussian"
+    eps, delta = z.approx_dp()
+    assert delta == 1e-6 and eps == pytest.approx(0.1 + 2 * math.sqrt(0.1 * math.log(1e6)))
+    g = Session(df, schema, "mu=1.0")
+    g.query("SELECT COUNT(*) FROM adult WHERE age < 30", mu=0.6)
+    g.query("SELECT COUNT(*) FROM adult WHERE age >= 30", mu=0.8)
+    assert g.spent == pytest.approx(0.8)  # disjoint: max, not √(0.36 + 0.64)
+    g.query("SELECT COUNT(*) FROM adult WHERE sex = 'Male'", mu=0.6)
+    assert g.spent == pytest.approx(1.0)  # √(0.64 + 0.36)
+    with pytest.raises(BudgetExceededError):
+        g.query("SELECT COUNT(*) FROM adult", mu=0.1)
+
+
+BAD_QUERIES = [
+    ("SELECT COUNT(* FROM adult", {}, QueryError),
+    ("SELECT COUNT(*) FROM adult WHERE agee > 3", {}, UnknownColumnError),
+    ("SELECT SUM(sex) FROM adult", {}, QueryTypeError),
+    ("SELECT COUNT(*) FROM adult WHERE age = 'old'", {}, QueryTypeError),
+    ("SELECT COUNT(*) FROM adult a JOIN adult b ON a.age = b.age", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult LIMIT 1", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult WHERE age > 30 OR sex = 'Male'", {}, UnsupportedQueryError),
+    ("SELECT age, COUNT(*) FROM adult GROUP BY age", {}, UnsupportedQueryError),
+    ("DELETE FROM adult", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": -1.0}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": 0.0}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": float("nan")}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": float("inf")}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"rho": 0.1}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": "0.1"}, BudgetError),
+    ("SELECT COUNT(*) FROM adult", {"epsilon": 1.5}, BudgetExceededError),
+    ("", {}, QueryError),
+    ("SELECT MAX(age) FROM adult", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult WHERE lower(sex) = 'male'", {}, UnsupportedQueryError),
+    ("SELECT * FROM adult", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult WHERE \"native-country\" LIKE 'U%'", {}, UnsupportedQueryError),
+]
+
+
+@pytest.mark.parametrize("sql, kwargs, error", BAD_QUERIES)
+def test_bad_input_spends_nothing(session: Session, sql, kwargs, error) -> None:
+    session.query("SELECT COUNT(*) FROM adult WHERE age < 30", epsilon=0.2)
+    before = ledger_state(session)
+    with pytest.raises(error) as info:
+        session.query(sql, **kwargs)
+    assert str(info.value)  # one message that names the problem
+    assert ledger_state(session) == before
+
+
+@pytest.mark.parametrize(
+    "schema, budget, kwargs, error",
+    [
+        ({"columns": {"age": {"type": "int", "lower": 0}}}, "epsilon=1", {}, SchemaError),
+        (None, "epsilon=-1", {}, BudgetError),
+        (None, "epsilon=1", {"bound": "magic"}, ConfigurationError),
+        (None, "epsilon=1", {"default_cost": -0.1}, BudgetError),
+        (None, "epsilon=1", {"out_of_range": "ignore"}, DataValidationError),
+    ],
+)
+def test_bad_session_arguments(adult, schema, budget, kwargs, error) -> None:
+    df, adult_schema = adult
+    with pytest.raises(error):
+        Session(df, schema or adult_schema, budget, **kwargs)
+
+
+def test_binding_refuses_data_outside_the_domain(adult) -> None:
+    df, schema = adult
+    bad = df.head(100).copy()
+    bad.loc[0, "age"] = 120
+    with pytest.raises(DataValidationError, match="outside its declared bounds"):
+        Session(bad, schema, "epsilon=1")
+    s = Session(bad, schema, "epsilon=1", out_of_range="clamp")
+    assert s.data["age"].max() == 90
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["age < 30", "age >= 30", "age BETWEEN 25 AND 45", "sex = 'Male'", "race = 'Black'", None]),
+            st.sampled_from([0.05, 0.1, 0.25, 0.4, 0.7]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_budget_never_exceeded(small_schema, small_df, seq) -> None:
+    """Whatever the sequence, the charged exact maximum load never exceeds the budget."""
+    df = pd.DataFrame(
+        {
+            "age": np.arange(17, 91),
+            "sex": ["Male", "Female"] * 37,
+            "race": (["White", "Black", "Other"] * 25)[:74],
+        }
+    )
+    from dpmagic.schema import Schema
+
+    schema = Schema.from_dict(
+        {
+            "columns": {
+                "age": {"type": "int", "lower": 17, "upper": 90},
+                "sex": {"type": "categorical", "values": ["Female", "Male"]},
+                "race": {"type": "categorical", "values": ["White", "Black", "Other"]},
+            }
+        }
+    )
+    s = Session(df, schema, "epsilon=1.0")
+    admitted = []
+    for where, eps in seq:
+        sql = "SELECT COUNT(*) FROM t" + (f" WHERE {where}" if where else "")
+        try:
+            s.query(sql, epsilon=eps)
+            admitted.append((s.parse(sql).where, eps))
+        except BudgetExceededError:
+            pass
+        assert s.spent <= 1.0 + 1e-9
+    # brute force: the maximum load over the whole domain of the admitted queries
+    worst = 0.0
+    for age in range(17, 91):
+        for sex in ("Female", "Male"):
+            for race in ("White", "Black", "Other"):
+                row = {"age": age, "sex": sex, "race": race}
+                worst = max(worst, sum(e for b, e in admitted if b.contains_row(row)))
+    assert worst <= 1.0 + 1e-9
+    assert s.spent == pytest.approx(worst)
