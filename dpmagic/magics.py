@@ -136,9 +136,26 @@ class DPMagic(Magics, Configurable):
 
     # -- %%dpquery --------------------------------------------------------------------------------------
     @magic_arguments()
-    @argument("--epsilon", "-e", type=float, default=None, help="Cost of this query in ε (pure-DP sessions).")
-    @argument("--rho", "-r", type=float, default=None, help="Cost of this query in ρ (zCDP sessions).")
-    @argument("--mu", "-m", type=float, default=None, help="Cost of this query in μ (GDP sessions).")
+    @argument(
+        "--epsilon", "-e", default=None, help="Cost in ε (pure-DP sessions), or 'max' for all that is affordable here."
+    )
+    @argument("--rho", "-r", default=None, help="Cost in ρ (zCDP sessions), or 'max'.")
+    @argument("--mu", "-m", default=None, help="Cost in μ (GDP sessions), or 'max'.")
+    @argument(
+        "--ci",
+        type=float,
+        default=None,
+        help="Accuracy first: target half-width of the 95%% interval, in the answer's units.",
+    )
+    @argument("--min-rows", type=int, default=None, help="With --ci on AVG: a public lower bound on each group's size.")
+    @argument(
+        "--dry-run",
+        action="store_true",
+        help="Preview the cost, the overlapping queries and the worst-case row; spend nothing.",
+    )
+    @argument(
+        "--fresh", action="store_true", help="Draw (and charge) anew even if this exact query was answered before."
+    )
     @argument("--out", "-o", default=None, help="Assign the answer's DataFrame to this variable (same as 'name <<').")
     @line_cell_magic
     @_friendly
@@ -154,6 +171,7 @@ class DPMagic(Magics, Configurable):
         [GROUP BY categorical columns]; WHERE is an AND of per-column predicates (=, <>, <, <=, >, >=,
         BETWEEN, IN, NOT IN, NOT) with OR allowed between predicates on the same column.  The cost is
         charged before any row is read; a query that would exceed the budget is refused and costs nothing.
+        Re-running an identical cell returns the stored answer for free (``--fresh`` draws anew).
         """
         target = None
         m = _ASSIGN.match(line)
@@ -169,7 +187,13 @@ class DPMagic(Magics, Configurable):
         args = parse_argstring(self.dpquery, line)
         target = args.out or target
         session = current_session()
-        result = session.query(sql, epsilon=args.epsilon, rho=args.rho, mu=args.mu)
+        costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
+        if args.dry_run:
+            preview = session.preview(sql, ci=args.ci, min_rows=args.min_rows, **costs)
+            if target is not None and self.shell is not None:
+                self.shell.user_ns[target] = preview
+            return preview
+        result = session.query(sql, ci=args.ci, min_rows=args.min_rows, fresh=args.fresh, **costs)
         if target is not None:
             if self.shell is not None:
                 self.shell.user_ns[target] = result.df
@@ -180,17 +204,39 @@ class DPMagic(Magics, Configurable):
     # -- %dpbudget ---------------------------------------------------------------------------------------
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the summary as a dict instead of displaying it.")
+    @argument("--map", nargs=2, metavar=("COL1", "COL2"), default=None, help="Return the budget map of two columns.")
+    @argument("--afford", default=None, metavar="SQL", help="How much a query (quoted SQL) could still be given.")
     @line_magic
     @_friendly
     def dpbudget(self, line: str) -> Any:
-        """Show spent / remaining budget, the four overlap bounds and the list of queries with costs."""
+        """Show spent / remaining budget, the four overlap bounds and the list of queries with costs.
+
+        ``--map COL1 COL2`` returns the current load of every (COL1, COL2) cell as a DataFrame (where the budget
+        has gone); ``--json`` returns the summary as a dict.
+        """
         args = parse_argstring(self.dpbudget, line)
         session = current_session()
+        if args.map:
+            return session.budget_map(*args.map)
+        if args.afford:
+            return session.affordable(args.afford.strip("\"'"))
         summary = budget_summary(session)
         if args.json:
             return summary
         display(HTML(budget_html(session, summary)))
         return None
+
+
+def _cost_arg(value: str | None, name: str) -> float | str | None:
+    if value is None:
+        return None
+    v = value.strip().strip("\"'")
+    if v.lower() == "max":
+        return "max"
+    try:
+        return float(v)
+    except ValueError:
+        raise ConfigurationError(f"--{name} must be a number or 'max', got {value!r}") from None
 
 
 def budget_summary(session: Session) -> dict[str, Any]:

@@ -113,17 +113,20 @@ def _float_sum_measurement(kind: NoiseKind, scale: float, lower: float, upper: f
     raise ValueError(f"{kind} is not a float mechanism")
 
 
-def float_sum_noise(definition: Definition, cost: float, lower: float, upper: float) -> Noise:
-    """Noise for a float SUM, using OpenDP's own sensitivity of ``make_sum`` (it includes rounding error)."""
+def float_sum_noise(definition: Definition, cost: float, lower: float, upper: float, *, d_in: int = 1) -> Noise:
+    """Noise for a float SUM, using OpenDP's own sensitivity of ``make_sum`` (it includes rounding error).
+
+    ``d_in`` is the symmetric distance between neighbours: 1 for add/remove-one, 2 for replace-one.
+    """
     domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
-    sens = float(dp.t.make_sum(domain, dp.symmetric_distance()).map(1))
+    sens = float(dp.t.make_sum(domain, dp.symmetric_distance()).map(d_in))
     noise = noise_for(definition, cost, sens, integer=False)
     # Make sure OpenDP's own privacy map agrees that the chain costs at most `cost`.
     meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
     target = cost if definition == "pure" else (cost if definition == "zcdp" else cost * cost / 2.0)
     scale = noise.scale
     for _ in range(60):
-        if float(meas.map(1)) <= target:
+        if float(meas.map(d_in)) <= target:
             break
         scale *= 1.0 + 1e-9
         meas = _float_sum_measurement(noise.kind, scale, lower, upper)

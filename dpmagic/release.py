@@ -12,6 +12,7 @@ covers the true average with probability ≥ 95% whenever the true count is posi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,11 +20,12 @@ import pandas as pd
 
 from dpmagic.accountant.currency import Currency
 from dpmagic.backends.pandas import Cells
+from dpmagic.errors import ConfigurationError
 from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
 from dpmagic.query.model import Query
 from dpmagic.schema import NumericColumn, Schema
 
-__all__ = ["plan_noise", "release", "ReleasePlan"]
+__all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "ReleasePlan"]
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,26 @@ def plan_noise(
 ) -> ReleasePlan:
     """Calibrate the noise of each release of ``query`` for a total cost ``cost`` (data-independent).
 
-    With ``replace_one`` (bounded DP, seed 001) a SUM's sensitivity is upper − lower instead of
-    max(|lower|, |upper|); a COUNT's stays 1 (the accountant charges the pair of rows).
+    Sensitivities (L1 for Laplace, L2 for Gaussian noise; M = max(|lower|, |upper|)):
+
+    ==========================  ===================  ==========================================================
+    release                     add/remove one       replace one (bounded DP, seed 001)
+    ==========================  ===================  ==========================================================
+    COUNT, no GROUP BY          1                    1
+    COUNT per GROUP BY cell     1                    2 (L1) / √2 (L2): one cell −1, another +1
+    SUM, no GROUP BY            M                    upper − lower
+    SUM per GROUP BY cell       M                    max(upper − lower, 2M) (L1) / max(upper − lower, √2·M) (L2)
+    float SUM (OpenDP)          make_sum.map(1)      make_sum.map(2) (a change = a removal and an addition)
+    ==========================  ===================  ==========================================================
     """
     k = query.releases_per_cell
     share = currency.cost(currency.weight(cost) / k)
+    gaussian = currency.definition != "pure"
+    grouped = bool(query.group_by) and replace_one
+    spread = math.sqrt(2.0) if gaussian else 2.0  # norm of (1, 1): two cells change under replace-one
     needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
-    count = noise_for(currency.definition, share, 1.0, integer=True) if needs_count else None
+    count_sens = spread if grouped else 1.0
+    count = noise_for(currency.definition, share, count_sens, integer=True) if needs_count else None
     sums: dict[str, Noise] = {}
     for agg in query.aggregates:
         if agg.column is None or agg.column in sums:
@@ -55,13 +70,94 @@ def plan_noise(
         col = schema[agg.column]
         assert isinstance(col, NumericColumn)
         if col.is_int:
-            sens = col.width if replace_one else col.max_abs
+            if not replace_one:
+                sens = col.max_abs
+            elif grouped:
+                sens = max(col.width, spread * col.max_abs)
+            else:
+                sens = col.width
             if sens == 0:
                 sens = 1.0  # a constant column: any positive scale is private; keep the mechanism defined
             sums[agg.column] = noise_for(currency.definition, share, sens, integer=True)
         else:
-            sums[agg.column] = float_sum_noise(currency.definition, share, float(col.lower), float(col.upper))
+            sums[agg.column] = float_sum_noise(
+                currency.definition, share, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
+            )
     return ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+
+
+def plan_halfwidth(
+    plan: ReleasePlan, query: Query, schema: Schema, *, min_rows: int | None, level: float = 0.95
+) -> float:
+    """The largest 95% half-width among a plan's answers (COUNT, SUM; AVG when ``min_rows`` is given).
+
+    AVG's half-width depends on the group's size, which is private: with a public lower bound N on it
+    (``min_rows``) the bound used is (h_S + M·h_C) / (N − h_C) with 97.5% half-widths h_S, h_C of the SUM and
+    COUNT noise and M = max(|lower|, |upper|): the AVG interval is at most that wide whenever the group has
+    at least N rows and the noisy count lands inside its interval.
+    """
+    widths: list[float] = []
+    half = 1.0 - (1.0 - level) / 2.0
+    for agg in query.aggregates:
+        if agg.func == "count":
+            assert plan.count is not None
+            widths.append(plan.count.ci_halfwidth(level))
+        elif agg.func == "sum":
+            assert agg.column is not None
+            widths.append(plan.sums[agg.column].ci_halfwidth(level))
+        else:
+            assert agg.column is not None and plan.count is not None
+            if min_rows is None:
+                raise ConfigurationError(
+                    "an accuracy target for AVG needs --min-rows N (min_rows=N): a public lower bound on the group size",
+                    hint="add --min-rows N: the target then holds for groups of at least N rows",
+                )
+            col = schema[agg.column]
+            assert isinstance(col, NumericColumn)
+            hs, hc = plan.sums[agg.column].ci_halfwidth(half), plan.count.ci_halfwidth(half)
+            widths.append(math.inf if hc >= min_rows else (hs + col.max_abs * hc) / (min_rows - hc))
+    return max(widths)
+
+
+def cost_for_target(
+    query: Query,
+    schema: Schema,
+    currency: Currency,
+    target: float,
+    *,
+    min_rows: int | None = None,
+    replace_one: bool = False,
+    level: float = 0.95,
+) -> float:
+    """The smallest cost whose answers all have a 95% half-width ≤ ``target`` (bisection; no data read).
+
+    The half-width decreases with the cost, so a bisection over log(cost) finds the threshold; the returned
+    cost is on the satisfying side (up to a relative 1e-6).
+    """
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
+        raise ConfigurationError(f"the accuracy target must be a positive number, got {target!r}")
+
+    def width(c: float) -> float:
+        plan = plan_noise(query, schema, currency, c, replace_one=replace_one)
+        return plan_halfwidth(plan, query, schema, min_rows=min_rows, level=level)
+
+    hi = 1.0
+    while width(hi) > target:
+        hi *= 4.0
+        if hi > 1e9:
+            raise ConfigurationError(f"no cost reaches a 95% half-width of {target:g} for this query")
+    lo = hi / 4.0
+    while lo > 1e-12 and width(lo) <= target:
+        hi, lo = lo, lo / 4.0
+    for _ in range(80):
+        if hi / lo - 1.0 < 1e-6:
+            break
+        mid = math.sqrt(lo * hi)
+        if width(mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, level: float = 0.95) -> pd.DataFrame:

@@ -21,18 +21,20 @@ from typing import Any
 
 import pandas as pd
 
-from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound
+from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
-from dpmagic.errors import BudgetError, ConfigurationError, DPMagicError
+from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
-from dpmagic.release import ReleasePlan, plan_noise, release
+from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release
 from dpmagic.schema import OutOfRangePolicy, Schema
 
-__all__ = ["Session", "QueryResult"]
+__all__ = ["Session", "QueryResult", "Preview"]
+
+CostSpec = float | str | None
 
 
 @dataclass
@@ -49,11 +51,17 @@ class QueryResult:
     seconds: float
     spent: float
     budget: float
+    cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> str:
         """The one-line cost summary shown under a cell's result."""
         cur = self.currency
+        if self.cached:
+            return (
+                f"re-run: the stored answer of query #{self.entry_id}, charged nothing; "
+                f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used (use --fresh for a new draw)"
+            )
         n = self.charge.overlaps
         overlaps = f"overlaps {n} quer{'y' if n == 1 else 'ies'}"
         charged = cur.cost(self.charge.after) - cur.cost(self.charge.before)
@@ -76,6 +84,55 @@ class QueryResult:
         return f"{self.df.to_string(index=False)}\n{self.summary()}"
 
 
+@dataclass
+class Preview:
+    """What a query would cost and do, computed without reading data or spending anything."""
+
+    query: Query
+    cost: float
+    currency: Currency
+    charge: Charge
+    affordable: float
+    overlapping: pd.DataFrame
+    noise: dict[str, Noise]
+    halfwidth: dict[str, float]
+    cached: bool
+    spent: float
+    budget: float
+
+    @property
+    def admissible(self) -> bool:
+        return self.charge.admissible
+
+    @property
+    def increase(self) -> float:
+        """How much the charged loss would grow, in the session's parameter."""
+        cur = self.currency
+        return cur.cost(self.charge.after) - cur.cost(self.charge.before)
+
+    def summary(self) -> str:
+        cur = self.currency
+        if self.cached:
+            return "dry run: this exact query was already answered; re-running it returns the stored answer for free"
+        verdict = "would be admitted" if self.admissible else "would be REFUSED (over budget)"
+        row = ", ".join(f"{k}={v!r}" for k, v in (self.charge.worst_row or {}).items()) or "any row"
+        return (
+            f"dry run ({cur.symbol}={self.cost:.4g}): {verdict}; charged loss {cur.cost(self.charge.before):.4g} → "
+            f"{cur.cost(self.charge.after):.4g} (+{self.increase:.4g}, {self.charge.charged_as}); overlaps "
+            f"{self.charge.overlaps} registered quer{'y' if self.charge.overlaps == 1 else 'ies'}; worst-case row "
+            f"after it: {row}; at most {cur.symbol}={self.affordable:.4g} is affordable on this query's region. "
+            "Nothing was spent and no data was read."
+        )
+
+    def _repr_html_(self) -> str:
+        noise = "; ".join(f"{k}: {v} (95% ±{self.halfwidth[k]:.4g})" for k, v in self.noise.items())
+        table = self.overlapping.to_html(index=False) if len(self.overlapping) else "<p>no overlapping queries</p>"
+        return f"<div><b>{html.escape(self.summary())}</b><br>noise: {html.escape(noise)}</div>{table}"
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
 class Session:
     """Holds the sensitive DataFrame, its public schema, the privacy definition, the budget and the accountant.
 
@@ -96,6 +153,9 @@ class Session:
         ``"error"`` (default) or ``"clamp"``: what to do with numbers outside the declared bounds.
     ledger:
         a :class:`Ledger` or a path for a durable sqlite ledger (default: in memory).
+    neighbors:
+        ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
+        row is changed; the charged loss is the worst *pair* of rows and SUM sensitivities are upper − lower).
     """
 
     def __init__(
@@ -110,6 +170,7 @@ class Session:
         ledger: Ledger | str | Path | None = None,
         time_limit: float = 10.0,
         delta: float = 1e-6,
+        neighbors: Neighbors = "add-remove",
     ) -> None:
         if isinstance(schema, Schema):
             self.schema = schema
@@ -129,8 +190,11 @@ class Session:
         self.backend = PandasBackend(self.data, self.schema)
         if ledger is not None and not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
-        self.accountant = Accountant(self.budget, self.schema, bound=bound, ledger=ledger, time_limit=time_limit)
+        self.accountant = Accountant(
+            self.budget, self.schema, bound=bound, ledger=ledger, time_limit=time_limit, neighbors=neighbors
+        )
         self.results: list[QueryResult] = []
+        self._cache: dict[str, QueryResult] = {}
 
     # -- properties ------------------------------------------------------------------------------------
     @property
@@ -150,12 +214,17 @@ class Session:
     def bound(self) -> ChargeBound:
         return self.accountant.bound
 
+    @property
+    def neighbors(self) -> Neighbors:
+        return self.accountant.neighbors
+
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
         """Parse and validate ``sql`` against the schema (no data, no budget)."""
         return parse_query(sql, self.schema)
 
-    def _cost(self, cost: float | None, named: Mapping[str, float | None]) -> float:
+    def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
+        """The cost as the user gave it: a number, ``"max"`` or None (default), in the session's parameter."""
         given = {k: v for k, v in named.items() if v is not None}
         if cost is not None:
             given[self.currency.parameter] = cost
@@ -165,30 +234,166 @@ class Session:
                 f"this session's budget is in {self.currency.parameter} ({self.currency.definition}); "
                 f"a cost in {wrong[0]} does not apply"
             )
-        value = given.get(self.currency.parameter, self.default_cost)
-        return check_cost(value, f"the query's {self.currency.parameter}")
+        value = given.get(self.currency.parameter)
+        if isinstance(value, str):
+            if value.strip().lower() == "max":
+                return "max"
+            raise BudgetError(f"the query's {self.currency.parameter} must be a number or 'max', got {value!r}")
+        if value is not None:
+            return check_cost(value, f"the query's {self.currency.parameter}")
+        return None
+
+    def _resolve(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> float:
+        """The numeric cost of a query (no data read): explicit, default, ``max`` (affordable) or accuracy-first."""
+        cur = self.currency
+        if ci is not None:
+            if spec is not None:
+                raise ConfigurationError(f"give either --ci or --{cur.parameter}, not both")
+            if min_rows is not None and (isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1):
+                raise ConfigurationError(f"--min-rows must be a positive whole number, got {min_rows!r}")
+            need = cost_for_target(q, self.schema, cur, ci, min_rows=min_rows, replace_one=self.neighbors == "replace")
+            left = self.affordable(q)
+            if need > left * (1.0 + 1e-9):
+                raise BudgetExceededError(
+                    f"refused: a 95% half-width of ±{ci:g} needs {cur.format(need)}, but at most "
+                    f"{cur.format(left)} is affordable on this query's region",
+                    hint="accept a wider interval, or ask about a region with more budget left",
+                )
+            return need
+        if spec == "max":
+            left = self.affordable(q)
+            if left <= self.budget.total * 1e-12:
+                raise BudgetExceededError(
+                    f"refused: no budget is left on this query's region ({cur.parameter} affordable: 0)",
+                    hint="ask about a part of the domain where the budget is not yet spent",
+                )
+            return left
+        if spec is None:
+            return self.default_cost
+        return float(spec)
+
+    def _cache_key(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> str:
+        cost = "default" if spec is None and ci is None else (f"ci={ci!r},min_rows={min_rows!r}" if ci else repr(spec))
+        return f"{q.key}|{self.currency.parameter}={cost}"
+
+    def _cached(self, key: str) -> QueryResult | None:
+        hit = self._cache.get(key)
+        if hit is None:
+            for e in reversed(self.accountant.ledger.entries()):  # answers recorded before a restart
+                if e.released and e.details.get("cache_key") == key:
+                    q = self.parse(e.sql)
+                    hit = QueryResult(
+                        query=q,
+                        df=pd.DataFrame(e.answer),
+                        cost=e.cost,
+                        currency=self.currency,
+                        charge=self.accountant.preview(q.coverage, e.cost),
+                        noise={},
+                        entry_id=e.id,
+                        seconds=0.0,
+                        spent=self.spent,
+                        budget=self.budget.total,
+                    )
+                    self._cache[key] = hit
+                    break
+        if hit is None:
+            return None
+        return QueryResult(
+            query=hit.query,
+            df=hit.df.copy(),
+            cost=hit.cost,
+            currency=hit.currency,
+            charge=hit.charge,
+            noise=hit.noise,
+            entry_id=hit.entry_id,
+            seconds=0.0,
+            spent=self.spent,
+            budget=self.budget.total,
+            cached=True,
+        )
+
+    def affordable(self, sql_or_query: str | Query) -> float:
+        """The largest cost a query could be given now: budget minus the maximum current load on its region.
+
+        Queries on fresh regions can still get the full budget even when others are exhausted.  Reads no data.
+        """
+        q = self.parse(sql_or_query) if isinstance(sql_or_query, str) else sql_or_query
+        return self.accountant.affordable(q.coverage)
+
+    def preview(
+        self,
+        sql: str,
+        cost: CostSpec = None,
+        *,
+        epsilon: CostSpec = None,
+        rho: CostSpec = None,
+        mu: CostSpec = None,
+        ci: float | None = None,
+        min_rows: int | None = None,
+    ) -> Preview:
+        """Dry run: what the query would add to the charged bound, which registered queries it overlaps, which
+        row would become the worst case, and its noise — without reading data or spending anything."""
+        q = self.parse(sql)
+        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        cached = self._cached(self._cache_key(q, spec, ci, min_rows)) is not None
+        c = self._resolve(q, spec, ci, min_rows)
+        plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
+        ch = self.accountant.preview(q.coverage, c)
+        entries = {e.id: e for e in self.accountant.ledger.entries()}
+        overlapping = pd.DataFrame(
+            [{"id": i, "sql": entries[i].sql.strip(), "cost": entries[i].cost} for i in ch.neighbors],
+            columns=["id", "sql", "cost"],
+        )
+        noise = _noise_of(plan)
+        return Preview(
+            query=q,
+            cost=c,
+            currency=self.currency,
+            charge=ch,
+            affordable=self.affordable(q),
+            overlapping=overlapping,
+            noise=noise,
+            halfwidth={k: v.ci_halfwidth(0.95) for k, v in noise.items()},
+            cached=cached,
+            spent=self.spent,
+            budget=self.budget.total,
+        )
 
     def query(
         self,
         sql: str,
-        cost: float | None = None,
+        cost: CostSpec = None,
         *,
-        epsilon: float | None = None,
-        rho: float | None = None,
-        mu: float | None = None,
+        epsilon: CostSpec = None,
+        rho: CostSpec = None,
+        mu: CostSpec = None,
+        ci: float | None = None,
+        min_rows: int | None = None,
+        fresh: bool = False,
     ) -> QueryResult:
         """Answer one SQL query with noise, charging its cost first.
+
+        ``epsilon`` / ``rho`` / ``mu`` (or ``cost``) is a number or ``"max"`` (everything affordable on the
+        query's region); ``ci`` asks instead for the smallest cost whose 95% interval half-width is ≤ ``ci``
+        (``min_rows`` is needed for AVG).  Re-running an identical query (same normalised SQL and cost option)
+        returns the stored answer and charges nothing, unless ``fresh=True``.
 
         Raises a :class:`~dpmagic.errors.DPMagicError` subclass, spending nothing, on bad SQL, a bad cost or
         an exhausted budget.
         """
         t0 = time.perf_counter()
         q = self.parse(sql)
-        c = self._cost(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
-        plan = plan_noise(q, self.schema, self.currency, c)
-        entry_id, charge = self.accountant.charge(
-            q.coverage, c, sql=sql, canonical=q.canonical, details=_plan_details(plan)
-        )
+        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        key = self._cache_key(q, spec, ci, min_rows)
+        if not fresh:
+            hit = self._cached(key)
+            if hit is not None:
+                self.results.append(hit)
+                return hit
+        c = self._resolve(q, spec, ci, min_rows)
+        plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
+        details = {**_plan_details(plan), "cache_key": key}
+        entry_id, charge = self.accountant.charge(q.coverage, c, sql=sql, canonical=q.canonical, details=details)
         # ---- charged and recorded: only now is the data read ----
         try:
             cells = self.backend.evaluate(q)
@@ -200,22 +405,30 @@ class Session:
                 f"internal error while answering (the query stays charged, nothing was released): {exc}"
             ) from exc
         self.accountant.record_release(entry_id, df.to_dict(orient="list"))
-        noise = {"count": plan.count} if plan.count is not None else {}
-        noise.update({f"sum({k})": v for k, v in plan.sums.items()})
         result = QueryResult(
             query=q,
             df=df,
             cost=c,
             currency=self.currency,
             charge=charge,
-            noise=noise,
+            noise=_noise_of(plan),
             entry_id=entry_id,
             seconds=time.perf_counter() - t0,
             spent=self.spent,
             budget=self.budget.total,
         )
+        self._cache[key] = result
         self.results.append(result)
         return result
+
+    def budget_map(self, first: str, second: str) -> pd.DataFrame:
+        """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
+        columns: where the budget has gone.  Rows are ``first``'s values, columns ``second``'s."""
+        rows, cols, grid = self.accountant.load_map(first, second)
+        cur = self.currency
+        data = [[cur.cost(max(0.0, v)) for v in line] for line in grid]
+        frame = pd.DataFrame(data, index=pd.Index(rows, name=first), columns=pd.Index(cols, name=second))
+        return frame
 
     # -- reporting ---------------------------------------------------------------------------------------
     def ledger_frame(self) -> pd.DataFrame:
@@ -278,6 +491,12 @@ class Session:
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
             f"{len(self.accountant)} queries>"
         )
+
+
+def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:
+    noise = {"count": plan.count} if plan.count is not None else {}
+    noise.update({f"sum({k})": v for k, v in plan.sums.items()})
+    return noise
 
 
 def _plan_details(plan: ReleasePlan) -> dict[str, Any]:

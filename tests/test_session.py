@@ -233,7 +233,7 @@ def test_budget_never_exceeded(small_schema, small_df, seq) -> None:
     for where, eps in seq:
         sql = "SELECT COUNT(*) FROM t" + (f" WHERE {where}" if where else "")
         try:
-            s.query(sql, epsilon=eps)
+            s.query(sql, epsilon=eps, fresh=True)
             admitted.append((s.parse(sql).where, eps))
         except BudgetExceededError:
             pass

@@ -25,13 +25,19 @@ from dpmagic.accountant.currency import Budget, check_cost
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Bounds, OverlapEngine
-from dpmagic.schema import Schema
+from dpmagic.overlap.pairs import max_pair_load
+from dpmagic.schema import NumericColumn, Schema
 from dpmagic.sets import Box, box_from_json, box_to_json
 
-__all__ = ["Accountant", "Charge", "ChargeBound", "CHARGE_BOUNDS"]
+__all__ = ["Accountant", "Charge", "ChargeBound", "CHARGE_BOUNDS", "Neighbors", "NEIGHBORS"]
 
 ChargeBound = Literal["exact", "clique", "chromatic", "sequential"]
 CHARGE_BOUNDS: tuple[ChargeBound, ...] = ("exact", "clique", "chromatic", "sequential")
+Neighbors = Literal["add-remove", "replace"]
+NEIGHBORS: tuple[Neighbors, ...] = ("add-remove", "replace")
+
+#: Above this many queries the exact replace-one pair search is skipped and min(2·bound, Σw) is charged.
+MAX_PAIR_QUERIES = 2000
 
 #: Relative slack in the budget comparison, so that ten queries of ε = 0.1 fit a budget of ε = 1 despite
 #: binary floating point (0.1 * 10 = 1.0000000000000002).  The overshoot it allows is at most 1e-9 · budget.
@@ -52,6 +58,8 @@ class Charge:
     overlaps: int
     bounds: Bounds
     admissible: bool
+    neighbors: tuple[int, ...] = ()
+    worst_row: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -75,18 +83,26 @@ class Accountant:
         bound: ChargeBound = "exact",
         ledger: Ledger | None = None,
         time_limit: float = 10.0,
+        neighbors: Neighbors = "add-remove",
     ) -> None:
         if bound not in CHARGE_BOUNDS:
             raise ConfigurationError(f"unknown bound {bound!r}: choose one of {', '.join(CHARGE_BOUNDS)}")
+        if neighbors not in NEIGHBORS:
+            raise ConfigurationError(f"unknown neighbouring relation {neighbors!r}: use 'add-remove' or 'replace'")
         self.budget = budget
         self.schema = schema
         self.bound: ChargeBound = bound
+        self.neighbors: Neighbors = neighbors
         self.ledger = ledger if ledger is not None else Ledger()
         self.engine = OverlapEngine(schema, time_limit=time_limit)
         self._entry_ids: list[int] = []
-        for entry in self.ledger.entries():  # resume: rebuild the overlap state from the ledger
-            self.engine.add(box_from_json(entry.coverage, schema), entry.weight)
-            self._entry_ids.append(entry.id)
+        self._charged = 0.0
+        self._charged_as = bound
+        entries = self.ledger.entries()
+        if entries:  # resume: rebuild the overlap state from the ledger
+            self.engine.extend([box_from_json(e.coverage, schema) for e in entries], [e.weight for e in entries])
+            self._entry_ids = [e.id for e in entries]
+            self._charged, self._charged_as = self._charge_value(self.engine.bounds(), None)
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -99,10 +115,32 @@ class Accountant:
 
     @property
     def charged_weight(self) -> float:
-        """The additive weight currently charged under the session's bound."""
-        if len(self.engine) == 0:
-            return 0.0
-        return self.engine.bounds().charge(self.bound)[0]
+        """The additive weight currently charged under the session's bound and neighbouring relation."""
+        return self._charged
+
+    @property
+    def charged_as(self) -> str:
+        """Which bound the current charge really is (e.g. ``exact`` or ``overlap-upper`` after a timeout)."""
+        return self._charged_as
+
+    def entry_id(self, node: int) -> int:
+        """The ledger entry of an engine node."""
+        return self._entry_ids[node]
+
+    def _charge_value(self, bounds: Bounds, extra: tuple[Box, float] | None) -> tuple[float, str]:
+        """The charged additive weight for the bounds of a query set (plus an optional candidate)."""
+        value, label = bounds.charge(self.bound)
+        if self.neighbors == "add-remove":
+            return value, label
+        if self.bound == "sequential":
+            return bounds.sequential, "sequential"
+        if len(self.engine) + (extra is not None) <= MAX_PAIR_QUERIES:
+            boxes = self.engine.boxes + ([extra[0]] if extra else [])
+            weights = list(self.engine.weights) + ([extra[1]] if extra else [])
+            pair = max_pair_load(boxes, weights, self.schema)
+            if pair is not None:
+                return pair.value, "replace-one pair (exact)"
+        return min(2.0 * value, bounds.sequential), f"replace-one ≤ 2×{label}"
 
     @property
     def spent(self) -> float:
@@ -127,9 +165,8 @@ class Accountant:
         weight = self.currency.weight(cost)
         before = self.charged_weight
         after_bounds = self.engine.preview(box, weight)
-        after, label = after_bounds.charge(self.bound)
-        # the charged bound never decreases by admitting a query
-        after = max(after, before) if self.bound == "sequential" else after
+        after, label = self._charge_value(after_bounds, (box, weight))
+        neighbors = tuple(self._entry_ids[int(i)] for i in self.engine.neighbors(box))
         return Charge(
             cost=cost,
             weight=weight,
@@ -138,9 +175,11 @@ class Accountant:
             before=before,
             after=after,
             total=self.budget.total_weight,
-            overlaps=int(len(self.engine.neighbors(box))),
+            overlaps=len(neighbors),
             bounds=after_bounds,
             admissible=self._fits(after),
+            neighbors=neighbors,
+            worst_row=after_bounds.overlap.witness,
         )
 
     def charge(
@@ -169,6 +208,7 @@ class Accountant:
         )
         self.engine.add(box, ch.weight)
         self._entry_ids.append(entry_id)
+        self._charged, self._charged_as = ch.after, ch.charged_as
         return entry_id, ch
 
     def affordable(self, box: Box) -> float:
@@ -177,7 +217,7 @@ class Accountant:
         Under the ``exact`` bound this is budget − max_{x ∈ box} load(x): queries on fresh regions can get the
         full budget.  Under the other bounds it is the budget minus the charged bound (a safe lower estimate).
         """
-        if self.bound != "exact" or len(self.engine) == 0:
+        if self.bound != "exact" or self.neighbors == "replace" or len(self.engine) == 0:
             left = self.budget.total_weight - self.charged_weight
         elif not self._fits(self.charged_weight):
             left = 0.0
@@ -188,6 +228,65 @@ class Accountant:
 
     def record_release(self, entry_id: int, answer: Any) -> None:
         self.ledger.record_release(entry_id, answer)
+
+    def load_map(self, first: str, second: str) -> tuple[list[Any], list[Any], list[list[float]]]:
+        """Current maximum load of every (first, second) cell, maximised over the other columns.
+
+        Categorical columns use their declared values; numeric columns use the elementary intervals between
+        the registered queries' endpoints (labelled as intervals).  Returns (row labels, column labels,
+        loads as additive weights).
+        """
+        for c in (first, second):
+            if c not in self.schema:
+                raise ConfigurationError(f"unknown column {c!r} for the budget map")
+        if first == second:
+            raise ConfigurationError("the budget map needs two different columns")
+        a_labels, a_sets = _cells_of(self.schema, first, self.engine.boxes)
+        b_labels, b_sets = _cells_of(self.schema, second, self.engine.boxes)
+        grid = [
+            [
+                (self.engine.max_load_over(Box({first: sa, second: sb})).upper if len(self.engine) else 0.0)
+                for sb in b_sets
+            ]
+            for sa in a_sets
+        ]
+        return a_labels, b_labels, grid
+
+
+def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], list[Any]]:
+    """Labels and value sets of the cells of one column for the budget map."""
+    from dpmagic.sets import CategorySet, Interval, IntervalSet
+
+    col = schema[name]
+    if not isinstance(col, NumericColumn):
+        return list(col.values), [CategorySet(col, frozenset([i])) for i in range(col.size)]
+    keys: set[tuple[float, int]] = {(float(col.lower), 0), (float(col.upper), 2)}
+    for b in boxes:
+        s = b.get(name)
+        if isinstance(s, IntervalSet):
+            for iv in s.intervals:
+                keys.add((iv.lo, 0 if iv.lo_closed else 1))
+                keys.add((iv.hi, 2 if iv.hi_closed else 1))
+    # elementary pieces: points {v} and open gaps between consecutive endpoint values
+    points = sorted({k for k, _ in keys})
+    pieces: list[Interval] = []
+    for i, v in enumerate(points):
+        pieces.append(Interval(v, v))
+        if i + 1 < len(points):
+            pieces.append(Interval(v, points[i + 1], False, False))
+    sets = [t for iv in pieces if not (t := IntervalSet.of(col, [iv])).is_empty()]
+    # merge neighbouring pieces that no registered query tells apart
+    constraining = [b.get(name) for b in boxes if isinstance(b.get(name), IntervalSet)]
+    merged: list[IntervalSet] = []
+    last_sig: tuple[bool, ...] | None = None
+    for piece in sets:
+        sig = tuple(c.contains(piece.some_value()) for c in constraining)  # type: ignore[union-attr]
+        if merged and sig == last_sig:
+            merged[-1] = merged[-1].union(piece)
+        else:
+            merged.append(piece)
+        last_sig = sig
+    return [str(s) for s in merged], merged
 
 
 def bounds_to_json(b: Bounds) -> dict[str, Any]:

@@ -53,6 +53,21 @@ class Query:
         return self.where
 
     @property
+    def key(self) -> str:
+        """A normalised identity: same aggregates, aliases, GROUP BY and coverage → same key.
+
+        Keyword case, whitespace, column-name case and equivalent predicates (``age < 30`` and
+        ``age <= 29`` on an int column) all normalise away; a different literal that changes the coverage
+        does not.
+        """
+        import json
+
+        from dpmagic.sets import box_to_json
+
+        aggs = [[a.func, a.column, a.alias] for a in self.aggregates]
+        return json.dumps([aggs, list(self.group_by), box_to_json(self.where), self.where.is_empty()], sort_keys=True)
+
+    @property
     def releases_per_cell(self) -> int:
         return sum(a.releases for a in self.aggregates)
 
