@@ -170,6 +170,79 @@ def _cmd_overlap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_existing(path: str) -> Any:
+    from dpmagic.accountant.ledger import Ledger
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no ledger file at {path}")
+    return Ledger(path)
+
+
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    from dpmagic.accountant.ledger import verify
+
+    try:
+        if args.action == "verify":
+            ok, problems = verify(args.path)
+            if ok:
+                print(f"{args.path}: hash chain intact")
+                return 0
+            for p in problems:
+                print(f"{args.path}: {p}")
+            return 1
+        ledger = _open_existing(args.path)
+        if args.action == "show":
+            for key in ledger.ledger_keys():
+                o = ledger.opening(key) or {}
+                entries = ledger.entries(key)
+                spent = max((e.charged_after for e in entries), default=0.0)
+                print(
+                    f"key {key}: data set {o.get('dataset')!r} ({o.get('rows')} rows), {o.get('definition')} "
+                    f"budget {o.get('parameter')}={ledger.budget_of(key):g}, {len(entries)} counted queries, "
+                    f"last charged weight {spent:.6g}"
+                )
+                for e in entries:
+                    print(f"  #{e.id:<5} {e.cost:<8.4g} {e.bound:<12} {e.status:<8} {' '.join(e.sql.split())}")
+            return 0
+        if args.action == "export":
+            text = ledger.export(args.format)
+            if args.output:
+                Path(args.output).write_text(text, encoding="utf-8")
+                print(f"wrote {args.output}")
+            else:
+                sys.stdout.write(text)
+            return 0
+        # custodian actions: explicit confirmation
+        if args.key not in ledger.ledger_keys():
+            print(f"dpmagic ledger: no key {args.key!r} in {args.path} (see 'dpmagic ledger show')", file=sys.stderr)
+            return 2
+        what = (
+            f"reset the budget of key {args.key}"
+            if args.action == "reset"
+            else f"set the budget of key {args.key} to {args.to:g}"
+        )
+        if not args.yes:
+            if not sys.stdin.isatty():
+                print(f"dpmagic ledger: refusing to {what} without --yes (no terminal to confirm)", file=sys.stderr)
+                return 2
+            answer = input(f"Type the key to confirm that you {what}: ").strip()
+            if answer != args.key:
+                print("not confirmed; nothing changed", file=sys.stderr)
+                return 2
+        if args.action == "reset":
+            ledger.reset(args.key, reason=args.reason)
+        else:
+            if not (args.to > 0 and math.isfinite(args.to)):
+                print("dpmagic ledger: --to must be a positive number", file=sys.stderr)
+                return 2
+            ledger.set_budget(args.key, args.to, reason=args.reason)
+        print(f"recorded: {what}")
+        return 0
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"dpmagic ledger: {exc}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmagic", description="dpmagic command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,6 +253,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--neighbors", choices=["add-remove", "replace"], default="add-remove")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds for the exact search (default 60)")
     p.set_defaults(func=_cmd_overlap)
+
+    lg = sub.add_parser("ledger", help="inspect, verify, export or (custodian) change a dpmagic ledger file")
+    lsub = lg.add_subparsers(dest="action", required=True)
+    v = lsub.add_parser("verify", help="check the hash chain (exit 1 if broken)")
+    v.add_argument("path")
+    sh = lsub.add_parser("show", help="list keys, budgets and charged queries")
+    sh.add_argument("path")
+    ex = lsub.add_parser("export", help="export all charges as csv, json or a self-contained html report")
+    ex.add_argument("path")
+    ex.add_argument("--format", choices=["csv", "json", "html"], default="csv")
+    ex.add_argument("--output", "-o", default=None)
+    sb = lsub.add_parser("set-budget", help="custodian: raise or lower a key's budget (recorded in the ledger)")
+    sb.add_argument("path")
+    sb.add_argument("--key", required=True)
+    sb.add_argument("--to", type=float, required=True)
+    rs = lsub.add_parser("reset", help="custodian: reset a key's budget (recorded; earlier charges stop counting)")
+    rs.add_argument("path")
+    rs.add_argument("--key", required=True)
+    for sp in (sb, rs):
+        sp.add_argument("--yes", action="store_true", help="confirm without a prompt")
+        sp.add_argument("--reason", default="", help="why (kept in the ledger)")
+    lg.set_defaults(func=_cmd_ledger)
     return parser
 
 

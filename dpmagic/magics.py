@@ -23,6 +23,7 @@ from IPython.display import HTML, display
 from traitlets import Bool, Float, Unicode
 from traitlets.config import Configurable
 
+from dpmagic.accountant.ledger import default_ledger_path
 from dpmagic.errors import ConfigurationError, DPMagicError
 from dpmagic.schema import Schema
 from dpmagic.session import Session
@@ -75,6 +76,11 @@ class DPMagic(Magics, Configurable):
         10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged."
     ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
+    ledger = Unicode(
+        "",
+        help="Ledger file for new sessions ('' = $DPMAGIC_LEDGER or ~/.local/share/dpmagic/ledger.sqlite; "
+        "'memory' = not durable, for demos and tests).",
+    ).tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         Magics.__init__(self, shell=shell)
@@ -94,7 +100,11 @@ class DPMagic(Magics, Configurable):
     @argument(
         "--clamp", action="store_true", help="Clamp numbers outside the declared bounds instead of refusing the data."
     )
-    @argument("--ledger", default=None, help="Path of a durable sqlite ledger (default: in memory).")
+    @argument(
+        "--ledger",
+        default=None,
+        help="Ledger file (default: DPMagic.ledger, else ~/.local/share/dpmagic/ledger.sqlite); 'memory' for a throw-away one.",
+    )
     @argument("--delta", type=float, default=1e-6, help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions.")
     @line_magic
     @_friendly
@@ -122,7 +132,7 @@ class DPMagic(Magics, Configurable):
             bound=args.bound or self.default_bound,  # type: ignore[arg-type]
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
-            ledger=args.ledger,
+            ledger=(args.ledger or self.ledger or str(default_ledger_path())).strip("\"'"),
             time_limit=self.time_limit,
             delta=args.delta,
         )
@@ -131,7 +141,7 @@ class DPMagic(Magics, Configurable):
         print(
             f"dpmagic session: {len(session.data):,} rows of {session.schema.table!r}, budget "
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
-            f"{cur.parameter} already charged: {session.spent:.4g}"
+            f"{cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
         )
 
     # -- %%dpquery --------------------------------------------------------------------------------------

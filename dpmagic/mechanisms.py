@@ -163,7 +163,8 @@ def _variance(kind: NoiseKind, scale: float) -> float:
 def _dgauss_pmf(sigma: float) -> tuple[np.ndarray, np.ndarray]:
     half = int(math.ceil(12.0 * sigma)) + 10
     k = np.arange(-half, half + 1, dtype=float)
-    w = np.exp(-(k * k) / (2.0 * sigma * sigma))
+    with np.errstate(over="ignore", divide="ignore"):
+        w = np.exp(-0.5 * (k / sigma) ** 2)  # tiny σ: every k ≠ 0 gets weight 0
     return k, w / w.sum()
 
 
@@ -192,6 +193,8 @@ def _halfwidth(kind: NoiseKind, scale: float, level: float) -> float:
         return float(scale * norm.ppf(1.0 - miss / 2.0))
     if kind == "discrete_laplace":
         a = _dlap_alpha(scale)
+        if a <= 0.0 or _tail(kind, scale, 0) <= miss:
+            return 0.0  # so little noise that 0 is already the 95% half-width (α underflows for tiny scales)
         # smallest integer h with 2 α^{h+1}/(1+α) ≤ miss
         h = math.ceil(math.log(miss * (1.0 + a) / 2.0) / math.log(a) - 1.0)
         h = max(h, 0)

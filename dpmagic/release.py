@@ -83,7 +83,12 @@ def plan_noise(
             sums[agg.column] = float_sum_noise(
                 currency.definition, share, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
             )
-    return ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+    for noise in [count, *sums.values()]:  # everything release() computes from the noise, before any charge
+        if noise is not None:
+            noise.ci_halfwidth(0.95)
+            noise.ci_halfwidth(0.975)
+    return plan
 
 
 def plan_halfwidth(

@@ -12,6 +12,7 @@ draw the noise → record the release.  Any error before the commit spends nothi
 
 from __future__ import annotations
 
+import hashlib
 import html
 import time
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
@@ -152,7 +154,9 @@ class Session:
     out_of_range:
         ``"error"`` (default) or ``"clamp"``: what to do with numbers outside the declared bounds.
     ledger:
-        a :class:`Ledger` or a path for a durable sqlite ledger (default: in memory).
+        a :class:`Ledger` or a path of a durable sqlite ledger file; ``None`` (default for the Python API) keeps
+        it in memory for the life of the session.  The magics default to a durable file
+        (:func:`~dpmagic.accountant.ledger.default_ledger_path`).
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and SUM sensitivities are upper − lower).
@@ -188,13 +192,69 @@ class Session:
         )
         self.data = self.schema.validate(data, out_of_range=out_of_range)
         self.backend = PandasBackend(self.data, self.schema)
-        if ledger is not None and not isinstance(ledger, Ledger):
+        if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
+        self.ledger = ledger
+        self.fingerprint = data_fingerprint(self.data)
+        self.ledger_key = hashlib.sha256(f"{self.schema.fingerprint()}|{self.fingerprint}".encode()).hexdigest()[:24]
+        self._open_ledger(neighbors)
         self.accountant = Accountant(
-            self.budget, self.schema, bound=bound, ledger=ledger, time_limit=time_limit, neighbors=neighbors
+            self.budget,
+            self.schema,
+            bound=bound,
+            ledger=ledger,
+            time_limit=time_limit,
+            neighbors=neighbors,
+            key=self.ledger_key,
         )
         self.results: list[QueryResult] = []
         self._cache: dict[str, QueryResult] = {}
+
+    def _open_ledger(self, neighbors: str) -> None:
+        """Record the first binding of this data set, or check that this binding matches the recorded one.
+
+        The ledger key is the data set's identity (schema and rows); its privacy definition, budget and
+        neighbouring relation are fixed by its first binding.  Binding the same data with another definition
+        or budget would hand out a fresh budget for the same people, so it is refused: changing the budget is
+        a custodian action (``dpmagic ledger set-budget`` / ``reset``), recorded in the ledger.
+        """
+        cur = self.currency
+        with self.ledger.transaction():
+            opening = self.ledger.opening(self.ledger_key)
+            if opening is None:
+                self.ledger.append(
+                    self.ledger_key,
+                    "open",
+                    {
+                        "dataset": self.schema.table,
+                        "schema_fingerprint": self.schema.fingerprint(),
+                        "data_fingerprint": self.fingerprint,
+                        "rows": len(self.data),
+                        "definition": cur.definition,
+                        "parameter": cur.parameter,
+                        "budget": self.budget.total,
+                        "delta": self.budget.delta,
+                        "neighbors": neighbors,
+                    },
+                )
+                return
+        if opening["definition"] != cur.definition:
+            raise BudgetError(
+                f"this data set's ledger is kept in {opening['parameter']} ({opening['definition']}); it cannot be "
+                f"re-bound under {cur.definition}",
+                hint=f"bind with --budget {opening['parameter']}=...",
+            )
+        recorded = self.ledger.budget_of(self.ledger_key)
+        if recorded is not None and abs(recorded - self.budget.total) > 1e-12 * max(1.0, recorded):
+            raise BudgetError(
+                f"this data set's ledger has a budget of {cur.parameter}={recorded:g}, not {self.budget.total:g}: "
+                "changing a budget is a custodian action",
+                hint=f"bind with --budget {cur.parameter}={recorded:g}, or ask the custodian (dpmagic ledger set-budget)",
+            )
+        if opening.get("neighbors", "add-remove") != neighbors:
+            raise ConfigurationError(
+                f"this data set's ledger uses {opening.get('neighbors')} neighbours, not {neighbors}"
+            )
 
     # -- properties ------------------------------------------------------------------------------------
     @property
@@ -279,12 +339,12 @@ class Session:
     def _cached(self, key: str) -> QueryResult | None:
         hit = self._cache.get(key)
         if hit is None:
-            for e in reversed(self.accountant.ledger.entries()):  # answers recorded before a restart
+            for e in reversed(self.accountant.entries()):  # answers recorded before a restart
                 if e.released and e.details.get("cache_key") == key:
                     q = self.parse(e.sql)
                     hit = QueryResult(
                         query=q,
-                        df=pd.DataFrame(e.answer),
+                        df=pd.DataFrame(e.answer["data"], columns=e.answer["columns"]),
                         cost=e.cost,
                         currency=self.currency,
                         charge=self.accountant.preview(q.coverage, e.cost),
@@ -339,7 +399,7 @@ class Session:
         c = self._resolve(q, spec, ci, min_rows)
         plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
         ch = self.accountant.preview(q.coverage, c)
-        entries = {e.id: e for e in self.accountant.ledger.entries()}
+        entries = {e.id: e for e in self.accountant.entries()}
         overlapping = pd.DataFrame(
             [{"id": i, "sql": entries[i].sql.strip(), "cost": entries[i].cost} for i in ch.neighbors],
             columns=["id", "sql", "cost"],
@@ -404,7 +464,7 @@ class Session:
             raise DPMagicError(
                 f"internal error while answering (the query stays charged, nothing was released): {exc}"
             ) from exc
-        self.accountant.record_release(entry_id, df.to_dict(orient="list"))
+        self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
         result = QueryResult(
             query=q,
             df=df,
@@ -443,7 +503,7 @@ class Session:
                 "status": e.status,
                 "time": pd.Timestamp(e.created, unit="s"),
             }
-            for e in self.accountant.ledger.entries()
+            for e in self.accountant.entries()
         ]
         return pd.DataFrame(rows, columns=["id", "sql", "cost", "charged after", "bound", "status", "time"])
 
@@ -491,6 +551,14 @@ class Session:
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
             f"{len(self.accountant)} queries>"
         )
+
+
+def data_fingerprint(df: pd.DataFrame) -> str:
+    """A hash of the bound rows, independent of their order (the same people in any order are the same data)."""
+    rows = np.sort(pd.util.hash_pandas_object(df, index=False).to_numpy())
+    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
+    h.update(rows.tobytes())
+    return h.hexdigest()
 
 
 def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:

@@ -44,8 +44,16 @@ import dpmagic
 adult, schema = dpmagic.load_adult()  # the sensitive rows (we never look at them) and the public schema
 {name: spec for name, spec in schema.to_dict()["columns"].items() if name in ("age", "sex", "race")}
 """),
-        md("Bind the data, the schema and a total budget of ε = 1 (pure differential privacy)."),
-        cell("%dpsession adult --schema schema --budget epsilon=1.0"),
+        md("""
+Bind the data, the schema and a total budget of ε = 1 (pure differential privacy). The ledger — every charge,
+written *before* any row is read — is a durable sqlite file: re-binding the same data resumes its budget, even
+after a kernel restart. This demo uses a fresh ledger file so that it can be run again from the top.
+"""),
+        cell("""
+import os, tempfile
+ledger_path = os.path.join(tempfile.mkdtemp(), "quickstart-ledger.sqlite")
+%dpsession adult --schema schema --budget epsilon=1.0 --ledger {ledger_path}
+"""),
         md("How many people are in the table? (ε = 0.05; the answer comes with its 95% interval.)"),
         cell("""
 %%dpquery --epsilon 0.05

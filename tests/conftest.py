@@ -12,6 +12,12 @@ from dpmagic.schema import Schema
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 
 
+@pytest.fixture(autouse=True)
+def private_ledger(tmp_path, monkeypatch):
+    """Magics default to a durable ledger file: give every test its own."""
+    monkeypatch.setenv("DPMAGIC_LEDGER", str(tmp_path / "ledger.sqlite"))
+
+
 @pytest.fixture(scope="session")
 def adult() -> tuple[pd.DataFrame, Schema]:
     return load_adult()

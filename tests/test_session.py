@@ -32,7 +32,7 @@ def session(adult) -> Session:
 
 
 def ledger_state(s: Session) -> tuple[int, float, list[str]]:
-    return len(s.accountant.ledger), s.spent, [e.canonical for e in s.accountant.ledger.entries()]
+    return len(s.ledger.events()), s.spent, [e.canonical for e in s.accountant.entries()]
 
 
 def test_answers_have_declared_keys_zero_filled(session: Session) -> None:
@@ -90,14 +90,14 @@ def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -
     original = session.backend.evaluate
 
     def spy(q):
-        seen["entries"] = len(session.accountant.ledger)
-        seen["status"] = session.accountant.ledger.entries()[-1].status
+        seen["entries"] = len(session.accountant.entries())
+        seen["status"] = session.accountant.entries()[-1].status
         return original(q)
 
     monkeypatch.setattr(session.backend, "evaluate", spy)
     session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
     assert seen == {"entries": 1, "status": "charged"}
-    assert session.accountant.ledger.entries()[-1].status == "released"
+    assert session.accountant.entries()[-1].status == "released"
 
 
 def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkeypatch) -> None:
@@ -105,7 +105,7 @@ def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkey
     with pytest.raises(DPMagicError, match="stays charged"):
         session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
     assert session.spent == pytest.approx(0.1)
-    assert session.accountant.ledger.entries()[-1].status == "charged"
+    assert session.accountant.entries()[-1].status == "charged"
 
 
 def test_empty_predicate_is_valid(session: Session) -> None:

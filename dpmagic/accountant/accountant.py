@@ -84,6 +84,7 @@ class Accountant:
         ledger: Ledger | None = None,
         time_limit: float = 10.0,
         neighbors: Neighbors = "add-remove",
+        key: str = "default",
     ) -> None:
         if bound not in CHARGE_BOUNDS:
             raise ConfigurationError(f"unknown bound {bound!r}: choose one of {', '.join(CHARGE_BOUNDS)}")
@@ -94,15 +95,47 @@ class Accountant:
         self.bound: ChargeBound = bound
         self.neighbors: Neighbors = neighbors
         self.ledger = ledger if ledger is not None else Ledger()
+        self.key = key
+        self.time_limit = time_limit
         self.engine = OverlapEngine(schema, time_limit=time_limit)
         self._entry_ids: list[int] = []
+        self._seen = 0
         self._charged = 0.0
-        self._charged_as = bound
-        entries = self.ledger.entries()
-        if entries:  # resume: rebuild the overlap state from the ledger
-            self.engine.extend([box_from_json(e.coverage, schema) for e in entries], [e.weight for e in entries])
-            self._entry_ids = [e.id for e in entries]
+        self._charged_as: str = bound
+        self._sync()
+
+    def _sync(self) -> None:
+        """Fold in every event of this key appended since the last look (by this or another process).
+
+        Charges join the overlap engine; a custodian's reset starts it afresh; a budget event changes the
+        budget.  Called inside the charging transaction, so a decision always sees every other kernel's
+        charges (DESIGN: a per-row filter over *all* released mechanisms).
+        """
+        events = self.ledger.events(self.key, after=self._seen)
+        if not events:
+            return
+        boxes: list[Box] = []
+        weights: list[float] = []
+        for ev in events:
+            if ev.kind == "charge":
+                boxes.append(box_from_json(ev.body["coverage"], self.schema))
+                weights.append(float(ev.body["weight"]))
+                self._entry_ids.append(ev.seq)
+            elif ev.kind == "reset":
+                self.engine = OverlapEngine(self.schema, time_limit=self.time_limit)
+                self._entry_ids = []
+                boxes, weights = [], []
+            elif ev.kind == "budget":
+                self.budget = Budget(self.budget.currency, float(ev.body["budget"]), self.budget.delta)
+        # Replayed one by one, in ledger order: the engine then holds exactly the state it had before a
+        # restart (the colouring bound depends on the order of additions), so every bound is identical.
+        for b, w in zip(boxes, weights):
+            self.engine.add(b, w)
+        self._seen = events[-1].seq
+        if len(self.engine):
             self._charged, self._charged_as = self._charge_value(self.engine.bounds(), None)
+        else:
+            self._charged, self._charged_as = 0.0, self.bound
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -162,6 +195,7 @@ class Accountant:
     def preview(self, box: Box, cost: float) -> Charge:
         """What admitting a query with this coverage and cost would charge; changes nothing."""
         cost = check_cost(cost, f"the query's {self.currency.parameter}")
+        self._sync()
         weight = self.currency.weight(cost)
         before = self.charged_weight
         after_bounds = self.engine.preview(box, weight)
@@ -185,29 +219,39 @@ class Accountant:
     def charge(
         self, box: Box, cost: float, *, sql: str, canonical: str, details: dict[str, Any] | None = None
     ) -> tuple[int, Charge]:
-        """Admit and durably record a query, or raise :class:`BudgetExceededError` and change nothing."""
-        ch = self.preview(box, cost)
-        if not ch.admissible:
-            cur = self.currency
-            raise BudgetExceededError(
-                f"refused: this query costs {cur.format(ch.cost)} and would raise the charged privacy loss "
-                f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
-                f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
-                f"{cur.format(self.affordable(box))} is left for a query on this part of the domain",
-                hint="lower the cost, narrow the WHERE clause to a region with budget left, or stop here",
+        """Admit and durably record a query, or raise :class:`BudgetExceededError` and change nothing.
+
+        The check and the charge are one ``BEGIN IMMEDIATE`` transaction that first reads every charge other
+        processes have made on this ledger key, so concurrent kernels can never together overspend.
+        """
+        with self.ledger.transaction():
+            ch = self.preview(box, cost)
+            if not ch.admissible:
+                cur = self.currency
+                raise BudgetExceededError(
+                    f"refused: this query costs {cur.format(ch.cost)} and would raise the charged privacy loss "
+                    f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
+                    f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
+                    f"{cur.format(self.affordable(box))} is left for a query on this part of the domain",
+                    hint="lower the cost, narrow the WHERE clause to a region with budget left, or stop here",
+                )
+            entry_id = self.ledger.append(
+                self.key,
+                "charge",
+                {
+                    "sql": sql,
+                    "canonical": canonical,
+                    "coverage": box_to_json(box),
+                    "cost": ch.cost,
+                    "weight": ch.weight,
+                    "bound": ch.charged_as,
+                    "charged_after": ch.after,
+                    "details": {"bounds": bounds_to_json(ch.bounds), **(details or {})},
+                },
             )
-        entry_id = self.ledger.charge(
-            sql=sql,
-            canonical=canonical,
-            coverage=box_to_json(box),
-            cost=ch.cost,
-            weight=ch.weight,
-            bound=ch.charged_as,
-            charged_after=ch.after,
-            details={"bounds": bounds_to_json(ch.bounds), **(details or {})},
-        )
         self.engine.add(box, ch.weight)
         self._entry_ids.append(entry_id)
+        self._seen = max(self._seen, entry_id)
         self._charged, self._charged_as = ch.after, ch.charged_as
         return entry_id, ch
 
@@ -217,6 +261,7 @@ class Accountant:
         Under the ``exact`` bound this is budget − max_{x ∈ box} load(x): queries on fresh regions can get the
         full budget.  Under the other bounds it is the budget minus the charged bound (a safe lower estimate).
         """
+        self._sync()
         if self.bound != "exact" or self.neighbors == "replace" or len(self.engine) == 0:
             left = self.budget.total_weight - self.charged_weight
         elif not self._fits(self.charged_weight):
@@ -227,7 +272,12 @@ class Accountant:
         return self.currency.cost(max(0.0, left))
 
     def record_release(self, entry_id: int, answer: Any) -> None:
-        self.ledger.record_release(entry_id, answer)
+        """Append the released answer of a charged entry."""
+        self.ledger.append(self.key, "release", {"entry": entry_id, "answer": answer})
+
+    def entries(self) -> list[Any]:
+        """This key's charges that count toward the budget now, with their releases."""
+        return self.ledger.entries(self.key)
 
     def load_map(self, first: str, second: str) -> tuple[list[Any], list[Any], list[list[float]]]:
         """Current maximum load of every (first, second) cell, maximised over the other columns.

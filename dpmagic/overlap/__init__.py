@@ -1,0 +1,32 @@
+"""Maximum-overlap engine: which queries can touch the same row, and how much they cost together.
+
+DESIGN.md §2; seed 000 §3–7.  Public API:
+
+* :class:`OverlapEngine` — incremental accountant-side engine (``add``, ``preview``, ``max_load_over``,
+  ``bounds`` …), see :mod:`dpmagic.overlap.engine` for the algorithms and measured timings;
+* :func:`max_overlap` — exact weighted maximum overlap γ_w with a witness row;
+* :func:`max_weight_clique`, :func:`weighted_coloring_bound`, :func:`overlap_adjacency` — the graph bounds.
+"""
+
+from .clique import CliqueResult, max_weight_clique
+from .encoding import BoxStore, build_problem, is_helly_box
+from .engine import Bounds, OverlapEngine
+from .graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
+from .maxoverlap import OverlapResult, max_overlap, milp_overlap, solve_overlap
+
+__all__ = [
+    "OverlapEngine",
+    "Bounds",
+    "OverlapResult",
+    "CliqueResult",
+    "BoxStore",
+    "build_problem",
+    "is_helly_box",
+    "max_overlap",
+    "solve_overlap",
+    "milp_overlap",
+    "max_weight_clique",
+    "weighted_coloring_bound",
+    "dsatur_coloring",
+    "overlap_adjacency",
+]

@@ -1,0 +1,436 @@
+"""Property and known-case tests of dpmagic.overlap (brute force over small declared domains)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dpmagic.overlap import (
+    OverlapEngine,
+    max_overlap,
+    max_weight_clique,
+    overlap_adjacency,
+    weighted_coloring_bound,
+)
+from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
+
+# ------------------------------------------------------------------------------------------------------
+# brute force
+# ------------------------------------------------------------------------------------------------------
+
+
+def _candidates(schema: Schema, boxes: list[Box], region: Box | None = None) -> dict[str, list]:
+    """Per column a list of values meeting every atom of the boxes (whole domain for small ones)."""
+    out: dict[str, list] = {}
+    allb = boxes + ([region] if region is not None else [])
+    for name, col in schema.columns.items():
+        if isinstance(col, CategoricalColumn):
+            out[name] = list(col.values)
+        elif col.is_int:
+            out[name] = list(range(int(col.lower), int(col.upper) + 1))
+        else:
+            pts = {float(col.lower), float(col.upper)}
+            for b in allb:
+                vs = b.constraints.get(name)
+                if isinstance(vs, IntervalSet):
+                    for iv in vs.intervals:
+                        pts.update((iv.lo, iv.hi))
+            s = sorted(pts)
+            out[name] = s + [(a + b) / 2 for a, b in zip(s, s[1:])]
+    return out
+
+
+def brute_max(schema, boxes, weights, region=None):
+    cand = _candidates(schema, boxes, region)
+    names = list(cand)
+    best = 0.0
+    for combo in itertools.product(*(cand[n] for n in names)):
+        row = dict(zip(names, combo))
+        if region is not None and not region.contains_row(row):
+            continue
+        load = math.fsum(w for b, w in zip(boxes, weights) if not b.is_empty() and b.contains_row(row))
+        best = max(best, load)
+    return best
+
+
+def brute_clique(boxes, weights):
+    n = len(boxes)
+    best = 0.0
+    for r in range(1, n + 1):
+        for sub in itertools.combinations(range(n), r):
+            if all(boxes[i].overlaps(boxes[j]) for i, j in itertools.combinations(sub, 2)) and all(
+                not boxes[i].is_empty() for i in sub
+            ):
+                best = max(best, math.fsum(weights[i] for i in sub))
+    return best
+
+
+def row_load(boxes, weights, row):
+    return math.fsum(w for b, w in zip(boxes, weights) if not b.is_empty() and b.contains_row(row))
+
+
+# ------------------------------------------------------------------------------------------------------
+# strategies
+# ------------------------------------------------------------------------------------------------------
+SCHEMA = Schema(
+    {
+        "c3": CategoricalColumn("c3", ("a", "b", "c")),
+        "c4": CategoricalColumn("c4", (1, 2, 3, 4)),
+        "i": NumericColumn("i", "int", 0, 6),
+        "f": NumericColumn("f", "float", 0.0, 4.0),
+    }
+)
+
+
+@st.composite
+def value_sets(draw, name):
+    col = SCHEMA[name]
+    if isinstance(col, CategoricalColumn):
+        idx = draw(st.sets(st.integers(0, col.size - 1), max_size=col.size))
+        cs = CategorySet(col, frozenset(idx))
+        return cs.complement() if draw(st.booleans()) and draw(st.booleans()) else cs
+    grid = [0, 1, 2, 3, 4, 5, 6] if col.is_int else [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
+    k = draw(st.integers(1, 3))
+    ivs = []
+    for _ in range(k):
+        a, b = sorted(draw(st.lists(st.sampled_from(grid), min_size=2, max_size=2)))
+        ivs.append(Interval(float(a), float(b), draw(st.booleans()), draw(st.booleans())))
+    s = IntervalSet.of(col, ivs)
+    return s.complement() if draw(st.integers(0, 4)) == 0 else s
+
+
+@st.composite
+def boxes(draw):
+    cons = {}
+    for name in SCHEMA.names:
+        if draw(st.integers(0, 2)) == 0:
+            cons[name] = draw(value_sets(name))
+    return Box(cons)
+
+
+weights_st = st.sampled_from([1.0, 0.5, 2.0, 0.25, 3.0, 1.5])
+workloads = st.lists(st.tuples(boxes(), weights_st), min_size=0, max_size=9)
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def check_bounds(eng: OverlapEngine, bx, ws, truth):
+    b = eng.bounds()
+    ov = b.overlap
+    assert ov.lower <= truth + 1e-12 and truth <= ov.upper + 1e-12
+    assert ov.exact and ov.lower == truth == ov.upper
+    assert ov.upper <= b.clique + 1e-12 <= b.chromatic + 2e-12 <= b.sequential + 3e-12
+    assert b.clique_exact
+    if bx:
+        assert math.isclose(b.clique, brute_clique(bx, ws))
+    if ov.witness is not None:
+        assert math.isclose(row_load(bx, ws, ov.witness), ov.lower)
+        assert set(ov.members) == {
+            i for i, (x, w) in enumerate(zip(bx, ws)) if not x.is_empty() and x.contains_row(ov.witness)
+        }
+    for kind in ("exact", "clique", "chromatic", "sequential"):
+        v, _ = b.charge(kind)
+        assert v >= truth - 1e-12
+    # the colouring is proper and its value is right
+    colors = eng.coloring()
+    for i, j in itertools.combinations(range(len(bx)), 2):
+        if bx[i].overlaps(bx[j]):
+            assert colors[i] != colors[j]
+    return b
+
+
+@FAST
+@given(workloads)
+def test_incremental_equals_brute_force(wl):
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    eng = OverlapEngine(SCHEMA)
+    for b, w in wl:
+        eng.add(b, w)
+    b1 = check_bounds(eng, bx, ws, truth)
+    eng2 = OverlapEngine.from_boxes(SCHEMA, bx, ws)
+    b2 = check_bounds(eng2, bx, ws, truth)
+    assert b1.overlap.lower == b2.overlap.lower and b1.clique == b2.clique
+    r = max_overlap(bx, ws, SCHEMA)
+    assert r.exact and r.lower == truth
+
+
+@FAST
+@given(workloads, boxes())
+def test_max_load_over_and_preview(wl, region):
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    eng = OverlapEngine.from_boxes(SCHEMA, bx, ws)
+    before = eng.bounds()
+    r = eng.max_load_over(region)
+    truth = 0.0 if region.is_empty() else brute_max(SCHEMA, bx, ws, region)
+    assert r.exact and r.lower == truth == r.upper
+    if r.witness is not None and not region.is_empty():
+        assert region.contains_row(r.witness)
+        assert row_load(bx, ws, r.witness) == r.lower
+    p = eng.preview(region, 1.0)
+    assert len(eng) == len(bx)
+    assert eng.bounds() == before
+    truth2 = brute_max(SCHEMA, bx + [region], ws + [1.0])
+    assert p.overlap.lower == truth2 == p.overlap.upper
+    eng.add(region, 1.0)
+    after = eng.bounds()
+    assert after.overlap.lower == p.overlap.lower
+    assert after.clique == p.clique and after.sequential == p.sequential
+
+
+@FAST
+@given(st.lists(st.tuples(boxes(), st.floats(0.01, 10.0)), min_size=1, max_size=8))
+def test_float_weights_never_under_report(wl):
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    eng = OverlapEngine(SCHEMA)
+    for b, w in wl:
+        eng.add(b, w)
+    b = eng.bounds()
+    assert b.overlap.upper >= truth
+    assert math.isclose(b.overlap.lower, truth, rel_tol=1e-12, abs_tol=1e-12)
+    assert b.overlap.upper <= b.clique <= b.chromatic <= b.sequential
+
+
+# ------------------------------------------------------------------------------------------------------
+# known cases (seed 000)
+# ------------------------------------------------------------------------------------------------------
+PN = Schema(
+    {"Postcode": CategoricalColumn("Postcode", ("A", "B", "C")), "Native": CategoricalColumn("Native", ("Y", "N"))}
+)
+
+
+def pn(p=None, n=None):
+    d = {}
+    if p:
+        d["Postcode"] = CategorySet.of_values(PN["Postcode"], list(p))
+    if n:
+        d["Native"] = CategorySet.of_values(PN["Native"], [n])
+    return Box(d)
+
+
+def test_example_2():
+    r = max_overlap([pn("A", "Y"), pn("AB"), pn("B", "N")], schema=PN)
+    assert r.exact and r.lower == 2.0
+
+
+def test_example_3():
+    q = [pn("A", "Y"), pn("AB"), pn("AC", "N"), pn(None, "Y"), pn("C"), pn("B", "N")]
+    eng = OverlapEngine(PN)
+    for b in q:
+        eng.add(b, 1.0)
+    b = eng.bounds()
+    assert b.overlap.exact and b.overlap.upper == 3.0
+    assert PN["Postcode"].index_of(b.overlap.witness["Postcode"]) is not None
+    assert eng.load_at(b.overlap.witness) == 3.0
+
+
+def test_prop4_counterexample():
+    X = Schema({"X": CategoricalColumn("X", ("a", "b", "c"))})
+    bx = [Box({"X": CategorySet.of_values(X["X"], s)}) for s in (["a", "b"], ["b", "c"], ["a", "c"])]
+    eng = OverlapEngine.from_boxes(X, bx)
+    b = eng.bounds()
+    assert b.clique == 3.0 and b.clique_exact
+    assert b.overlap.upper == 2.0 and b.overlap.exact
+    assert b.charge("exact") == (2.0, "exact")
+    assert b.charge("clique")[0] == 3.0
+
+
+def test_helly_intervals():
+    sch = Schema({"x": NumericColumn("x", "float", 0, 10), "y": NumericColumn("y", "int", 0, 10)})
+    rng = np.random.default_rng(1)
+    bx = []
+    for _ in range(30):
+        a, b = sorted(rng.uniform(0, 10, 2))
+        c, d = sorted(rng.integers(0, 11, 2))
+        bx.append(
+            Box(
+                {
+                    "x": IntervalSet.of(sch["x"], [Interval(a, b, bool(rng.integers(2)), bool(rng.integers(2)))]),
+                    "y": IntervalSet.of(sch["y"], [Interval(float(c), float(d))]),
+                }
+            )
+        )
+    eng = OverlapEngine.from_boxes(sch, bx)
+    b = eng.bounds()
+    A = overlap_adjacency(bx, sch)
+    cr = max_weight_clique(A, np.ones(len(bx)))
+    assert cr.exact and b.overlap.exact and b.overlap.upper == cr.lower == b.clique
+
+
+def test_histogram_cells():
+    X = Schema({"X": CategoricalColumn("X", tuple("abcdefg")), "y": NumericColumn("y", "int", 0, 100)})
+    bx = [Box({"X": CategorySet.of_values(X["X"], [v])}) for v in "abcdefg"]
+    eng = OverlapEngine(X)
+    for b in bx:
+        eng.add(b, 0.1)
+    b = eng.bounds()
+    assert b.overlap.upper == pytest.approx(0.1) and b.chromatic == pytest.approx(0.1)
+    assert b.sequential == pytest.approx(0.7)
+
+
+def test_empty_and_whole_domain():
+    eng = OverlapEngine(SCHEMA)
+    assert eng.bounds().overlap.upper == 0.0
+    empty = Box({"c3": CategorySet(SCHEMA["c3"], frozenset())})
+    eng.add(empty, 5.0)
+    b = eng.bounds()
+    assert b.overlap.upper == 0.0 and b.sequential == 5.0
+    eng.add(Box({}), 1.0)
+    eng.add(Box({}), 2.0)
+    b = eng.bounds()
+    assert b.overlap.upper == 3.0 and b.clique == 3.0
+    assert eng.coloring()[0] == -1
+    assert list(eng.neighbors(Box({}))) == [1, 2]
+
+
+def test_float_open_closed_ends():
+    sch = Schema({"f": NumericColumn("f", "float", 0, 10)})
+    F = sch["f"]
+    a = Box({"f": IntervalSet.of(F, [Interval(0, 5, True, False)])})  # [0, 5)
+    b = Box({"f": IntervalSet.of(F, [Interval(5, 10, True, True)])})  # [5, 10]
+    c = Box({"f": IntervalSet.of(F, [Interval(5, 5, True, True)])})  # {5}
+    d = Box({"f": IntervalSet.of(F, [Interval(4.5, 5, False, False)])})  # (4.5, 5)
+    r = max_overlap([a, b], schema=sch)
+    assert r.lower == 1.0
+    r = max_overlap([a, d, b, c], schema=sch)
+    assert r.lower == 2.0 and r.exact
+    assert max_overlap([b, c], schema=sch).witness == {"f": 5.0}
+    assert max_overlap([a, d], schema=sch).witness["f"] > 4.5
+
+
+def test_int_column_unions():
+    sch = Schema({"i": NumericColumn("i", "int", 0, 100)})
+    col = sch["i"]
+    bx = [Box({"i": IntervalSet.of(col, [Interval(k, k + 1), Interval(k + 50, k + 51)])}) for k in range(0, 40, 3)]
+    bx.append(Box({"i": IntervalSet.of(col, [Interval(1, 1)]).complement()}))
+    truth = brute_max(sch, bx, [1.0] * len(bx))
+    assert max_overlap(bx, schema=sch).lower == truth
+
+
+def test_coloring_bound_function():
+    import networkx as nx
+
+    G = nx.cycle_graph(5)
+    v, colors = weighted_coloring_bound(G, np.ones(5))
+    assert v == 3.0
+    assert all(colors[a] != colors[b] for a, b in G.edges)
+    cr = max_weight_clique(G, np.ones(5))
+    assert cr.exact and cr.lower == 2.0
+
+
+def _uniform(rng, t, m=10, kmax=4):
+    cols = {f"a{j}": CategoricalColumn(f"a{j}", tuple(range(int(rng.integers(2, kmax + 1))))) for j in range(m)}
+    sch = Schema(cols)
+    bx = []
+    for _ in range(t):
+        cons = {}
+        for name in rng.choice(list(cols), int(rng.integers(1, m + 1)), replace=False):
+            col = cols[name]
+            vals = rng.choice(col.size, int(rng.integers(1, col.size + 1)), replace=False)
+            cons[name] = CategorySet(col, frozenset(int(v) for v in vals))
+        bx.append(Box(cons))
+    return sch, bx
+
+
+def test_uniform_small_matches_brute_force():
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        sch, bx = _uniform(rng, 25, m=5, kmax=3)
+        ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        r = max_overlap(bx, ws, sch)
+        assert r.exact and r.lower == truth
+        r2 = max_overlap(bx, ws, sch, method="milp")
+        assert r2.lower == truth
+
+
+def test_branch_and_bound_path(monkeypatch):
+    import dpmagic.overlap.maxoverlap as mo
+
+    monkeypatch.setattr(mo, "TENSOR_CELLS", 8)
+    rng = np.random.default_rng(3)
+    for _ in range(4):
+        sch, bx = _uniform(rng, 30, m=5, kmax=3)
+        ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        r = mo.max_overlap(bx, ws, sch)
+        assert r.exact and r.lower == truth and "branch" in r.method
+
+
+def test_time_limit_not_exact_but_safe():
+    from tests_support import uniform_boxes
+
+    sch, bx = uniform_boxes(100, m=10, kmin=5, kmax=10, seed=110)
+    truth = max_overlap(bx, None, sch, time_limit=60, method="milp")
+    assert truth.exact
+    for method in ("auto", "bb"):
+        r = max_overlap(bx, None, sch, time_limit=0.01, method=method)
+        assert not r.exact
+        assert r.lower <= truth.lower <= r.upper
+    A = overlap_adjacency(bx, sch)
+    cr = max_weight_clique(A, np.ones(len(bx)), time_limit=0.0)
+    assert not cr.exact and cr.upper >= truth.lower
+    eng = OverlapEngine.from_boxes(sch, bx, time_limit=0.01)
+    b = eng.bounds()
+    assert not b.overlap.exact and b.overlap.upper >= truth.lower
+    assert b.overlap.upper <= b.clique <= b.chromatic <= b.sequential
+    v, label = b.charge("clique")
+    assert v >= truth.lower and (b.clique_exact or "not exact" in label)
+
+
+def test_wide_categorical_column():
+    sch = Schema({"k": CategoricalColumn("k", tuple(range(100))), "b": CategoricalColumn("b", ("x", "y"))})
+    rng = np.random.default_rng(5)
+    bx = []
+    for _ in range(30):
+        cons = {
+            "k": CategorySet(
+                sch["k"], frozenset(int(v) for v in rng.choice(100, int(rng.integers(1, 60)), replace=False))
+            )
+        }
+        if rng.integers(2):
+            cons["b"] = CategorySet(sch["b"], frozenset([int(rng.integers(2))]))
+        bx.append(Box(cons))
+    ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+    truth = brute_max(sch, bx, ws)
+    eng = OverlapEngine(sch)
+    for b, w in zip(bx, ws):
+        eng.add(b, w)
+    b = eng.bounds()
+    assert b.overlap.exact and b.overlap.lower == truth
+    assert OverlapEngine.from_boxes(sch, bx, ws).bounds().overlap.lower == truth
+    A = overlap_adjacency(bx, sch).toarray()
+    for i in range(len(bx)):
+        for j in range(len(bx)):
+            assert A[i, j] == (i != j and bx[i].overlaps(bx[j]))
+
+
+def test_inexact_clique_stays_safe_incrementally():
+    from tests_support import uniform_boxes
+
+    sch, bx = uniform_boxes(120, m=6, kmin=3, kmax=5, seed=4)
+    eng = OverlapEngine(sch, time_limit=10.0, clique_time_limit=0.0)
+    eng.extend(bx[:100], np.ones(100))
+    b = eng.bounds()
+    for x in bx[100:]:
+        p = eng.preview(x, 1.0)
+        eng.add(x, 1.0)
+        b = eng.bounds()
+        assert b.clique == p.clique and b.overlap.lower == p.overlap.lower
+    truth = max_overlap(bx, None, sch).lower
+    assert b.overlap.exact and b.overlap.lower == truth
+    A = overlap_adjacency(bx, sch)
+    omega = max_weight_clique(A, np.ones(len(bx)), time_limit=60)
+    if not b.clique_exact:
+        assert b.clique >= omega.lower
+    assert b.overlap.upper <= b.clique <= b.chromatic <= b.sequential

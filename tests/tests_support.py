@@ -1,0 +1,36 @@
+"""Helpers shared by tests (not a test module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dpmagic import Session
+from dpmagic.schema import CategoricalColumn, Schema
+from dpmagic.sets import Box, CategorySet
+
+DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
+
+
+def pums_session(budget: str, **kwargs) -> Session:
+    df = pd.read_csv(DATA / "pums.csv")
+    return Session(df, Schema.from_json(DATA / "pums.schema.json"), budget, **kwargs)
+
+
+def uniform_boxes(t: int, m: int = 10, kmin: int = 2, kmax: int = 4, seed: int = 0) -> tuple[Schema, list[Box]]:
+    """Seed 000 §7.1 style instances (m categorical columns with kmin..kmax values, random subsets)."""
+    rng = np.random.default_rng(seed)
+    cols = {f"a{j}": CategoricalColumn(f"a{j}", tuple(range(int(rng.integers(kmin, kmax + 1))))) for j in range(m)}
+    sch = Schema(cols)
+    names = list(cols)
+    out = []
+    for _ in range(t):
+        cons = {}
+        for name in rng.choice(names, int(rng.integers(1, m + 1)), replace=False):
+            col = cols[str(name)]
+            vals = rng.choice(col.size, int(rng.integers(1, col.size + 1)), replace=False)
+            cons[str(name)] = CategorySet(col, frozenset(int(v) for v in vals))
+        out.append(Box(cons))
+    return sch, out
