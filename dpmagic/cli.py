@@ -243,6 +243,29 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         return 2
 
 
+def _startup_file(profile: str) -> Path:
+    from IPython.paths import get_ipython_dir
+
+    return Path(get_ipython_dir()) / f"profile_{profile}" / "startup" / "00-dpmagic.py"
+
+
+def _cmd_autoload(args: argparse.Namespace) -> int:
+    from importlib.resources import files
+
+    target = _startup_file(args.profile)
+    if args.state == "on":
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text((files("dpmagic") / "data" / "autoload_startup.py").read_text(encoding="utf-8"))
+        print(f"dpmagic will load in every kernel of IPython profile {args.profile!r} ({target})")
+    elif args.state == "off":
+        if target.exists():
+            target.unlink()
+        print(f"dpmagic no longer loads automatically in profile {args.profile!r}")
+    else:
+        print(f"autoload {'on' if target.exists() else 'off'} for profile {args.profile!r} ({target})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmagic", description="dpmagic command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -275,6 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--yes", action="store_true", help="confirm without a prompt")
         sp.add_argument("--reason", default="", help="why (kept in the ledger)")
     lg.set_defaults(func=_cmd_ledger)
+
+    al = sub.add_parser("autoload", help="opt in or out of loading the extension in every IPython kernel")
+    al.add_argument("state", choices=["on", "off", "status"])
+    al.add_argument("--profile", default="default", help="IPython profile (default: default)")
+    al.set_defaults(func=_cmd_autoload)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""IPython magics: ``%dpsession``, ``%%dpquery``, ``%dpbudget`` (the thin presentation layer).
+"""IPython magics: ``%dpsession``, ``%%dpquery``, ``%dpbudget``, ``%dpplot`` (the thin presentation layer).
 
 Conventions follow JupySQL: options through ``magic_arguments`` (so ``%dpquery?`` shows real help),
 defaults through traitlets (``%config DPMagic.default_bound = "chromatic"``), and ``name <<`` at the start of
@@ -19,7 +19,7 @@ import pandas as pd
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import HTML, display
+from IPython.display import display
 from traitlets import Bool, Float, Unicode
 from traitlets.config import Configurable
 
@@ -76,6 +76,7 @@ class DPMagic(Magics, Configurable):
         10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged."
     ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
+    widget = Bool(True, help="Display the live budget panel when %dpsession binds a session.").tag(config=True)
     ledger = Unicode(
         "",
         help="Ledger file for new sessions ('' = $DPMAGIC_LEDGER or ~/.local/share/dpmagic/ledger.sqlite; "
@@ -117,7 +118,7 @@ class DPMagic(Magics, Configurable):
         data = ns[args.data]
         if not isinstance(data, pd.DataFrame):
             raise ConfigurationError(f"{args.data!r} is a {type(data).__name__}, not a pandas DataFrame")
-        schema_arg = args.schema.strip("\"'")
+        schema_arg = _unquote(args.schema)
         schema: Any = ns.get(schema_arg) if schema_arg in ns else schema_arg
         if isinstance(schema, str) and not Path(schema).is_file():
             raise ConfigurationError(f"--schema {schema_arg!r} is neither a variable nor an existing file")
@@ -128,16 +129,18 @@ class DPMagic(Magics, Configurable):
         session = Session(
             data,
             schema,
-            args.budget.strip("\"'"),
+            _unquote(args.budget),
             bound=args.bound or self.default_bound,  # type: ignore[arg-type]
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
-            ledger=(args.ledger or self.ledger or str(default_ledger_path())).strip("\"'"),
+            ledger=_unquote(args.ledger or self.ledger or str(default_ledger_path())),
             time_limit=self.time_limit,
             delta=args.delta,
         )
         _STATE["session"] = session
         cur = session.currency
+        if self.widget:
+            display(panel_of(session))
         print(
             f"dpmagic session: {len(session.data):,} rows of {session.schema.table!r}, budget "
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
@@ -216,6 +219,7 @@ class DPMagic(Magics, Configurable):
     @argument("--json", action="store_true", help="Return the summary as a dict instead of displaying it.")
     @argument("--map", nargs=2, metavar=("COL1", "COL2"), default=None, help="Return the budget map of two columns.")
     @argument("--afford", default=None, metavar="SQL", help="How much a query (quoted SQL) could still be given.")
+    @argument("--widget", action="store_true", help="Display the live budget panel (it updates after every query).")
     @line_magic
     @_friendly
     def dpbudget(self, line: str) -> Any:
@@ -229,18 +233,62 @@ class DPMagic(Magics, Configurable):
         if args.map:
             return session.budget_map(*args.map)
         if args.afford:
-            return session.affordable(args.afford.strip("\"'"))
+            return round(session.affordable(_unquote(args.afford)), 10)  # drop float-slack digits from the display
+        if args.widget:
+            display(panel_of(session))
+            return None
         summary = budget_summary(session)
         if args.json:
             return summary
-        display(HTML(budget_html(session, summary)))
+        display(BudgetReport(session, summary))
         return None
+
+    # -- %dpplot ------------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument(
+        "what",
+        choices=["graph", "budget", "map"],
+        help="graph: the query graph; budget: charged over time; map: heat map.",
+    )
+    @argument("columns", nargs="*", help="For 'map': the two columns.")
+    @line_magic
+    @_friendly
+    def dpplot(self, line: str) -> Any:
+        """Plot the session's accounting: ``%dpplot graph``, ``%dpplot budget``, ``%dpplot map COL1 COL2``."""
+        from dpmagic import plots
+
+        args = parse_argstring(self.dpplot, line)
+        session = current_session()
+        if args.what == "graph":
+            return plots.plot_graph(session)
+        if args.what == "budget":
+            return plots.plot_budget(session)
+        if len(args.columns) != 2:
+            raise ConfigurationError("%dpplot map needs two column names: %dpplot map COL1 COL2")
+        return plots.plot_map(session, *args.columns)
+
+
+def panel_of(session: Session) -> Any:
+    """The session's one live budget panel (created on first use)."""
+    from dpmagic.widgets import BudgetWidget
+
+    if session.panel is None:
+        session.panel = BudgetWidget(session)
+    return session.panel.widget
+
+
+def _unquote(text: str) -> str:
+    """Remove one pair of matching outer quotes (magic_arguments keeps them)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    return text
 
 
 def _cost_arg(value: str | None, name: str) -> float | str | None:
     if value is None:
         return None
-    v = value.strip().strip("\"'")
+    v = _unquote(value)
     if v.lower() == "max":
         return "max"
     try:
@@ -264,6 +312,29 @@ def budget_summary(session: Session) -> dict[str, Any]:
         "approx_dp": {"epsilon": eps, "delta": delta},
         "bounds": session.bounds_summary(),
     }
+
+
+class BudgetReport:
+    """What ``%dpbudget`` displays: HTML in notebooks, a text table elsewhere."""
+
+    def __init__(self, session: Session, summary: dict[str, Any]) -> None:
+        self.session, self.summary = session, summary
+
+    def _repr_html_(self) -> str:
+        return budget_html(self.session, self.summary)
+
+    def __repr__(self) -> str:
+        s, b = self.summary, self.summary["bounds"]
+        sym = self.session.currency.symbol
+        head = (
+            f"dpmagic budget: {s['spent']:.4g} of {s['budget']:.4g} {sym} charged ({s['bound']} bound), "
+            f"{s['remaining']:.4g} left, {s['queries']} queries\n"
+            f"bounds: sequential {b['sequential']:.4g}, colouring {b['chromatic']:.4g}, clique {b['clique']:.4g}, "
+            f"maximum overlap {b['overlap_upper']:.4g}{'' if b['overlap_exact'] else ' (upper bound)'}; "
+            f"saving vs sequential {100 * b['saving']:.1f}%"
+        )
+        frame = self.session.ledger_frame()
+        return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
 
 
 def budget_html(session: Session, summary: dict[str, Any]) -> str:

@@ -12,10 +12,11 @@ draw the noise → record the release.  Any error before the commit spends nothi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import html
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +210,8 @@ class Session:
         )
         self.results: list[QueryResult] = []
         self._cache: dict[str, QueryResult] = {}
+        self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self.panel: Any = None  # the live budget widget, once the magics display it
 
     def _open_ledger(self, neighbors: str) -> None:
         """Record the first binding of this data set, or check that this binding matches the recorded one.
@@ -255,6 +258,16 @@ class Session:
             raise ConfigurationError(
                 f"this data set's ledger uses {opening.get('neighbors')} neighbours, not {neighbors}"
             )
+
+    # -- events ------------------------------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[str, dict[str, Any]], None]) -> None:
+        """Call ``callback(kind, info)`` on every event: ``computing``, ``charged``, ``cached``, ``refused``."""
+        self._listeners.append(callback)
+
+    def _emit(self, kind: str, **info: Any) -> None:
+        for cb in list(self._listeners):
+            with contextlib.suppress(Exception):  # a display problem must never affect accounting
+                cb(kind, info)
 
     # -- properties ------------------------------------------------------------------------------------
     @property
@@ -449,18 +462,35 @@ class Session:
             hit = self._cached(key)
             if hit is not None:
                 self.results.append(hit)
+                self._emit("cached", entry=hit.entry_id)
                 return hit
-        c = self._resolve(q, spec, ci, min_rows)
-        plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
-        details = {**_plan_details(plan), "cache_key": key}
-        entry_id, charge = self.accountant.charge(q.coverage, c, sql=sql, canonical=q.canonical, details=details)
+        cells = 1
+        for g in q.group_by:
+            cells *= self.schema[g].size  # type: ignore[union-attr]
+        self._emit(
+            "computing",
+            message=f"checking the maximum overlap with {len(self.accountant)} registered queries"
+            + (f", then answering {cells:,} cells" if cells > 1 else ""),
+        )
+        try:
+            c = self._resolve(q, spec, ci, min_rows)
+            plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
+            details = {**_plan_details(plan), "cache_key": key}
+            entry_id, charge = self.accountant.charge(q.coverage, c, sql=sql, canonical=q.canonical, details=details)
+        except BudgetExceededError as exc:
+            self._emit("refused", message=str(exc))
+            raise
+        except DPMagicError as exc:
+            self._emit("failed", message=str(exc))
+            raise
         # ---- charged and recorded: only now is the data read ----
         try:
-            cells = self.backend.evaluate(q)
-            df = release(q, cells, plan, self.schema)
+            evaluated = self.backend.evaluate(q)
+            df = release(q, evaluated, plan, self.schema)
         except DPMagicError:
             raise
         except Exception as exc:  # the budget stays charged: never under-charge after data was read
+            self._emit("failed", message="internal error; the query stays charged")
             raise DPMagicError(
                 f"internal error while answering (the query stays charged, nothing was released): {exc}"
             ) from exc
@@ -477,6 +507,7 @@ class Session:
             spent=self.spent,
             budget=self.budget.total,
         )
+        self._emit("charged", entry=entry_id, seconds=result.seconds)
         self._cache[key] = result
         self.results.append(result)
         return result

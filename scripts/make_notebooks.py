@@ -96,11 +96,22 @@ SELECT COUNT(*) AS n, SUM("hours-per-week") AS hours FROM adult WHERE age >= 50
 %%dpquery --epsilon 0.2
 SELECT "marital-status", COUNT(*) AS n FROM adult WHERE sex = 'Female' AND age >= 50 GROUP BY "marital-status"
 """),
-        md("`%dpbudget` shows what is charged, what is left, and all four bounds on the maximum overlap."),
+        md("""
+`%dpbudget` shows what is charged, what is left, and all four bounds on the maximum overlap. The panel above
+(displayed once by `%dpsession`) has been updating itself after every query.
+"""),
         cell("%dpbudget"),
-        md(
-            "A query over the whole table would push the worst-case row over the budget, so it is refused and costs nothing:"
-        ),
+        md("""
+## Before spending: preview, afford, accuracy first
+
+`--dry-run` says what a query would add to the charged bound, which registered queries it overlaps and which
+row would become the worst case — without reading data or spending anything.
+"""),
+        cell("""
+%%dpquery --dry-run --epsilon 0.5
+SELECT COUNT(*) FROM adult WHERE "capital-gain" > 0
+"""),
+        md("Asked for real, it is refused — and costs nothing:"),
         cell(
             """
 %%dpquery --epsilon 0.5
@@ -108,11 +119,29 @@ SELECT COUNT(*) FROM adult WHERE "capital-gain" > 0
 """,
             raises=True,
         ),
-        md("A query on a region with budget left is still admitted:"),
+        md("""
+How much could a question about young men still get? Only the queries covering that region count, so it can
+still get more than the session-wide remainder. `--epsilon max` spends exactly that.
+"""),
+        cell("%dpbudget --afford \"SELECT COUNT(*) FROM adult WHERE age < 30 AND sex = 'Male'\""),
         cell("""
-%%dpquery --epsilon 0.3
+%%dpquery --epsilon max
 SELECT COUNT(*) AS n FROM adult WHERE age < 30 AND sex = 'Male' AND "native-country" = 'Canada'
 """),
+        md("Accuracy first: ask for a 95% interval of ±25 people, and dpmagic finds the smallest ε that achieves it."),
+        cell("""
+%%dpquery --ci 25
+SELECT COUNT(*) AS n FROM adult WHERE age >= 50 AND sex = 'Male'
+"""),
+        md("Re-running a cell returns the stored answer and charges nothing (`--fresh` draws anew):"),
+        cell("""
+%%dpquery --ci 25
+SELECT COUNT(*) AS n FROM adult WHERE age >= 50 AND sex = 'Male'
+"""),
+        md("## Where did the budget go?"),
+        cell("%dpplot budget"),
+        cell("%dpplot graph"),
+        cell("%dpplot map sex race"),
         cell(
             "summary = %dpbudget --json\nprint(f\"spent ε = {summary['spent']:.3f}, remaining ε = {summary['remaining']:.3f}, queries = {summary['queries']}\")"
         ),

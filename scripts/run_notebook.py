@@ -22,6 +22,10 @@ def text_of(output: nbformat.NotebookNode) -> str:
     if output.output_type == "error":
         return f"{output.ename}: {output.evalue}\n"
     data = output.get("data", {})
+    if "application/vnd.jupyter.widget-view+json" in data:
+        return "[live budget panel: a widget, shown in JupyterLab]\n"
+    if "image/png" in data:
+        return "[figure]\n"
     if "text/plain" in data and not data["text/plain"].startswith("<IPython.core.display.HTML"):
         return data["text/plain"] + "\n"
     if "text/html" in data:

@@ -1,0 +1,6 @@
+# Installed by `dpmagic autoload on`: loads the dpmagic extension in every IPython kernel of this profile.
+# Remove it with `dpmagic autoload off` (or delete this file).
+try:
+    get_ipython().run_line_magic("load_ext", "dpmagic")  # type: ignore[name-defined]  # noqa: F821
+except Exception as exc:  # never break a kernel's start-up
+    print(f"dpmagic autoload skipped: {exc}")

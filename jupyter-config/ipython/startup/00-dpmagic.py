@@ -1,0 +1,1 @@
+../../../dpmagic/data/autoload_startup.py
