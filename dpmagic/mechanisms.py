@@ -26,7 +26,17 @@ from dpmagic.accountant.currency import Definition
 
 dp.enable_features("contrib")
 
-__all__ = ["Noise", "NoiseKind", "float_sum_noise", "noise_for", "release_float_sum", "release_integer"]
+__all__ = [
+    "Noise",
+    "NoiseKind",
+    "discrete_gaussian_gdp_excess",
+    "discrete_gaussian_gdp_sigma",
+    "float_sum_noise",
+    "gdp_noise",
+    "noise_for",
+    "release_float_sum",
+    "release_integer",
+]
 
 NoiseKind = Literal["discrete_laplace", "laplace", "discrete_gaussian", "gaussian"]
 
@@ -38,33 +48,42 @@ class Noise:
     kind: NoiseKind
     scale: float
     sensitivity: float
+    #: GDP releases on a grid: the value is rounded to a multiple of ``granularity`` before integer noise
+    #: (in grid units) is added, so the released error is granularity · noise + a rounding error ≤ granularity/2.
+    granularity: float = 1.0
 
     @property
     def is_discrete(self) -> bool:
         return self.kind.startswith("discrete")
 
     @property
+    def _rounding(self) -> float:
+        return 0.0 if self.granularity == 1.0 else self.granularity / 2.0
+
+    @property
     def variance(self) -> float:
-        return _variance(self.kind, self.scale)
+        """Variance of the noise (in the answer's units; the grid rounding is a bounded bias, not included)."""
+        return self.granularity**2 * _variance(self.kind, self.scale)
 
     @property
     def std(self) -> float:
         return math.sqrt(self.variance)
 
     def ci_halfwidth(self, level: float = 0.95) -> float:
-        """Smallest h with P(|noise| ≤ h) ≥ level (exact for the discrete distributions)."""
-        return _halfwidth(self.kind, self.scale, level)
+        """Smallest h with P(|error| ≤ h) ≥ level (exact for the discrete distributions; grid rounding added)."""
+        return self.granularity * _halfwidth(self.kind, self.scale, level) + self._rounding
 
     def tail(self, h: float) -> float:
-        """P(|noise| > h)."""
-        return _tail(self.kind, self.scale, h)
+        """P(|error| > h) (an upper bound when a grid rounding is involved)."""
+        return _tail(self.kind, self.scale, (h - self._rounding) / self.granularity)
 
     def __str__(self) -> str:
         name = {"discrete_laplace": "discrete Laplace", "laplace": "Laplace"}.get(
             self.kind, self.kind.replace("_", " ")
         )
         param = "b" if "laplace" in self.kind else "σ"
-        return f"{name} ({param}={self.scale:.4g})"
+        grid = "" if self.granularity == 1.0 else f" on a grid of {self.granularity:.4g}"
+        return f"{name} ({param}={self.scale * self.granularity:.4g}{grid})"
 
 
 def noise_for(definition: Definition, cost: float, sensitivity: float, *, integer: bool) -> Noise:
@@ -74,10 +93,8 @@ def noise_for(definition: Definition, cost: float, sensitivity: float, *, intege
     if definition == "pure":
         return Noise("discrete_laplace" if integer else "laplace", sensitivity / cost, sensitivity)
     if definition == "zcdp":
-        sigma = sensitivity / math.sqrt(2.0 * cost)
-    else:  # gdp: σ = Δ/μ
-        sigma = sensitivity / cost
-    return Noise("discrete_gaussian" if integer else "gaussian", sigma, sensitivity)
+        return Noise("discrete_gaussian" if integer else "gaussian", sensitivity / math.sqrt(2.0 * cost), sensitivity)
+    return gdp_noise(cost, sensitivity, integer_values=integer)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -95,11 +112,20 @@ def _integer_measurement(kind: NoiseKind, scale: float) -> dp.Measurement:
 
 
 def release_integer(values: np.ndarray, noise: Noise) -> np.ndarray:
-    """Add OpenDP discrete Laplace / Gaussian noise to each exact integer in ``values``."""
+    """Add OpenDP discrete Laplace / Gaussian noise to each exact integer in ``values``.
+
+    With a grid (GDP releases of large sums), each value is first rounded to the nearest multiple of the
+    granularity g, integer noise is added in grid units, and the result is scaled back by g.
+    """
     meas = _integer_measurement(noise.kind, noise.scale)
     if len(values) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.asarray(meas([int(v) for v in values]), dtype=np.int64)
+    g = noise.granularity
+    if g == 1.0:
+        return np.asarray(meas([int(v) for v in values]), dtype=np.int64)
+    gi = int(g)
+    lattice = [(2 * int(v) + gi) // (2 * gi) for v in values]  # exact round-half-up of v / g
+    return np.asarray(meas(lattice), dtype=np.float64) * g
 
 
 @lru_cache(maxsize=128)
@@ -120,10 +146,12 @@ def float_sum_noise(definition: Definition, cost: float, lower: float, upper: fl
     """
     domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
     sens = float(dp.t.make_sum(domain, dp.symmetric_distance()).map(d_in))
+    if definition == "gdp":
+        return gdp_noise(cost, sens, integer_values=False)
     noise = noise_for(definition, cost, sens, integer=False)
     # Make sure OpenDP's own privacy map agrees that the chain costs at most `cost`.
     meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
-    target = cost if definition == "pure" else (cost if definition == "zcdp" else cost * cost / 2.0)
+    target = cost
     scale = noise.scale
     for _ in range(60):
         if float(meas.map(d_in)) <= target:
@@ -134,9 +162,142 @@ def float_sum_noise(definition: Definition, cost: float, lower: float, upper: fl
 
 
 def release_float_sum(groups: list[np.ndarray], noise: Noise, lower: float, upper: float) -> np.ndarray:
-    """OpenDP's float ``make_sum`` followed by its exact float Laplace / Gaussian, one release per group."""
+    """OpenDP's float ``make_sum`` followed by its exact float Laplace / Gaussian, one release per group.
+
+    GDP releases (``discrete_gaussian`` noise on a grid): OpenDP's ``make_sum`` computes the sum, which is
+    rounded to the grid and perturbed with OpenDP's discrete Gaussian in grid units.
+    """
+    if noise.kind == "discrete_gaussian":
+        domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
+        summed = dp.t.make_sum(domain, dp.symmetric_distance())
+        meas = _integer_measurement(noise.kind, noise.scale)
+        g = noise.granularity
+        lattice = [math.floor(float(summed([float(x) for x in grp])) / g + 0.5) for grp in groups]
+        return np.asarray(meas(lattice), dtype=np.float64) * g if groups else np.zeros(0)
     meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
     return np.array([float(meas([float(x) for x in g])) for g in groups], dtype=float)
+
+
+# --------------------------------------------------------------------------------------------------
+# μ-GDP of the discrete Gaussian
+#
+# OpenDP's discrete Gaussian N_Z(0, σ²) with integer sensitivity Δ is *not* exactly (Δ/σ)-GDP: its privacy
+# curve is (Canonne, Kamath & Steinke 2020, Thm. 7; X ~ N_Z(0, σ²))
+#     δ_DG(ε) = P[X > εσ²/Δ − Δ/2] − e^ε P[X > εσ²/Δ + Δ/2],
+# which exceeds the continuous Gaussian's (e.g. σ = Δ = 1 at ε = 0: 0.399 > 0.383).  A mechanism is μ-GDP iff
+# it is (ε, δ_μ(ε))-DP for every ε ≥ 0 (Dong, Roth & Su 2019, Cor. 2.13), so we calibrate σ until
+# sup_{ε ≥ 0} δ_DG(ε) − δ_μ(ε) ≤ 0, computed exactly: between consecutive values of ε where a threshold
+# crosses an integer, δ_DG(ε) = A − B e^ε with constant A, B, and since δ_μ'(ε) = −e^ε Φ(−ε/μ − μ/2) the
+# difference increases then decreases, peaking at ε* = −μ (Φ⁻¹(B) + μ/2); so the supremum is the largest value
+# at the interval ends and at ε*.  Tails beyond 40σ are below the smallest double and count as 0.
+#
+# Large sensitivities would make that lattice huge; such sums are rounded to a grid g first (a
+# data-independent post-processing of the exact sum whose sensitivity becomes ⌈Δ/g⌉ + 1 grid units), with g
+# chosen so that about 200 grid units make one standard deviation: the rounding error g/2 is then < 1% of σ.
+
+_GRID_UNITS = 200.0
+
+
+def _gdp_delta(mu: float, eps: np.ndarray) -> np.ndarray:
+    """δ_μ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), computed in logs for large ε."""
+    a = norm.cdf(-eps / mu + mu / 2.0)
+    b = np.exp(eps + norm.logcdf(-eps / mu - mu / 2.0))
+    return a - b
+
+
+@lru_cache(maxsize=64)
+def _dgauss_survival(sigma: float) -> tuple[int, np.ndarray]:
+    """(K, sf) with sf[j] = P[X ≥ j − K] for X ~ N_Z(0, σ²), j = 0 … 2K + 1 (sf[2K + 1] = 0)."""
+    k_max = int(math.ceil(40.0 * sigma)) + 2
+    k = np.arange(-k_max, k_max + 1, dtype=float)
+    with np.errstate(over="ignore", divide="ignore"):
+        w = np.exp(-0.5 * (k / sigma) ** 2)
+    p = w / w.sum()
+    sf = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
+    return k_max, sf
+
+
+def discrete_gaussian_gdp_excess(sigma: float, sensitivity: int, mu: float) -> float:
+    """sup over ε of δ_DG(ε) / δ_μ(ε) − 1 for N_Z(0, σ²) with integer ``sensitivity``: ≤ 0 ⇔ μ-GDP.
+
+    Taken over every ε ≥ 0 with δ_μ(ε) ≥ :data:`GDP_DELTA_FLOOR` (below it both curves are beyond double
+    precision); :func:`discrete_gaussian_gdp_sigma` accepts σ when this is ≤ 1e-9 (floating-point slack).
+    """
+    d = float(sensitivity)
+    k_max, sf = _dgauss_survival(sigma)
+
+    def tail(t: np.ndarray) -> np.ndarray:  # P[X > t] = P[X ≥ floor(t) + 1]
+        j = np.clip(np.floor(t).astype(np.int64) + 1 + k_max, 0, 2 * k_max + 1)
+        return sf[j]
+
+    s2 = sigma * sigma
+    m = np.arange(-k_max - 1, k_max + 2, dtype=float)
+    cuts = np.concatenate([(m + d / 2.0) * d / s2, (m - d / 2.0) * d / s2, [0.0]])
+    e_max = min((k_max + 1 + d / 2.0) * d / s2, _gdp_eps_floor(mu))
+    cuts = np.unique(cuts[(cuts >= 0.0) & (cuts < e_max)])
+    lo, hi = cuts, np.append(cuts[1:], e_max)
+    mid = (lo + hi) / 2.0
+    a = tail(mid * s2 / d - d / 2.0)
+    b = tail(mid * s2 / d + d / 2.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        star = np.where(b > 0.0, -mu * (norm.ppf(np.clip(b, 1e-300, 1.0)) + mu / 2.0), -1.0)
+        logb = np.where(b > 0.0, np.log(np.maximum(b, 1e-320)), -np.inf)
+    star = np.clip(star, lo, hi)
+    best = -np.inf
+    for e in (lo, hi, star):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            ref = _gdp_delta(mu, e)
+            ratio = (a - np.exp(e + logb)) / ref - 1.0
+        best = max(best, float(np.nanmax(ratio)))
+    return best
+
+
+#: δ below which the GDP curve comparison is not made (beyond double precision; no (ε, δ) claim goes there).
+GDP_DELTA_FLOOR = 1e-100
+
+
+@lru_cache(maxsize=256)
+def _gdp_eps_floor(mu: float) -> float:
+    """The ε at which δ_μ(ε) = GDP_DELTA_FLOOR."""
+    from dpmagic.accountant.currency import gdp_epsilon
+
+    return gdp_epsilon(mu, GDP_DELTA_FLOOR)
+
+
+@lru_cache(maxsize=4096)
+def discrete_gaussian_gdp_sigma(mu: float, sensitivity: int) -> float:
+    """The smallest σ (to a relative 1e-6, on the safe side) with N_Z(0, σ²) μ-GDP at integer ``sensitivity``."""
+    if mu <= 0 or sensitivity <= 0:
+        raise ValueError("μ and the sensitivity must be positive")
+    ok = 1e-9  # relative floating-point slack in comparing the two curves
+
+    lo = sensitivity / mu  # the continuous Gaussian's σ: the discrete one never needs less
+    hi = lo * 1.01
+    while discrete_gaussian_gdp_excess(hi, sensitivity, mu) > ok:
+        hi *= 1.25
+    for _ in range(60):
+        if hi / lo - 1.0 < 1e-6:
+            break
+        mid = math.sqrt(lo * hi)
+        if discrete_gaussian_gdp_excess(mid, sensitivity, mu) > ok:
+            lo = mid
+        else:
+            hi = mid
+    return hi * (1.0 + 1e-6)
+
+
+def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool) -> Noise:
+    """μ-GDP noise for a release of ``sensitivity``: OpenDP's discrete Gaussian, exactly calibrated.
+
+    Integer values with σ_continuous = Δ/μ ≤ 300 are perturbed directly; larger (or float) values are first
+    rounded to a grid g ≈ σ_continuous / 200, where the sensitivity is ⌈Δ/g⌉ + 1 grid units.
+    """
+    cont = sensitivity / mu
+    if integer_values and cont <= 300.0 and float(sensitivity).is_integer():
+        return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(round(mu, 15), int(sensitivity)), sensitivity)
+    g = float(max(1, math.ceil(cont / _GRID_UNITS))) if integer_values else cont / _GRID_UNITS
+    units = int(math.ceil(sensitivity / g * (1.0 + 1e-12))) + 1
+    return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(round(mu, 15), units), sensitivity, g)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -49,20 +49,27 @@ def plan_noise(
     release                     add/remove one       replace one (bounded DP, seed 001)
     ==========================  ===================  ==========================================================
     COUNT, no GROUP BY          1                    1
-    COUNT per GROUP BY cell     1                    2 (L1) / √2 (L2): one cell −1, another +1
+    COUNT per GROUP BY cell     1                    2 (L1) / √2 (L2): one cell −1, another +1 (GDP: μ/√2 per cell)
     SUM, no GROUP BY            M                    upper − lower
     SUM per GROUP BY cell       M                    max(upper − lower, 2M) (L1) / max(upper − lower, √2·M) (L2)
     float SUM (OpenDP)          make_sum.map(1)      make_sum.map(2) (a change = a removal and an addition)
     ==========================  ===================  ==========================================================
+
+    Under μ-GDP the discrete Gaussian is calibrated exactly (:func:`~dpmagic.mechanisms.gdp_noise`), which needs
+    slightly more noise than the continuous Gaussian's σ = Δ/μ.
     """
     k = query.releases_per_cell
     share = currency.cost(currency.weight(cost) / k)
-    gaussian = currency.definition != "pure"
+    definition = currency.definition
     grouped = bool(query.group_by) and replace_one
-    spread = math.sqrt(2.0) if gaussian else 2.0  # norm of (1, 1): two cells change under replace-one
+    # Under replace-one a GROUP BY changes two cells.  Laplace: L1 sensitivity 2 per unit shift.  zCDP: L2
+    # sensitivity √2.  GDP: each cell is a μ/√2-GDP release (two compose to μ: Dong, Roth & Su 2019, Cor. 3.3).
+    if grouped and definition == "gdp":
+        cell_cost, spread = share / math.sqrt(2.0), 1.0
+    else:
+        cell_cost, spread = share, (2.0 if definition == "pure" else math.sqrt(2.0)) if grouped else 1.0
     needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
-    count_sens = spread if grouped else 1.0
-    count = noise_for(currency.definition, share, count_sens, integer=True) if needs_count else None
+    count = noise_for(definition, cell_cost, spread, integer=True) if needs_count else None
     sums: dict[str, Noise] = {}
     for agg in query.aggregates:
         if agg.column is None or agg.column in sums:
@@ -78,10 +85,10 @@ def plan_noise(
                 sens = col.width
             if sens == 0:
                 sens = 1.0  # a constant column: any positive scale is private; keep the mechanism defined
-            sums[agg.column] = noise_for(currency.definition, share, sens, integer=True)
+            sums[agg.column] = noise_for(definition, cell_cost, sens, integer=True)
         else:
             sums[agg.column] = float_sum_noise(
-                currency.definition, share, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
+                definition, cell_cost, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
             )
     plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
     for noise in [count, *sums.values()]:  # everything release() computes from the noise, before any charge

@@ -21,13 +21,55 @@ N = 20_000
         ("pure", 2.0, 10.0, "discrete_laplace", 5.0),
         ("zcdp", 0.5, 1.0, "discrete_gaussian", 1.0),
         ("zcdp", 0.125, 3.0, "discrete_gaussian", 6.0),
-        ("gdp", 0.5, 1.0, "discrete_gaussian", 2.0),
     ],
 )
 def test_calibration(definition, cost, sens, kind, scale) -> None:
     n = noise_for(definition, cost, sens, integer=True)
     assert n.kind == kind
     assert n.scale == pytest.approx(scale)
+
+
+def _dg_delta_brute(sigma: float, d: int, eps: np.ndarray) -> np.ndarray:
+    """CKS20 Thm 7 evaluated directly from the probability mass function (independent of the package)."""
+    k = np.arange(-int(60 * sigma) - 60, int(60 * sigma) + 61)
+    p = np.exp(-0.5 * (k / sigma) ** 2)
+    p /= p.sum()
+    out = []
+    for e in eps:
+        # hockey stick: Σ_k max(0, p(k) − e^ε p(k − d))
+        q = np.exp(-0.5 * ((k - d) / sigma) ** 2)
+        q /= q.sum()
+        out.append(np.clip(p - np.exp(e) * q, 0.0, None).sum())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("mu, d", [(1.0, 1), (0.5, 1), (2.0, 1), (0.3, 2), (3.0, 1), (1.0, 3)])
+def test_gdp_discrete_gaussian_is_calibrated_exactly(mu: float, d: int) -> None:
+    from dpmagic.accountant.currency import gdp_delta
+    from dpmagic.mechanisms import discrete_gaussian_gdp_excess, discrete_gaussian_gdp_sigma
+
+    sigma = discrete_gaussian_gdp_sigma(mu, d)
+    assert sigma >= d / mu  # never less noise than the continuous Gaussian
+    eps = np.linspace(0.0, 12.0, 241)
+    brute = _dg_delta_brute(sigma, d, eps)
+    cont = np.array([gdp_delta(mu, e) for e in eps])
+    assert np.all(brute <= cont * (1 + 1e-6) + 1e-15)  # (ε, δ_μ(ε))-DP at every ε: μ-GDP
+    naive = _dg_delta_brute(d / mu, d, eps)  # σ = Δ/μ, as for the continuous Gaussian, is NOT enough
+    assert np.any(naive > cont * (1 + 1e-6) + 1e-15)
+    assert discrete_gaussian_gdp_excess(sigma * 0.99, d, mu) > 0  # and the calibration is tight
+
+
+def test_gdp_grid_release_for_large_sensitivity() -> None:
+    n = noise_for("gdp", 0.5, 99999.0, integer=True)
+    assert n.granularity > 1 and n.granularity * n.scale >= 99999 / 0.5
+    draws = release_integer(np.full(4000, 10**9 + 7), n) - (10**9 + 7)
+    h = n.ci_halfwidth()
+    assert abs(np.mean(np.abs(draws) <= h) - 0.95) < 0.03
+    f = float_sum_noise("gdp", 0.5, 0.0, 10.0)
+    assert f.granularity < 1 and f.scale * f.granularity >= 20.0
+    vals = np.linspace(0.0, 10.0, 101)
+    out = release_float_sum([vals] * 2000, f, 0.0, 10.0) - vals.sum()
+    assert abs(np.mean(np.abs(out) <= f.ci_halfwidth()) - 0.95) < 0.03
 
 
 @pytest.mark.parametrize("noise", [Noise("discrete_laplace", 2.0, 1.0), Noise("discrete_gaussian", 3.0, 1.0)])
