@@ -93,11 +93,20 @@ def analyse(
         }
     o = b.overlap
     lower, upper, exact = o.lower, o.upper, o.exact
+    witness = o.witness
     if neighbors == "replace":
         # Replace-one (bounded DP, seed 001): the loss of a pair (x, x') is the weight of the queries covering
-        # x or x', which lies in [γ, 2γ].  Reported as that interval until the exact pair search is used.
-        upper = 2.0 * upper
-        exact = exact and lower == upper
+        # x or x'.  Exact on a small compressed domain; otherwise in [γ, min(2γ, Σw)].
+        from dpmagic.overlap.pairs import max_pair_load
+
+        pair = max_pair_load([it.box for it in items], [it.weight for it in items], schema)
+        if pair is not None:
+            lower = upper = pair.value
+            exact = True
+            witness = {"row": pair.rows[0], "other_row": pair.rows[1]}
+        else:
+            upper = min(2.0 * upper, b.sequential)
+            exact = False
     seq = b.sequential
     return {
         "queries": len(items),
@@ -107,7 +116,7 @@ def analyse(
             "lower": lower,
             "upper": upper,
             "exact": bool(exact),
-            "witness": _plain(o.witness),
+            "witness": _plain(witness),
         },
         "clique": {"value": b.clique, "exact": bool(b.clique_exact)},
         "chromatic": {"value": b.chromatic},

@@ -92,7 +92,19 @@ def test_replace_neighbours_reports_interval(files, capsys) -> None:
     schema, queries = files
     code, out, _ = run(["overlap", "--schema", str(schema), str(queries), "--json", "--neighbors", "replace"], capsys)
     result = json.loads(out)
-    assert result["max_overlap"]["lower"] >= 3.0 and result["max_overlap"]["upper"] <= 6.0
+    mo = result["max_overlap"]
+    assert mo["exact"] and 3.0 <= mo["lower"] == mo["upper"] <= 6.0
+    # brute force over all pairs of rows of the (small) domain
+    from itertools import product
+
+    from dpmagic.query import parse_query
+    from dpmagic.schema import Schema
+
+    s = Schema.from_dict(SCHEMA)
+    boxes = [parse_query(q, s).where for q in EXAMPLE_3.split(";") if "SELECT" in q]
+    rows = [{"Postcode": p, "Native": n, "age": 0} for p, n in product("ABC", "YN")]
+    brute = max(sum(b.contains_row(x) or b.contains_row(y) for b in boxes) for x in rows for y in rows if x != y)
+    assert mo["upper"] == brute
 
 
 @pytest.mark.parametrize(

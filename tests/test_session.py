@@ -247,3 +247,49 @@ def test_budget_never_exceeded(small_schema, small_df, seq) -> None:
                 worst = max(worst, sum(e for b, e in admitted if b.contains_row(row)))
     assert worst <= 1.0 + 1e-9
     assert s.spent == pytest.approx(worst)
+
+
+def test_disjoint_subgroups_beyond_sequential_and_overlap_refused(adult) -> None:
+    """Issue 3: on Adult with ε = 1, queries on disjoint subgroups that sequential composition would refuse
+    after 10 are admitted in full; a query that would push any row over the budget is refused."""
+    df, schema = adult
+    groups = [(r, s) for r in schema["race"].values for s in schema["sex"].values]  # 10 disjoint cells
+    s = Session(df, schema, "epsilon=1.0")
+    seq = Session(df, schema, "epsilon=1.0", bound="sequential")
+    bands = [(17 + 5 * i, 17 + 5 * i + 4) for i in range(15)]  # 15 disjoint age bands, 17..91
+    admitted_seq = 0
+    for lo, hi in bands:
+        sql = f"SELECT COUNT(*) FROM adult WHERE age BETWEEN {lo} AND {hi}"
+        s.query(sql, epsilon=0.1)
+        try:
+            seq.query(sql, epsilon=0.1)
+            admitted_seq += 1
+        except BudgetExceededError:
+            pass
+    assert admitted_seq == 10  # sequential composition stops after 10 queries of ε = 0.1
+    assert len(s.accountant) == 15 and s.spent == pytest.approx(0.1)  # all 15 admitted, charged once
+    for r, sx in groups:
+        s.query(f"SELECT COUNT(*) FROM adult WHERE race = '{r}' AND sex = '{sx}'", epsilon=0.85)
+    assert s.spent == pytest.approx(0.95)
+    with pytest.raises(BudgetExceededError):  # overlaps a band and a race×sex cell: some row would reach 1.05
+        s.query("SELECT COUNT(*) FROM adult WHERE age BETWEEN 30 AND 34", epsilon=0.1)
+    b = s.bounds_summary()  # all four bounds are always visible
+    assert b["overlap_upper"] <= b["clique"] <= b["chromatic"] <= b["sequential"]
+    assert b["sequential"] == pytest.approx(15 * 0.1 + 10 * 0.85)
+
+
+@pytest.mark.parametrize("bound", ["exact", "clique", "chromatic", "sequential"])
+def test_every_charging_bound_is_safe_and_ordered(adult, bound) -> None:
+    df, schema = adult
+    s = Session(df, schema, "epsilon=1.0", bound=bound)
+    for sql in [
+        "SELECT COUNT(*) FROM adult WHERE race IN ('White', 'Black')",
+        "SELECT COUNT(*) FROM adult WHERE race IN ('Black', 'Other')",
+        "SELECT COUNT(*) FROM adult WHERE race IN ('White', 'Other')",
+    ]:
+        s.query(sql, epsilon=0.2)
+    b = s.bounds_summary()
+    # seed 000 Prop. 4: pairwise overlapping category sets with no common row: ω = 3 · 0.2, γ = 2 · 0.2
+    assert b["overlap_upper"] == pytest.approx(0.4) and b["clique"] == pytest.approx(0.6)
+    expected = {"exact": 0.4, "clique": 0.6, "chromatic": b["chromatic"], "sequential": 0.6}[bound]
+    assert s.spent == pytest.approx(expected) and s.spent >= 0.4 - 1e-12
