@@ -86,15 +86,33 @@ class Noise:
         return f"{name} ({param}={self.scale * self.granularity:.4g}{grid})"
 
 
+#: Largest noise scale (in the answer's units) dpmagic releases: beyond it the noise exceeds double precision
+#: and the answer carries no information; such tiny costs are refused before anything is charged.
+MAX_SCALE = 1e15
+
+
+def _check_scale(noise: Noise, cost: float) -> Noise:
+    if not noise.scale * noise.granularity <= MAX_SCALE:
+        from dpmagic.errors import BudgetError
+
+        raise BudgetError(
+            f"a cost of {cost:.3g} is too small to be useful: the noise scale would be "
+            f"{noise.scale * noise.granularity:.3g}, beyond {MAX_SCALE:.0e}"
+        )
+    return noise
+
+
 def noise_for(definition: Definition, cost: float, sensitivity: float, *, integer: bool) -> Noise:
     """The noise that makes a query of ``sensitivity`` cost ``cost`` (ε, ρ or μ) under ``definition``."""
     if sensitivity <= 0:
         raise ValueError("sensitivity must be positive")
     if definition == "pure":
-        return Noise("discrete_laplace" if integer else "laplace", sensitivity / cost, sensitivity)
-    if definition == "zcdp":
-        return Noise("discrete_gaussian" if integer else "gaussian", sensitivity / math.sqrt(2.0 * cost), sensitivity)
-    return gdp_noise(cost, sensitivity, integer_values=integer)
+        noise = Noise("discrete_laplace" if integer else "laplace", sensitivity / cost, sensitivity)
+    elif definition == "zcdp":
+        noise = Noise("discrete_gaussian" if integer else "gaussian", sensitivity / math.sqrt(2.0 * cost), sensitivity)
+    else:
+        noise = gdp_noise(cost, sensitivity, integer_values=integer)
+    return _check_scale(noise, cost)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -147,8 +165,8 @@ def float_sum_noise(definition: Definition, cost: float, lower: float, upper: fl
     domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
     sens = float(dp.t.make_sum(domain, dp.symmetric_distance()).map(d_in))
     if definition == "gdp":
-        return gdp_noise(cost, sens, integer_values=False)
-    noise = noise_for(definition, cost, sens, integer=False)
+        return _check_scale(gdp_noise(cost, sens, integer_values=False), cost)
+    noise = noise_for(definition, cost, sens, integer=False)  # refuses scales beyond MAX_SCALE
     # Make sure OpenDP's own privacy map agrees that the chain costs at most `cost`.
     meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
     target = cost
@@ -315,6 +333,8 @@ def _variance(kind: NoiseKind, scale: float) -> float:
         return scale * scale
     if kind == "discrete_laplace":
         a = _dlap_alpha(scale)
+        if 1.0 - a < 1e-9:
+            return 2.0 * scale * scale
         return 2.0 * a / (1.0 - a) ** 2
     # discrete Gaussian: Σ k² p(k) by direct summation over the effective support
     k, p = _dgauss_pmf(scale)
@@ -354,6 +374,8 @@ def _halfwidth(kind: NoiseKind, scale: float, level: float) -> float:
         return float(scale * norm.ppf(1.0 - miss / 2.0))
     if kind == "discrete_laplace":
         a = _dlap_alpha(scale)
+        if 1.0 - a < 1e-9:  # huge scale: the continuous Laplace's quantile, rounded up, is exact to 1e-9
+            return float(math.ceil(scale * math.log(1.0 / miss)))
         if a <= 0.0 or _tail(kind, scale, 0) <= miss:
             return 0.0  # so little noise that 0 is already the 95% half-width (α underflows for tiny scales)
         # smallest integer h with 2 α^{h+1}/(1+α) ≤ miss

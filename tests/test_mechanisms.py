@@ -139,3 +139,17 @@ def test_parse_budget(spec, parameter, total) -> None:
 def test_parse_budget_errors(spec) -> None:
     with pytest.raises(BudgetError):
         parse_budget(spec)
+
+
+def test_tiny_costs_are_refused_before_charging() -> None:
+    """Found by the fuzz run: ε = 1e-89 gives a noise scale of 1e89."""
+    from dpmagic.errors import BudgetError
+
+    for definition in ("pure", "zcdp", "gdp"):
+        with pytest.raises(BudgetError, match="too small to be useful"):
+            noise_for(definition, 1e-89, 1.0, integer=True)
+        with pytest.raises(BudgetError, match="too small to be useful"):
+            float_sum_noise(definition, 1e-89, 0.0, 10.0)
+    big = Noise("discrete_laplace", 1e12, 1.0)
+    assert big.ci_halfwidth() == pytest.approx(1e12 * math.log(20), rel=1e-6)
+    assert big.variance == pytest.approx(2e24, rel=1e-6)

@@ -231,3 +231,9 @@ def test_int_predicate_semantics_match_python(ops, joiner, negate, small_schema:
         pytext = f"not ({pytext})"
     for x in range(0, 11):
         assert box.contains_row({"age": x}) == eval(pytext), (text, x)  # noqa: S307
+
+
+def test_malformed_number_literal(small_schema: Schema) -> None:
+    """Found by the fuzz run: sqlglot reads '3E' as a number token."""
+    with pytest.raises(QueryError, match="not a valid number"):
+        parse_query("SELECT COUNT(*) FROM t WHERE age > 3E", small_schema)

@@ -270,7 +270,10 @@ def _literal(node: exp.Expression, column: Column) -> Any:
             try:
                 value = int(text)
             except ValueError:
-                value = float(text)
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise QueryError(f"{text!r} is not a valid number") from None
             if negate:
                 value = -value
     elif isinstance(node, exp.Null):
