@@ -312,10 +312,10 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool) -> Noise:
     """
     cont = sensitivity / mu
     if integer_values and cont <= 300.0 and float(sensitivity).is_integer():
-        return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(round(mu, 15), int(sensitivity)), sensitivity)
+        return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(float(mu), int(sensitivity)), sensitivity)
     g = float(max(1, math.ceil(cont / _GRID_UNITS))) if integer_values else cont / _GRID_UNITS
     units = int(math.ceil(sensitivity / g * (1.0 + 1e-12))) + 1
-    return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(round(mu, 15), units), sensitivity, g)
+    return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(float(mu), units), sensitivity, g)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -434,3 +434,131 @@ def test_inexact_clique_stays_safe_incrementally():
     if not b.clique_exact:
         assert b.clique >= omega.lower
     assert b.overlap.upper <= b.clique <= b.chromatic <= b.sequential
+
+
+# ------------------------------------------------------------------------------------------------------
+# graph search with the running intersection (gsearch.py) and the portfolio
+# ------------------------------------------------------------------------------------------------------
+
+
+def _graph_exact(bx, ws, sch, **kw):
+    return max_overlap(bx, ws, sch, time_limit=kw.pop("time_limit", 30.0), method="graph", **kw)
+
+
+def test_graph_search_matches_brute_force_small_domains(monkeypatch):
+    import dpmagic.overlap.maxoverlap as mo
+
+    monkeypatch.setattr(mo, "TENSOR_CELLS", 1)  # force the searches even on tiny domains
+    rng = np.random.default_rng(11)
+    for _ in range(8):
+        sch, bx = _uniform(rng, int(rng.integers(5, 30)), m=int(rng.integers(2, 6)), kmax=4)
+        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        for method in ("graph", "bb", "auto"):
+            r = mo.max_overlap(bx, ws, sch, time_limit=30.0, method=method)
+            assert r.exact and r.lower == truth == r.upper, method
+            assert row_load(bx, ws, r.witness) == r.lower
+        assert "graph" in mo.max_overlap(bx, ws, sch, method="graph").method
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(boxes())
+def test_graph_search_hypothesis(wl):
+    import dpmagic.overlap.maxoverlap as mo
+
+    sch, bx, ws = wl
+    truth = brute_max(sch, bx, ws)
+    old = mo.TENSOR_CELLS
+    mo.TENSOR_CELLS = 1
+    try:
+        r = mo.max_overlap(bx, ws, sch, time_limit=30.0, method="graph")
+    finally:
+        mo.TENSOR_CELLS = old
+    assert r.lower <= truth + 1e-9 and r.upper >= truth - 1e-9
+    assert r.exact and r.lower == pytest.approx(truth)
+    assert row_load(bx, ws, r.witness) == pytest.approx(r.lower)
+
+
+def _sparse_many_columns(rng, t, m, kmax, p_col=0.5):
+    """Each query constrains about ``p_col`` of the m columns (random value subsets): a sparse query graph."""
+    cols = {f"c{j}": CategoricalColumn(f"c{j}", tuple(range(int(rng.integers(2, kmax + 1))))) for j in range(m)}
+    sch = Schema(cols)
+    bx = []
+    for _ in range(t):
+        cons = {}
+        for name in cols:
+            if rng.random() < p_col:
+                col = cols[name]
+                vals = rng.choice(col.size, int(rng.integers(1, col.size + 1)), replace=False)
+                cons[name] = CategorySet(col, frozenset(int(v) for v in vals))
+        bx.append(Box(cons))
+    return sch, bx
+
+
+def test_graph_search_sparse_many_columns_agrees_with_milp():
+    rng = np.random.default_rng(23)
+    for t, m in ((40, 30), (60, 60), (30, 120)):
+        sch, bx = _sparse_many_columns(rng, t, m, kmax=5)
+        ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+        ref = max_overlap(bx, ws, sch, time_limit=60.0, method="milp")
+        assert ref.exact
+        r = _graph_exact(bx, ws, sch)
+        assert r.exact and r.lower == ref.lower
+        assert row_load(bx, ws, r.witness) == r.lower
+        a = max_overlap(bx, ws, sch, time_limit=30.0)
+        assert a.exact and a.lower == ref.lower and "graph" in a.method
+
+
+def test_graph_search_brute_force_sparse_tiny_domain():
+    # many binary columns: the domain is 2^12 rows, small enough to enumerate
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        sch, bx = _sparse_many_columns(rng, 35, 12, kmax=2, p_col=0.3)
+        ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        r = _graph_exact(bx, ws, sch)
+        assert r.exact and r.lower == truth
+
+
+def test_graph_search_timeout_is_safe_and_respects_the_budget():
+    from dpmagic.overlap.encoding import BoxStore, build_problem
+    from dpmagic.overlap.gsearch import graph_search
+
+    from tests_support import uniform_boxes
+
+    sch, bx = uniform_boxes(300, m=10, kmin=3, kmax=6, seed=4)
+    truth = max_overlap(bx, None, sch, time_limit=120, method="milp")
+    store = BoxStore(sch)
+    store.extend(bx, np.ones(len(bx)))
+    prob = build_problem(store, np.arange(len(bx)))
+    import time
+
+    for limit in (0.0, 0.05):
+        r = graph_search(prob, time.perf_counter() + limit)
+        if truth.exact:
+            assert r.best <= truth.lower <= r.upper
+        assert r.exact or r.upper >= r.best
+    for method in ("auto", "graph", "bb"):
+        t0 = time.perf_counter()
+        r = max_overlap(bx, None, sch, time_limit=0.3, method=method)
+        assert time.perf_counter() - t0 < 0.3 + 1.0  # the whole call, LP included, stays near the budget
+        if truth.exact:
+            assert r.lower <= truth.lower <= r.upper
+
+
+def test_engine_region_and_incremental_use_graph_search(monkeypatch):
+    import dpmagic.overlap.maxoverlap as mo
+
+    monkeypatch.setattr(mo, "TENSOR_CELLS", 1)
+    monkeypatch.setattr(mo, "COLUMN_FIRST_LOG10", -1.0)  # graph search first
+    rng = np.random.default_rng(2)
+    sch, bx = _uniform(rng, 25, m=4, kmax=3)
+    ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+    eng = OverlapEngine(sch, time_limit=30.0)
+    for i, (b, w) in enumerate(zip(bx, ws)):
+        eng.add(b, w)
+        g = eng.overlap()
+        assert g.exact and g.lower == brute_max(sch, bx[: i + 1], ws[: i + 1])
+    region = bx[0]
+    r = eng.max_load_over(region)
+    assert r.exact and r.lower == brute_max(sch, bx, ws, region=region)

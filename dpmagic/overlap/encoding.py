@@ -109,6 +109,21 @@ class _CatStore:
         if self.bdtype is not None:
             self.bits[q] = self._bits_of(vs.indices)
 
+    def set_many(self, qs: list[int], vss: list[CategorySet]) -> None:
+        """:meth:`set` for many queries at once (one scatter instead of one per query)."""
+        q = np.asarray(qs, dtype=np.intp)
+        sizes = np.fromiter((len(vs.indices) for vs in vss), dtype=np.intp, count=len(vss))
+        idx = np.concatenate([np.fromiter(vs.indices, dtype=np.intp, count=len(vs.indices)) for vs in vss])
+        rows = np.repeat(q, sizes)
+        self.mask[:, q] = False
+        self.mask[idx, rows] = True
+        self.constrained[q] = True
+        self.singleton[q] = sizes <= 1
+        if self.bdtype is not None:
+            acc = np.zeros(len(q), dtype=np.uint64)
+            np.add.at(acc, np.repeat(np.arange(len(q)), sizes), np.left_shift(np.uint64(1), idx.astype(np.uint64)))
+            self.bits[q] = acc.astype(self.bdtype)
+
     def overlap(self, vs: CategorySet, n: int) -> np.ndarray:
         idx = sorted(vs.indices)
         if not idx:
@@ -306,6 +321,7 @@ class BoxStore:
             raise ValueError("weights must be positive and finite")
         self._reserve(len(boxes))
         start = self.n
+        pending: dict[str, tuple[list[int], list[Any]]] = {}
         for off, box in enumerate(boxes):
             q = start + off
             empty = box.is_empty()
@@ -316,7 +332,19 @@ class BoxStore:
             if empty:
                 continue
             for name, vs in box.constraints.items():
-                self._store(name, vs).set(q, vs)  # type: ignore[arg-type]
+                entry = pending.get(name)
+                if entry is None:
+                    pending[name] = ([q], [vs])
+                else:
+                    entry[0].append(q)
+                    entry[1].append(vs)
+        for name, (qs, vss) in pending.items():
+            st = self._store(name, vss[0])
+            if isinstance(st, _CatStore) and len(qs) > 1:
+                st.set_many(qs, vss)
+            else:
+                for q, vs in zip(qs, vss):
+                    st.set(q, vs)  # type: ignore[arg-type]
         self.n = start + len(boxes)
         return np.arange(start, self.n)
 
@@ -428,20 +456,20 @@ class Problem:
         return float(np.prod([float(c.a) for c in self.columns])) if self.columns else 1.0
 
 
-def _dedupe_dense(M: np.ndarray, values: list[Any]) -> tuple[np.ndarray, list[Any]]:
-    """Merge atoms (columns of M) with identical membership; keeps the first value of each group."""
+def _dedupe_dense(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge atoms (columns of M) with identical membership; returns (M', kept atom indices: first of each)."""
     a = M.shape[1]
     if a <= 1:
-        return M, values
+        return M, np.arange(a)
     packed = np.packbits(M.T, axis=1)
     if packed.shape[1] == 0:
-        return M[:, :1], values[:1]
+        return M[:, :1], np.arange(1)
     view = np.ascontiguousarray(packed).view(np.dtype((np.void, packed.shape[1])))[:, 0]
     _, first = np.unique(view, return_index=True)
-    first.sort()
     if len(first) == a:
-        return M, values
-    return M[:, first], [values[i] for i in first]
+        return M, np.arange(a)
+    first.sort()
+    return M[:, first], first
 
 
 def _numeric_value(col: NumericColumn, lo: Any, hi: Any) -> float | int:
@@ -495,14 +523,19 @@ def build_problem(
             continue
         col = st.column if st is not None else store.column_of(name, rvs)
         if isinstance(col, CategoricalColumn):
-            allowed = sorted(rvs.indices) if rvs is not None else list(range(col.size))  # type: ignore[union-attr]
+            allowed = sorted(rvs.indices) if rvs is not None else None  # type: ignore[union-attr]
             if st is not None and n:
-                M = st.mask[np.ix_(allowed, ids)].T.copy()  # type: ignore[union-attr]
+                if allowed is None:
+                    M = np.ascontiguousarray(st.mask[:, ids].T)  # type: ignore[union-attr]
+                else:
+                    M = np.ascontiguousarray(st.mask[np.ix_(allowed, ids)].T)  # type: ignore[union-attr]
             else:
-                M = np.ones((n, len(allowed)), dtype=bool)
-            values = [col.values[i] for i in allowed]
+                M = np.ones((n, col.size if allowed is None else len(allowed)), dtype=bool)
+            keep = np.arange(M.shape[1])
             if dedupe:
-                M, values = _dedupe_dense(M, values)
+                M, keep = _dedupe_dense(M)
+            src = keep.tolist() if allowed is None else [allowed[i] for i in keep.tolist()]
+            values = [col.values[i] for i in src]
             cols.append(ProblemColumn(name, M.shape[1], values, M=M))
         else:
             cols.append(_numeric_problem_column(name, col, st, ids, rvs))  # type: ignore[arg-type]

@@ -49,6 +49,8 @@ from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
 from .encoding import BoxStore, Problem, build_problem
+from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
+from .gsearch import _Timeout as _GraphTimeout
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack"]
 
@@ -58,9 +60,18 @@ TENSOR_CELLS = 6_000_000
 KR_ENTRIES = 24_000_000
 #: try connected components when the sub-problem is at most this large (pairwise test is O(n² m))
 COMPONENT_MAX_N = 4000
-#: share of the time limit (and cap, seconds) given to branch and bound before handing over to HiGHS
-BB_FIRST_SHARE = 0.5
-BB_FIRST_MAX = math.inf
+#: share of the remaining time given to the first search of the portfolio
+FIRST_SHARE = 0.5
+#: share of the time then left given to the second search when HiGHS follows (it gets the rest)
+MILP_RESERVE_FROM = 0.6
+#: the column branch and bound goes first when log10 of the atom product is at most this
+COLUMN_FIRST_LOG10 = 9.0
+#: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
+MILP_MAX_VARS = 60_000
+MILP_MAX_NNZ = 2_000_000
+#: seconds needed to start the MILP / the LP relaxation at all
+MILP_MIN_SECONDS = 0.3
+LP_MIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -155,12 +166,16 @@ def _tensor(prob: Problem) -> tuple[float, dict[int, int]]:
 # ---------------------------------------------------------------------------------------------------------
 # branch and bound over columns
 # ---------------------------------------------------------------------------------------------------------
-def _components(prob: Problem) -> list[np.ndarray] | None:
+def _components(prob: Problem, adjacency: np.ndarray | None = None) -> list[np.ndarray] | None:
     """Connected components of the query graph of ``prob`` (None if not worth computing)."""
     n = prob.n
+    from scipy.sparse.csgraph import connected_components
+
+    if adjacency is not None and n >= 2:
+        ncomp, labels = connected_components(sp.csr_matrix(adjacency), directed=False)
+        return None if ncomp <= 1 else [np.flatnonzero(labels == k) for k in range(ncomp)]
     if n < 2 or n > COMPONENT_MAX_N:
         return None
-    from scipy.sparse.csgraph import connected_components
 
     adj = np.ones((n, n), dtype=bool)
     for c in prob.columns:
@@ -352,6 +367,146 @@ def milp_overlap(
 
 
 # ---------------------------------------------------------------------------------------------------------
+# portfolio: column branch and bound, graph search, HiGHS
+# ---------------------------------------------------------------------------------------------------------
+def _column_bb(
+    prob: Problem, deadline: float, slack: float, incumbent: float, adjacency: np.ndarray | None
+) -> tuple[dict[str, int], float, bool, str]:
+    """Column branch and bound (per component); returns (atoms or {}, proven upper, exact, method tag)."""
+    bb = _BranchAndBound(deadline, slack)
+    bb.best = incumbent
+    used = "branch-and-bound"
+    exact = True
+    try:
+        comps = _components(prob, adjacency)
+        if comps is not None:
+            used += "+components"
+            comps.sort(key=lambda r: -float(prob.weights[r].sum()))
+            totals = np.array([float(prob.weights[r].sum()) for r in comps])
+            top: list[Any] = [math.inf, totals, 0]
+            bb.frames.append(top)  # unexplored components stay on the frontier
+            for k, rows in enumerate(comps):
+                top[2] = k
+                if totals[k] <= bb.best:
+                    break
+                bb.solve(prob.sub(rows), {}, math.inf)
+            bb.frames.pop()
+        else:
+            bb.solve(prob, {}, math.inf)
+        upper = bb.best + slack
+    except _Timeout:
+        exact = False
+        upper = bb.frontier_upper() + slack
+        bb.frames.clear()
+    if bb.used_tensor:
+        used += "+tensor"
+    return bb.best_atoms, upper, exact, used
+
+
+def _milp_size(prob: Problem) -> tuple[int, float]:
+    """(variables, estimated non-zeros) of the MILP of ``prob``."""
+    nvar = sum(c.a for c in prob.columns) + prob.n
+    nnz = 0.0
+    for c in prob.columns:
+        if c.M is not None:
+            nnz += float(c.M.sum())
+        else:
+            nnz += float(np.sum(c.re - c.rs))  # type: ignore[operator]
+    return nvar, nnz
+
+
+def _portfolio(
+    store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, slack: float, method: str
+) -> tuple[dict[str, int], float, bool, str]:
+    """Exact γ of a sub-problem too large for one load tensor, within ``deadline`` (wall clock).
+
+    Methods, in an order chosen from instance features (log₁₀ of the atom product): the column branch and
+    bound (few columns, small atom product) and the graph search (many columns: sparse query graphs), each
+    seeded with the best witness so far; then HiGHS (MILP, or its LP relaxation when little time is left)
+    if the problem is small enough.  Returns (atoms of the best witness, proven upper bound, exact, tag).
+    """
+    best_val = -math.inf
+    best_atoms: dict[str, int] = {}
+    upper = math.inf
+    exact = False
+    tags: list[str] = []
+
+    def offer(at: dict[str, int]) -> None:
+        nonlocal best_val, best_atoms
+        if not at and best_atoms:
+            return
+        val = _load(store, ids, _witness(store, prob, at))
+        if val > best_val:
+            best_val, best_atoms = val, at
+
+    log_cells = float(sum(math.log10(max(c.a, 1)) for c in prob.columns))
+    graph_ok = prob.n <= GRAPH_MAX_N
+    if method == "bb":
+        order = ["bb"]
+    elif method == "graph":
+        order = ["graph"] if graph_ok else ["bb"]
+    elif log_cells <= COLUMN_FIRST_LOG10 or not graph_ok:
+        order = ["bb", "graph"] if graph_ok else ["bb"]
+    else:
+        order = ["graph", "bb"]
+    nvar, nnz = _milp_size(prob)
+    use_milp = method == "auto" and nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ
+    gdata: GraphData | None = None
+    for k, m in enumerate(order):
+        now = time.perf_counter()
+        left = deadline - now
+        if left <= 0:
+            break
+        last = k == len(order) - 1
+        if last:
+            share = left * (MILP_RESERVE_FROM if use_milp else 1.0)
+        else:
+            share = left * FIRST_SHARE
+        sub_deadline = now + share
+        if m == "graph":
+            if gdata is None:
+                try:
+                    gdata = graph_data(prob, sub_deadline)
+                except _GraphTimeout:
+                    continue
+            r = graph_search(prob, sub_deadline, data=gdata, best=best_val)
+            tags.append("graph-search")
+            offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
+            upper = min(upper, r.upper + slack)
+            if r.exact:
+                exact = True
+                break
+        else:
+            at, ub, ex, tag = _column_bb(prob, sub_deadline, slack, best_val, gdata.adj if gdata else None)
+            tags.append(tag)
+            offer(at)
+            upper = min(upper, ub)
+            if ex:
+                exact = True
+                break
+    if not exact and method == "auto":
+        left = deadline - time.perf_counter()
+        try:
+            if use_milp and left > MILP_MIN_SECONDS:
+                val, at, ub = milp_overlap(prob, left)
+                tags.append("milp")
+                if at is not None:
+                    offer(at)
+                if ub is not None:
+                    upper = min(upper, ub + slack)
+            elif nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ and left > LP_MIN_SECONDS:
+                _, _, lp = milp_overlap(prob, left, relax=True)
+                if lp is not None:
+                    upper = min(upper, lp + slack)
+                    tags.append("lp")
+        except Exception:  # pragma: no cover - HiGHS is an optional tightening
+            pass
+    if best_val > -math.inf and upper - best_val <= slack + 1e-9 * max(1.0, abs(best_val)):
+        exact = True
+    return best_atoms, upper, exact, "+".join(tags) if tags else "none"
+
+
+# ---------------------------------------------------------------------------------------------------------
 # driver
 # ---------------------------------------------------------------------------------------------------------
 def _witness(store: BoxStore, prob: Problem, atoms: Mapping[str, int]) -> dict[str, Any]:
@@ -381,8 +536,12 @@ def solve_overlap(
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
     ``upper_hint`` is any proven upper bound the caller knows (exact clique, colouring, Σw); it only
-    tightens ``upper`` on a timeout.  ``method``: ``"auto"`` (tensor, else branch and bound then HiGHS),
-    ``"bb"`` (tensor / branch and bound only, LP relaxation on a timeout) or ``"milp"`` (HiGHS only).
+    tightens ``upper`` on a timeout.  ``method``: ``"auto"`` (tensor, else the portfolio of
+    :func:`_portfolio`: column branch and bound and graph search in a feature-chosen order, then HiGHS),
+    ``"bb"`` (tensor / column branch and bound only), ``"graph"`` (tensor / graph search only) or
+    ``"milp"`` (HiGHS only).  ``time_limit`` is a wall-clock budget for the whole call (encoding included);
+    on a timeout ``upper`` is the smallest *proven* bound (search frontier, LP / MILP dual bound,
+    ``upper_hint``, Σw) and ``lower`` the exact load of the best witness row found.
     """
     t0 = time.perf_counter()
     deadline = t0 + time_limit
@@ -404,7 +563,7 @@ def solve_overlap(
     if prob.n > 0:
         cells, kr = _tensor_cost(prob)
         if method == "milp":
-            val, at, ub = milp_overlap(prob, time_limit)
+            val, at, ub = milp_overlap(prob, max(deadline - time.perf_counter(), 0.01))
             atoms = at or {}
             upper = ub if ub is not None else math.inf
             used = "milp"
@@ -417,53 +576,7 @@ def solve_overlap(
             upper = value + slack
             used = "tensor"
         else:
-            # portfolio: our column branch and bound first (cheap, often enough), then HiGHS on the rest
-            bb_deadline = t0 + (time_limit if method == "bb" else min(BB_FIRST_SHARE * time_limit, BB_FIRST_MAX))
-            bb = _BranchAndBound(bb_deadline, slack)
-            used = "branch-and-bound"
-            try:
-                comps = _components(prob)
-                if comps is not None:
-                    used += "+components"
-                    comps.sort(key=lambda r: -float(prob.weights[r].sum()))
-                    totals = np.array([float(prob.weights[r].sum()) for r in comps])
-                    top: list[Any] = [math.inf, totals, 0]
-                    bb.frames.append(top)  # unexplored components stay on the frontier
-                    for k, rows in enumerate(comps):
-                        top[2] = k
-                        if totals[k] <= bb.best:
-                            break
-                        bb.solve(prob.sub(rows), {}, math.inf)
-                    bb.frames.pop()
-                else:
-                    bb.solve(prob, {}, math.inf)
-                upper = bb.best + slack
-            except _Timeout:
-                exact = False
-                upper = bb.frontier_upper() + slack
-                bb.frames.clear()
-            if bb.used_tensor:
-                used += "+tensor"
-            atoms = bb.best_atoms
-            if not exact:
-                left = deadline - time.perf_counter()
-                try:
-                    if left > 0.05 and method != "bb":
-                        val, at, ub = milp_overlap(prob, left)
-                        used += "+milp"
-                        if at is not None:
-                            alt = _witness(store, prob, at)
-                            if _load(store, ids, alt) > _load(store, ids, _witness(store, prob, atoms)):
-                                atoms = at
-                        if ub is not None:
-                            upper = min(upper, ub + slack)
-                    else:
-                        _, _, lp = milp_overlap(prob, max(left, 0.2 * time_limit, 0.05), relax=True)
-                        if lp is not None:
-                            upper = min(upper, lp + slack)
-                            used += "+lp"
-                except Exception:  # pragma: no cover - HiGHS is an optional tightening
-                    pass
+            atoms, upper, exact, used = _portfolio(store, prob, ids, deadline, slack, method)
     else:
         upper = 0.0
     witness = _witness(store, prob, atoms)
