@@ -214,6 +214,8 @@ def release_float_sum(groups: list[np.ndarray], noise: Noise, lower: float, uppe
 # chosen so that about 200 grid units make one standard deviation: the rounding error g/2 is then < 1% of σ.
 
 _GRID_UNITS = 200.0
+#: Smallest μ per release: below it σ > 10⁴·Δ and the exact calibration's lattice (≈ 80/μ points) grows large.
+GDP_MIN_MU = 1e-4
 
 
 def _gdp_delta(mu: float, eps: np.ndarray) -> np.ndarray:
@@ -310,6 +312,13 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool) -> Noise:
     Integer values with σ_continuous = Δ/μ ≤ 300 are perturbed directly; larger (or float) values are first
     rounded to a grid g ≈ σ_continuous / 200, where the sensitivity is ⌈Δ/g⌉ + 1 grid units.
     """
+    if not mu >= GDP_MIN_MU:
+        from dpmagic.errors import BudgetError
+
+        raise BudgetError(
+            f"a μ of {mu:.3g} per release is too small to be useful (below {GDP_MIN_MU:g}: noise of more than "
+            f"{1 / GDP_MIN_MU:.0e} times the sensitivity)"
+        )
     cont = sensitivity / mu
     if integer_values and cont <= 300.0 and float(sensitivity).is_integer():
         return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(float(mu), int(sensitivity)), sensitivity)

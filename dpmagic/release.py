@@ -20,7 +20,7 @@ import pandas as pd
 
 from dpmagic.accountant.currency import Currency
 from dpmagic.backends.pandas import Cells
-from dpmagic.errors import ConfigurationError
+from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
 from dpmagic.query.model import Query
 from dpmagic.schema import NumericColumn, Schema
@@ -150,7 +150,10 @@ def cost_for_target(
         raise ConfigurationError(f"the accuracy target must be a positive number, got {target!r}")
 
     def width(c: float) -> float:
-        plan = plan_noise(query, schema, currency, c, replace_one=replace_one)
+        try:
+            plan = plan_noise(query, schema, currency, c, replace_one=replace_one)
+        except BudgetError:  # a cost too small to be released: infinitely wide
+            return math.inf
         return plan_halfwidth(plan, query, schema, min_rows=min_rows, level=level)
 
     hi = 1.0
