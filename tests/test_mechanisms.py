@@ -148,12 +148,12 @@ def test_tiny_costs_are_refused_before_charging() -> None:
     for definition in ("pure", "zcdp", "gdp"):
         with pytest.raises(BudgetError, match="too small to be useful"):
             noise_for(definition, 1e-89, 1.0, integer=True)
+        with pytest.raises(BudgetError, match="too small to be useful"):
+            float_sum_noise(definition, 1e-89, 0.0, 10.0)
     for definition in ("pure", "gdp"):  # ε = 1e-17: b = 1e17; μ = 1e-17: below the GDP floor
         with pytest.raises(BudgetError, match="too small to be useful"):
             noise_for(definition, 1e-17, 1.0, integer=True)
     assert noise_for("zcdp", 1e-17, 1.0, integer=True).scale < 1e9  # ρ = 1e-17 is still a usable σ
-        with pytest.raises(BudgetError, match="too small to be useful"):
-            float_sum_noise(definition, 1e-89, 0.0, 10.0)
     big = Noise("discrete_laplace", 1e12, 1.0)
     assert big.ci_halfwidth() == pytest.approx(1e12 * math.log(20), rel=1e-6)
     assert big.variance == pytest.approx(2e24, rel=1e-6)
