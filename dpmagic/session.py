@@ -13,6 +13,7 @@ draw the noise → record the release.  Any error before the commit spends nothi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import html
 import time
@@ -371,18 +372,8 @@ class Session:
                     break
         if hit is None:
             return None
-        return QueryResult(
-            query=hit.query,
-            df=hit.df.copy(),
-            cost=hit.cost,
-            currency=hit.currency,
-            charge=hit.charge,
-            noise=hit.noise,
-            entry_id=hit.entry_id,
-            seconds=0.0,
-            spent=self.spent,
-            budget=self.budget.total,
-            cached=True,
+        return dataclasses.replace(
+            hit, df=hit.df.copy(), seconds=0.0, spent=self.spent, budget=self.budget.total, cached=True
         )
 
     def affordable(self, sql_or_query: str | Query) -> float:
