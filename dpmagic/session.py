@@ -353,23 +353,22 @@ class Session:
     def _cached(self, key: str) -> QueryResult | None:
         hit = self._cache.get(key)
         if hit is None:
-            for e in reversed(self.accountant.entries()):  # answers recorded before a restart
-                if e.released and e.details.get("cache_key") == key:
-                    q = self.parse(e.sql)
-                    hit = QueryResult(
-                        query=q,
-                        df=pd.DataFrame(e.answer["data"], columns=e.answer["columns"]),
-                        cost=e.cost,
-                        currency=self.currency,
-                        charge=self.accountant.preview(q.coverage, e.cost),
-                        noise={},
-                        entry_id=e.id,
-                        seconds=0.0,
-                        spent=self.spent,
-                        budget=self.budget.total,
-                    )
-                    self._cache[key] = hit
-                    break
+            e = self.accountant.released_entry(key)  # answered before a restart, or by another kernel
+            if e is not None:
+                q = self.parse(e.sql)
+                hit = QueryResult(
+                    query=q,
+                    df=pd.DataFrame(e.answer["data"], columns=e.answer["columns"]),
+                    cost=e.cost,
+                    currency=self.currency,
+                    charge=self.accountant.preview(q.coverage, e.cost),
+                    noise={},
+                    entry_id=e.id,
+                    seconds=0.0,
+                    spent=self.spent,
+                    budget=self.budget.total,
+                )
+                self._cache[key] = hit
         if hit is None:
             return None
         return dataclasses.replace(
@@ -403,9 +402,12 @@ class Session:
         c = self._resolve(q, spec, ci, min_rows)
         plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
         ch = self.accountant.preview(q.coverage, c)
-        entries = {e.id: e for e in self.accountant.entries()}
         overlapping = pd.DataFrame(
-            [{"id": i, "sql": entries[i].sql.strip(), "cost": entries[i].cost} for i in ch.neighbors],
+            [
+                {"id": i, "sql": e.sql.strip(), "cost": e.cost}
+                for i in ch.neighbors
+                if (e := self.accountant.entry(i)) is not None
+            ],
             columns=["id", "sql", "cost"],
         )
         noise = _noise_of(plan)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dpmagic.accountant.currency import Budget, check_cost
-from dpmagic.accountant.ledger import Ledger
+from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Bounds, OverlapEngine
 from dpmagic.overlap.pairs import max_pair_load
@@ -99,6 +99,7 @@ class Accountant:
         self.time_limit = time_limit
         self.engine = OverlapEngine(schema, time_limit=time_limit)
         self._entry_ids: list[int] = []
+        self._fold = EntryFold()
         self._seen = 0
         self._charged = 0.0
         self._charged_as: str = bound
@@ -117,6 +118,7 @@ class Accountant:
         boxes: list[Box] = []
         weights: list[float] = []
         for ev in events:
+            self._fold.apply(ev)
             if ev.kind == "charge":
                 boxes.append(box_from_json(ev.body["coverage"], self.schema))
                 weights.append(float(ev.body["weight"]))
@@ -235,7 +237,7 @@ class Accountant:
                     f"{cur.format(self.affordable(box))} is left for a query on this part of the domain",
                     hint="lower the cost, narrow the WHERE clause to a region with budget left, or stop here",
                 )
-            entry_id = self.ledger.append(
+            event = self.ledger.append_event(
                 self.key,
                 "charge",
                 {
@@ -249,6 +251,8 @@ class Accountant:
                     "details": {"bounds": bounds_to_json(ch.bounds), **(details or {})},
                 },
             )
+        entry_id = event.seq
+        self._fold.apply(event)
         self.engine.add(box, ch.weight)
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
@@ -275,9 +279,18 @@ class Accountant:
         """Append the released answer of a charged entry."""
         self.ledger.append(self.key, "release", {"entry": entry_id, "answer": answer})
 
-    def entries(self) -> list[Any]:
-        """This key's charges that count toward the budget now, with their releases."""
-        return self.ledger.entries(self.key)
+    def entries(self) -> list[LedgerEntry]:
+        """This key's charges that count toward the budget now, with their releases (kept incrementally)."""
+        self._sync()
+        return list(self._fold.entries.values())
+
+    def entry(self, entry_id: int) -> LedgerEntry | None:
+        return self._fold.entries.get(entry_id)
+
+    def released_entry(self, cache_key: str) -> LedgerEntry | None:
+        """The released entry of an identical earlier query (same cache key), if any."""
+        self._sync()
+        return self._fold.released(cache_key)
 
     def load_map(self, first: str, second: str) -> tuple[list[Any], list[Any], list[list[float]]]:
         """Current maximum load of every (first, second) cell, maximised over the other columns.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import html
 import io
@@ -46,6 +47,7 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "LedgerEvent",
+    "EntryFold",
     "default_ledger_path",
     "verify",
     "GENESIS",
@@ -191,6 +193,10 @@ class Ledger:
     # -- writing ------------------------------------------------------------------------------------------
     def append(self, key: str, kind: str, body: dict[str, Any]) -> int:
         """Append one chained event (inside a transaction; opens one if needed); returns its seq."""
+        return self.append_event(key, kind, body).seq
+
+    def append_event(self, key: str, kind: str, body: dict[str, Any]) -> LedgerEvent:
+        """Append one chained event and return it as stored."""
         with self.transaction():
             row = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (1, GENESIS) if row is None else (int(row[0]) + 1, str(row[1]))
@@ -204,7 +210,7 @@ class Ledger:
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)", (_dumps({"seq": seq, "hash": digest}),)
             )
-        return seq
+        return LedgerEvent(seq, key, kind, created, json.loads(text), prev, digest)
 
     # -- reading ---------------------------------------------------------------------------------------
     def events(self, key: str | None = None, *, after: int = 0) -> list[LedgerEvent]:
@@ -302,13 +308,21 @@ class Ledger:
         raise ValueError(f"unknown export format {fmt!r}: use csv, json or html")
 
 
-def entries_from_events(events: list[LedgerEvent], *, keep_reset: bool = False) -> list[LedgerEntry]:
-    """Fold one key's events into its current entries (charges after the last reset, with releases)."""
-    out: dict[int, LedgerEntry] = {}
-    for ev in events:
+class EntryFold:
+    """Folds one key's events, incrementally, into its current entries (charges since the last reset).
+
+    Keeps an index of the charges' cache keys, so that a re-run lookup never re-reads the ledger.
+    """
+
+    def __init__(self, *, keep_reset: bool = False) -> None:
+        self.keep_reset = keep_reset
+        self.entries: dict[int, LedgerEntry] = {}
+        self.by_cache_key: dict[str, int] = {}
+
+    def apply(self, ev: LedgerEvent) -> None:
         if ev.kind == "charge":
             b = ev.body
-            out[ev.seq] = LedgerEntry(
+            self.entries[ev.seq] = LedgerEntry(
                 id=ev.seq,
                 created=ev.created,
                 sql=b["sql"],
@@ -320,16 +334,32 @@ def entries_from_events(events: list[LedgerEvent], *, keep_reset: bool = False) 
                 charged_after=float(b["charged_after"]),
                 details=b.get("details", {}),
             )
+            key = b.get("details", {}).get("cache_key")
+            if key is not None:
+                self.by_cache_key[key] = ev.seq
         elif ev.kind == "release":
-            e = out.get(int(ev.body["entry"]))
+            e = self.entries.get(int(ev.body["entry"]))
             if e is not None:
-                out[e.id] = LedgerEntry(**{**e.__dict__, "answer": ev.body.get("answer"), "released_at": ev.created})
+                self.entries[e.id] = dataclasses.replace(e, answer=ev.body.get("answer"), released_at=ev.created)
         elif ev.kind == "reset":
-            if keep_reset:
-                out = {k: LedgerEntry(**{**v.__dict__, "extra": {"reset": True}}) for k, v in out.items()}
+            if self.keep_reset:
+                self.entries = {k: dataclasses.replace(v, extra={"reset": True}) for k, v in self.entries.items()}
             else:
-                out = {}
-    return list(out.values())
+                self.entries, self.by_cache_key = {}, {}
+
+    def released(self, cache_key: str) -> LedgerEntry | None:
+        """The latest released entry with this cache key, if any."""
+        seq = self.by_cache_key.get(cache_key)
+        e = None if seq is None else self.entries.get(seq)
+        return e if e is not None and e.released else None
+
+
+def entries_from_events(events: list[LedgerEvent], *, keep_reset: bool = False) -> list[LedgerEntry]:
+    """Fold one key's events into its current entries (charges after the last reset, with releases)."""
+    fold = EntryFold(keep_reset=keep_reset)
+    for ev in events:
+        fold.apply(ev)
+    return list(fold.entries.values())
 
 
 def verify(path: str | Path) -> tuple[bool, list[str]]:
