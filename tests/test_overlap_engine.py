@@ -461,22 +461,23 @@ def test_graph_search_matches_brute_force_small_domains(monkeypatch):
         assert "graph" in mo.max_overlap(bx, ws, sch, method="graph").method
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(boxes())
-def test_graph_search_hypothesis(wl):
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads, st.sampled_from(["graph", "bb", "auto"]))
+def test_searches_hypothesis(wl, method):
+    # mixed categorical / int / float columns, unions and complements, dyadic weights
     import dpmagic.overlap.maxoverlap as mo
 
-    sch, bx, ws = wl
-    truth = brute_max(sch, bx, ws)
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
     old = mo.TENSOR_CELLS
     mo.TENSOR_CELLS = 1
     try:
-        r = mo.max_overlap(bx, ws, sch, time_limit=30.0, method="graph")
+        r = mo.max_overlap(bx, ws, SCHEMA, time_limit=30.0, method=method)
     finally:
         mo.TENSOR_CELLS = old
-    assert r.lower <= truth + 1e-9 and r.upper >= truth - 1e-9
-    assert r.exact and r.lower == pytest.approx(truth)
-    assert row_load(bx, ws, r.witness) == pytest.approx(r.lower)
+    assert r.exact and r.lower == truth == r.upper
+    assert row_load(bx, ws, r.witness) == r.lower
 
 
 def _sparse_many_columns(rng, t, m, kmax, p_col=0.5):
@@ -521,10 +522,10 @@ def test_graph_search_brute_force_sparse_tiny_domain():
 
 
 def test_graph_search_timeout_is_safe_and_respects_the_budget():
+    from tests_support import uniform_boxes
+
     from dpmagic.overlap.encoding import BoxStore, build_problem
     from dpmagic.overlap.gsearch import graph_search
-
-    from tests_support import uniform_boxes
 
     sch, bx = uniform_boxes(300, m=10, kmin=3, kmax=6, seed=4)
     truth = max_overlap(bx, None, sch, time_limit=120, method="milp")

@@ -9,18 +9,27 @@ works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem`
    matrix ``K`` (n × Π_A a_c); the loads are ``cumsum(Dᵀ (w·K))`` where D is the sparse ±1 difference
    matrix of the queries' runs along B (a prefix is two non-zeros).  Cost ``O(n·cells_A + nnz(D)·cells_A +
    cells)``.  The census workload (Income × 5·4·7·2 cells) is one such product.
-2. **Branch and bound over columns** (``_BranchAndBound``) otherwise: fix one column to one atom at a time
+2. **Branch and bound over columns** (``_BranchAndBound``): fix one column to one atom at a time
    (atoms in order of decreasing compatible weight), dropping the queries that miss it.  Bound at a node:
    ``min over free columns c of max over atoms v of the alive weight covering v`` (column sums; DESIGN.md
    §2).  A node whose bound equals its alive weight is a leaf (all alive queries share a point); a node whose
    remaining tensor is small is finished by (1).  Connected components of the query graph are solved
-   separately, heaviest first.
-3. **MILP** (:func:`milp_overlap`, HiGHS through ``scipy.optimize.milp``): one-hot ``y[c, atom]``,
-   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Portfolio: when branch and bound has not
-   finished within ``BB_FIRST_SHARE`` of the time limit, HiGHS gets the rest (its incumbent is a witness,
-   its dual bound a proven upper bound); when too little time is left only the LP relaxation (a safe upper
-   bound) is solved.  Measured: branch and bound wins on few values per column (10 columns, k ≤ 4–6:
-   t = 2,000 in ≈ 1 s where HiGHS times out), HiGHS on more values (k = 5–10, t = 100: 0.6 s vs 15 s).
+   separately, heaviest first.  Strong when few columns carry many constraints (small atom product).
+3. **Branch and bound over the query graph** (:mod:`dpmagic.overlap.gsearch`): seed 000's Algorithm 1 /
+   MCQ with a weighted colouring bound, keeping the per-column intersection of the chosen boxes so that
+   only *overlapping* sets are explored.  Strong on sparse query graphs (many columns, each query
+   constraining some of them): e.g. 30–1,000 columns, t = 100–1,000 in milliseconds to ~1 s.
+4. **MILP** (:func:`milp_overlap`, HiGHS through ``scipy.optimize.milp``): one-hot ``y[c, atom]``,
+   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a witness, its dual bound
+   a proven upper bound; the LP relaxation alone is a safe upper bound.
+
+Portfolio (:func:`_portfolio`, when (1) does not apply): the searches (2) and (3) run one after the other
+in an order chosen from the instance — the column search first when ``log₁₀ Π a_c ≤ COLUMN_FIRST_LOG10``
+(few, small columns), the graph search first otherwise — the first one with ``FIRST_SHARE`` of the time
+left, each seeded with the best witness load so far; then HiGHS (MILP, or the LP relaxation when less
+than ``MILP_MIN_SECONDS`` is left) on what remains, if the problem is small enough for it
+(``MILP_MAX_VARS``, ``MILP_MAX_NNZ``).  The time limit is a wall-clock budget for the whole call, encoding
+included: no phase is started after the deadline, and HiGHS only gets the time left.
 
 On a timeout the result is the best proven interval ``[lower, upper]`` with ``exact=False``: ``lower`` is
 the exact load of a concrete witness row, ``upper`` the smallest proven bound (branch-and-bound frontier,
@@ -48,7 +57,7 @@ import scipy.sparse as sp
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
-from .encoding import BoxStore, Problem, build_problem
+from .encoding import BoxStore, Problem, _packed_words, build_problem, words_intersect
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
 from .gsearch import _Timeout as _GraphTimeout
 
@@ -58,14 +67,18 @@ __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "flo
 TENSOR_CELLS = 6_000_000
 #: entries of the Khatri–Rao matrix n × cells_A built in one piece
 KR_ENTRIES = 24_000_000
+#: a tensor leaf of the column branch and bound at the size limits takes up to about this long (seconds)
+TENSOR_LEAF_SECONDS = 1.0
 #: try connected components when the sub-problem is at most this large (pairwise test is O(n² m))
 COMPONENT_MAX_N = 4000
+#: atoms of categorical columns are merged (identical membership) when at most this many columns are used
+DEDUPE_MAX_COLUMNS = 200
 #: share of the remaining time given to the first search of the portfolio
 FIRST_SHARE = 0.5
 #: share of the time then left given to the second search when HiGHS follows (it gets the rest)
 MILP_RESERVE_FROM = 0.6
 #: the column branch and bound goes first when log10 of the atom product is at most this
-COLUMN_FIRST_LOG10 = 9.0
+COLUMN_FIRST_LOG10 = 7.0
 #: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
 MILP_MAX_VARS = 60_000
 MILP_MAX_NNZ = 2_000_000
@@ -121,7 +134,7 @@ def _tensor_cost(prob: Problem) -> tuple[float, float]:
         return 1.0, 0.0
     a = [float(c.a) for c in prob.columns]
     b = int(np.argmax(a))
-    cells_a = float(np.prod([x for i, x in enumerate(a) if i != b])) if len(a) > 1 else 1.0
+    cells_a = math.prod(x for i, x in enumerate(a) if i != b) if len(a) > 1 else 1.0  # inf on overflow
     return cells_a * a[b], cells_a * max(prob.n, 1)
 
 
@@ -180,8 +193,8 @@ def _components(prob: Problem, adjacency: np.ndarray | None = None) -> list[np.n
     adj = np.ones((n, n), dtype=bool)
     for c in prob.columns:
         if c.M is not None:
-            Mf = c.M.astype(np.float32)
-            adj &= (Mf @ Mf.T) > 0.5
+            x = _packed_words(c.M.T)
+            adj &= words_intersect(x, x)
         else:
             rs, re = c.rs, c.re
             hit = np.zeros((n, n), dtype=bool)
@@ -257,7 +270,9 @@ class _BranchAndBound:
                 self._record(total, {**fixed, **picks})
                 return
         cells, kr = _tensor_cost(prob)
-        if cells <= TENSOR_CELLS and kr <= KR_ENTRIES:
+        # a tensor leaf is one uninterruptible numpy call: only start it if it fits before the deadline
+        scale = min(1.0, (self.deadline - time.perf_counter()) / TENSOR_LEAF_SECONDS)
+        if cells <= TENSOR_CELLS * scale and kr <= KR_ENTRIES * scale:
             self.used_tensor = True
             value, atoms = _tensor(prob)
             self._record(value, {**fixed, **{cols[i].name: v for i, v in atoms.items()}})
@@ -439,6 +454,18 @@ def _portfolio(
         if val > best_val:
             best_val, best_atoms = val, at
 
+    # a cheap first witness: a row inside the heaviest box, per column its atom of largest covering weight
+    q0 = int(np.argmax(prob.weights))
+    first: dict[str, int] = {}
+    for c in prob.columns:
+        if c.M is not None:
+            inside = c.M[q0]
+        else:
+            inside = np.zeros(c.a, dtype=bool)
+            for a0, b0 in zip(c.rs[q0].tolist(), c.re[q0].tolist()):  # type: ignore[index]
+                inside[a0:b0] = True
+        first[c.name] = int(np.argmax(np.where(inside, c.colsum(prob.weights) + 1.0, 0.0)))
+    offer(first)
     log_cells = float(sum(math.log10(max(c.a, 1)) for c in prob.columns))
     graph_ok = prob.n <= GRAPH_MAX_N
     if method == "bb":
@@ -554,7 +581,10 @@ def solve_overlap(
         ids = ids[store.overlap_mask(region)[ids]]
     else:
         ids = ids[store.alive[ids]]
-    prob = build_problem(store, ids, region)
+    # many constrained columns: graph-search territory, where merging indistinguishable values (one sort per
+    # column) costs more than it saves
+    used_cols = sum(1 for st in store.cols.values() if len(ids) and bool(st.constrained[ids].any()))
+    prob = build_problem(store, ids, region, dedupe=used_cols <= DEDUPE_MAX_COLUMNS)
     slack = float_slack(prob.weights)
     atoms: dict[str, int] = {}
     exact = True

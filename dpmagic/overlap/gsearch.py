@@ -1,0 +1,285 @@
+"""Exact γ_w by branch and bound over the query graph, keeping the running intersection of the chosen boxes.
+
+Seed 000 §6.2 (Algorithm 1 restricted to overlapping sets), organised like a modern max-weight-clique
+search (Tomita's MCQ / Carraghan–Pardalos with a weighted colouring bound):
+
+* every query is a vertex, relabelled by decreasing weight (ties: decreasing degree), and every vertex set is
+  a Python-int bitset; ``adj[v]`` is the overlap neighbourhood of v;
+* a search node holds the chosen set X (weight ``wX``), the per-column intersection ``inter[c]`` of the
+  chosen boxes (a bitset over the column's atoms) and the candidates P: the vertices whose box meets that
+  intersection on every column.  Since every candidate meets the intersection of X, each set explored is an
+  *overlapping* set (its boxes share a row), not merely a clique;
+* P is greedily partitioned into independent sets in label order; the cumulative sum of the class maxima
+  bounds any overlapping set drawn from the first classes, so candidates are expanded from the last class
+  backwards and the node is cut as soon as ``wX + bound ≤ best``;
+* adding v to X only shrinks ``inter`` on the columns v constrains; a candidate u is dropped when
+  ``u_c ∩ inter'_c = ∅`` on one of the columns that changed (u met the old intersection everywhere else);
+* connected components are solved separately, largest colouring bound first.
+
+On a timeout the frontier is summarised by a proven bound: the colouring bound of the top-level candidates
+not yet finished in the current component, and the colouring bounds of the components not reached.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from .encoding import Problem, words_intersect
+
+__all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
+
+#: largest sub-problem handed to the graph search (the adjacency is built densely)
+GRAPH_MAX_N = 6000
+
+
+class _Timeout(Exception):
+    pass
+
+
+@dataclass
+class GraphData:
+    """The query graph of a :class:`Problem` with per-column atom bitsets (vertices in problem order)."""
+
+    n: int
+    adj: np.ndarray  # (n, n) bool, no self loops
+    cols: list[int]  # problem column index per searched column
+    qbits: list[list[int]]  # qbits[j][q]: atoms of q on column j (full mask when unconstrained)
+    cons: list[np.ndarray]  # cons[j]: bool (n,) q constrains column j
+    full: list[int]  # full atom mask per column
+    seconds: float
+
+    @property
+    def density(self) -> float:
+        n = self.n
+        return float(self.adj.sum()) / (n * (n - 1)) if n > 1 else 1.0
+
+
+def _bits_rows(packed: np.ndarray) -> list[int]:
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
+
+
+def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
+    """Adjacency and atom bitsets of ``prob``.  ``O(Σ_c n_c² ⌈a_c/64⌉)`` (n_c = queries constraining c)."""
+    t0 = time.perf_counter()
+    n = prob.n
+    adj = np.ones((n, n), dtype=bool)
+    cols: list[int] = []
+    qbits: list[list[int]] = []
+    cons: list[np.ndarray] = []
+    full: list[int] = []
+    for ci, c in enumerate(prob.columns):
+        if time.perf_counter() > deadline:
+            raise _Timeout
+        M = c.dense()
+        a = c.a
+        constrained = ~M.all(axis=1)
+        R = np.flatnonzero(constrained)
+        if len(R) == 0:
+            continue
+        MR = M[R]
+        packed = np.packbits(MR, axis=1, bitorder="little")
+        nbytes = packed.shape[1]
+        words = max(1, (nbytes + 7) // 8)
+        pad = np.zeros((len(R), 8 * words), dtype=np.uint8)
+        pad[:, :nbytes] = packed
+        x = pad.view(np.uint64)
+        # 64 atoms per AND (a float matmul is slower and at the mercy of the BLAS threads)
+        hit = words_intersect(x, x)
+        if len(R) == n:
+            adj &= hit
+        else:
+            sub = adj[np.ix_(R, R)]
+            sub &= hit
+            adj[np.ix_(R, R)] = sub
+        fm = (1 << a) - 1
+        row = [fm] * n
+        for q, b in zip(R.tolist(), _bits_rows(packed)):
+            row[q] = b
+        cols.append(ci)
+        qbits.append(row)
+        cons.append(constrained)
+        full.append(fm)
+    np.fill_diagonal(adj, False)
+    return GraphData(n, adj, cols, qbits, cons, full, time.perf_counter() - t0)
+
+
+@dataclass
+class GraphSearchResult:
+    """``best``: weight of the best overlapping set found (a lower bound of γ on the sub-problem);
+    ``atoms``: a row (problem column index → atom) covered by that set; ``upper``: proven upper bound."""
+
+    best: float
+    atoms: dict[int, int]
+    upper: float
+    exact: bool
+    nodes: int
+    seconds: float
+
+
+def _to_bits(mask: np.ndarray) -> int:
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+
+class _Search:
+    def __init__(
+        self,
+        adj: list[int],
+        w: list[float],
+        qbits: list[list[int]],
+        consbits: list[int],
+        vcols: list[list[int]],
+        deadline: float,
+        tol: float,
+    ) -> None:
+        self.adj = adj
+        self.w = w
+        self.qbits = qbits
+        self.consbits = consbits
+        self.vcols = vcols  # vcols[v]: searched columns v constrains
+        self.deadline = deadline
+        self.tol = tol
+        self.best = -1.0
+        self.best_inter: list[int] | None = None
+        self.calls = 0
+        self.top_bound = math.inf
+
+    def colour(self, P: int) -> tuple[list[int], list[float]]:
+        adj, w = self.adj, self.w
+        order: list[int] = []
+        bounds: list[float] = []
+        cum = 0.0
+        Q = P
+        while Q:
+            avail = Q
+            low = avail & -avail
+            cum += w[low.bit_length() - 1]  # the class's first vertex is its heaviest
+            while avail:
+                low = avail & -avail
+                v = low.bit_length() - 1
+                avail &= ~adj[v]
+                avail &= ~low
+                Q &= ~low
+                order.append(v)
+                bounds.append(cum)
+        return order, bounds
+
+    def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
+        self.calls += 1
+        if not self.calls & 63 and time.perf_counter() > self.deadline:
+            raise _Timeout
+        adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
+        order, bounds = self.colour(P)
+        for i in range(len(order) - 1, -1, -1):
+            if top:
+                self.top_bound = wX + bounds[i]
+            if wX + bounds[i] <= self.best + self.tol:
+                return
+            v = order[i]
+            P &= ~(1 << v)
+            NP = P & adj[v]
+            ninter = inter
+            copied = False
+            qv = qbits
+            for j in vcols[v]:
+                cur = ninter[j]
+                nb = cur & qv[j][v]
+                if nb != cur:
+                    if not copied:
+                        ninter = list(inter)
+                        copied = True
+                    ninter[j] = nb
+                    cand = NP & consbits[j]
+                    if cand:
+                        qj = qv[j]
+                        while cand:
+                            low = cand & -cand
+                            cand ^= low
+                            if not qj[low.bit_length() - 1] & nb:
+                                NP ^= low
+            nw = wX + w[v]
+            if NP:
+                self.expand(NP, nw, ninter)
+            elif nw > self.best + self.tol:
+                self.best = nw
+                self.best_inter = ninter
+        if top:
+            self.top_bound = self.best
+
+
+def graph_search(
+    prob: Problem,
+    deadline: float,
+    *,
+    data: GraphData | None = None,
+    best: float = -1.0,
+    tol: float = 0.0,
+) -> GraphSearchResult:
+    """Exact max-weight overlapping set of ``prob`` (γ_w of the sub-problem) by graph branch and bound.
+
+    ``best`` is a known lower bound (a witness's load): only strictly better sets are searched for, so the
+    result may then have ``atoms == {}`` with ``best`` unchanged (nothing better exists).  Raises nothing on
+    a timeout: the result is ``exact=False`` with a proven ``upper``.
+    """
+    t0 = time.perf_counter()
+    n = prob.n
+    w = prob.weights
+    if data is None:
+        try:
+            data = graph_data(prob, deadline)
+        except _Timeout:
+            return GraphSearchResult(best, {}, math.inf, False, 0, time.perf_counter() - t0)
+    A = data.adj
+    deg = A.sum(axis=1)
+    # label order: weight desc, then degree desc
+    order = np.lexsort((-deg, -w))
+    Ao = A[order][:, order]
+    adj = _bits_rows(np.packbits(Ao, axis=1, bitorder="little"))
+    wl = w[order].tolist()
+    qbits = [[row[int(q)] for q in order] for row in data.qbits]
+    consbits = [_to_bits(c[order]) for c in data.cons]
+    vcols: list[list[int]] = [[] for _ in range(n)]
+    for j, c in enumerate(data.cons):
+        for v in np.flatnonzero(c[order]).tolist():
+            vcols[v].append(j)
+    search = _Search(adj, wl, qbits, consbits, vcols, deadline, tol)
+    search.best = best
+    ncomp, labels = connected_components(sp.csr_matrix(Ao), directed=False)
+    comps: list[tuple[float, int]] = []
+    for k in range(ncomp):
+        P = _to_bits(labels == k)
+        _, bnds = search.colour(P)
+        comps.append((bnds[-1] if bnds else 0.0, P))
+    comps.sort(key=lambda x: -x[0])
+    upper = -math.inf
+    exact = True
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 20_000))
+    full = list(data.full)
+    try:
+        for k, (cb, P) in enumerate(comps):
+            if cb <= search.best + tol:
+                break
+            search.top_bound = cb
+            try:
+                search.expand(P, 0.0, full, top=True)
+            except _Timeout:
+                exact = False
+                upper = max(upper, search.top_bound)
+                for cb2, _ in comps[k + 1 :]:
+                    upper = max(upper, cb2)
+                break
+    finally:
+        sys.setrecursionlimit(old_limit)
+    atoms: dict[int, int] = {}
+    if search.best_inter is not None:
+        for j, S in enumerate(search.best_inter):
+            atoms[data.cols[j]] = (S & -S).bit_length() - 1
+    upper = max(upper, search.best)
+    return GraphSearchResult(search.best, atoms, upper, exact, search.calls, time.perf_counter() - t0)
