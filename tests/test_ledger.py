@@ -102,6 +102,10 @@ def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
     assert sorted(entry_ids) == sorted(admitted_ids)  # and no duplicates
     assert gamma <= 3.0 * (1 + 1e-9)  # together they never overspent
     assert verify(path)[0]
+    print(
+        f"concurrency: 4 processes x 250 queries, {len(admitted_ids)} admitted, {refused} refused, "
+        f"recomputed maximum load {gamma:.6g} of budget 3.0, {n_entries} ledger entries"
+    )
 
 
 def _crash_worker(path: str, seed: int, conn) -> None:  # runs in a forked child
@@ -150,6 +154,10 @@ def test_sigkill_at_random_points_never_undercharges(tmp_path: Path) -> None:
     released_loss = engine.overlap().upper
     gamma, _, _ = recomputed_gamma(path)
     assert gamma >= released_loss - 1e-12  # the charged total is never below what was released
+    print(
+        f"crash safety: 200 SIGKILL trials, {len(released)} answers released, {len(charged)} charges in the "
+        f"ledger, charged maximum load {gamma:.6g} >= released {released_loss:.6g}, chain intact"
+    )
 
 
 @pytest.mark.parametrize(
