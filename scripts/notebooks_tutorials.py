@@ -11,23 +11,14 @@ Run: python scripts/notebooks_tutorials.py   (then e.g. python scripts/run_noteb
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_notebook
 
-ROOT = Path(__file__).resolve().parents[1] / "notebooks"
-
-
-def cell(src: str, *, raises: bool = False) -> nbformat.NotebookNode:
-    c = new_code_cell(src.strip("\n"))
-    if raises:
-        c.metadata["tags"] = ["raises-exception"]
-    return c
-
-
-def md(src: str) -> nbformat.NotebookNode:
-    return new_markdown_cell(src.strip("\n"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_notebooks import ROOT, cell, md  # noqa: E402  (the quickstart builder's cell helpers)
 
 
 def _notebook(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:

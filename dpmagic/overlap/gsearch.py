@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from .clique import colour_bound
 from .encoding import Problem, words_intersect
 
 __all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
@@ -150,32 +151,12 @@ class _Search:
         self.calls = 0
         self.top_bound = math.inf
 
-    def colour(self, P: int) -> tuple[list[int], list[float]]:
-        adj, w = self.adj, self.w
-        order: list[int] = []
-        bounds: list[float] = []
-        cum = 0.0
-        Q = P
-        while Q:
-            avail = Q
-            low = avail & -avail
-            cum += w[low.bit_length() - 1]  # the class's first vertex is its heaviest
-            while avail:
-                low = avail & -avail
-                v = low.bit_length() - 1
-                avail &= ~adj[v]
-                avail &= ~low
-                Q &= ~low
-                order.append(v)
-                bounds.append(cum)
-        return order, bounds
-
     def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
         self.calls += 1
         if not self.calls & 63 and time.perf_counter() > self.deadline:
             raise _Timeout
         adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
-        order, bounds = self.colour(P)
+        order, bounds = colour_bound(P, adj, w)
         for i in range(len(order) - 1, -1, -1):
             if top:
                 self.top_bound = wX + bounds[i]
@@ -254,7 +235,7 @@ def graph_search(
     comps: list[tuple[float, int]] = []
     for k in range(ncomp):
         P = _to_bits(labels == k)
-        _, bnds = search.colour(P)
+        _, bnds = colour_bound(P, search.adj, search.w)
         comps.append((bnds[-1] if bnds else 0.0, P))
     comps.sort(key=lambda x: -x[0])
     upper = -math.inf
