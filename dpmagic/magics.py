@@ -77,6 +77,12 @@ class DPMagic(Magics, Configurable):
     ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
     widget = Bool(True, help="Display the live budget panel when %dpsession binds a session.").tag(config=True)
+    default_definition = Unicode(
+        "pure", help="Privacy definition of a bare --budget number: pure (ε), zcdp (ρ) or gdp (μ)."
+    ).tag(config=True)
+    default_budget = Unicode("", help="Budget used when %dpsession gets no --budget, e.g. 'epsilon=1.0'.").tag(
+        config=True
+    )
     ledger = Unicode(
         "",
         help="Ledger file for new sessions ('' = $DPMAGIC_LEDGER or ~/.local/share/dpmagic/ledger.sqlite; "
@@ -94,7 +100,11 @@ class DPMagic(Magics, Configurable):
     @argument("data", help="Name of the pandas DataFrame variable holding the sensitive rows.")
     @argument("--schema", "-s", required=True, help="Schema JSON file, or the name of a Schema / dict variable.")
     @argument(
-        "--budget", "-b", required=True, help="Total budget: epsilon=1.0 (pure DP), rho=0.5 (zCDP) or mu=1.0 (GDP)."
+        "--budget",
+        "-b",
+        default=None,
+        help="Total budget: epsilon=1.0 (pure DP), rho=0.5 (zCDP), mu=1.0 (GDP), or a number in "
+        "DPMagic.default_definition (default: DPMagic.default_budget).",
     )
     @argument("--bound", default=None, help="Bound to charge: exact (default), clique, chromatic or sequential.")
     @argument("--default-cost", type=float, default=None, help="Cost of a query that names none (default: budget/10).")
@@ -129,7 +139,7 @@ class DPMagic(Magics, Configurable):
         session = Session(
             data,
             schema,
-            _unquote(args.budget),
+            self._budget_spec(args.budget),
             bound=args.bound or self.default_bound,  # type: ignore[arg-type]
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
@@ -146,6 +156,20 @@ class DPMagic(Magics, Configurable):
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
             f"{cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
         )
+
+    def _budget_spec(self, given: str | None) -> str:
+        spec = _unquote(given) if given else self.default_budget
+        if not spec:
+            raise ConfigurationError(
+                "%dpsession needs --budget (e.g. --budget epsilon=1.0), or set %config DPMagic.default_budget"
+            )
+        try:
+            float(spec)
+        except ValueError:
+            return spec
+        from dpmagic.accountant.currency import currency_for
+
+        return f"{currency_for(self.default_definition).parameter}={spec}"
 
     # -- %%dpquery --------------------------------------------------------------------------------------
     @magic_arguments()

@@ -112,3 +112,17 @@ def test_config_traitlet(bound: InteractiveShell) -> None:
     run(bound, "%dpsession adult --schema schema --budget epsilon=1.0")
     assert current_session().bound == "sequential"
     run(bound, '%config DPMagic.default_bound = "exact"')
+
+
+def test_config_default_definition_and_budget(bound: InteractiveShell) -> None:
+    run(bound, '%config DPMagic.default_definition = "zcdp"')
+    result, cap = run(bound, "%dpsession adult --schema schema --budget 0.5 --ledger memory")
+    assert result.success, cap.stderr
+    assert current_session().currency.parameter == "rho" and current_session().budget.total == 0.5
+    run(bound, '%config DPMagic.default_budget = "mu=2"')
+    result, cap = run(bound, "%dpsession adult --schema schema --ledger memory")
+    assert result.success and current_session().currency.parameter == "mu"
+    run(bound, '%config DPMagic.default_budget = ""')
+    result, cap = run(bound, "%dpsession adult --schema schema --ledger memory")
+    assert not result.success and "needs --budget" in cap.stderr + cap.stdout
+    run(bound, '%config DPMagic.default_definition = "pure"')
