@@ -22,6 +22,8 @@ from make_notebooks import ROOT, cell, md  # noqa: E402  (the quickstart builder
 
 
 def _notebook(cells: list[nbformat.NotebookNode]) -> nbformat.NotebookNode:
+    for i, c in enumerate(cells):
+        c.id = f"cell-{i:02d}"  # stable ids: regenerating the notebooks gives no diff
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb

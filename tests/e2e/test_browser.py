@@ -149,6 +149,18 @@ class LabServer:
             time.sleep(0.5)
         raise TimeoutError(f"jupyter lab did not answer within {timeout} s ({last}):\n{self.log_tail()}")
 
+    def kernel_state(self, notebook: str) -> str | None:
+        """The execution state the server reports for the kernel of ``notebook`` (None if it has none yet)."""
+        try:
+            with urllib.request.urlopen(f"{self.base}/api/sessions?token={self.token}", timeout=5) as r:
+                sessions = json.load(r)
+        except (OSError, ValueError):
+            return None
+        for sess in sessions:
+            if str(sess.get("path", "")).endswith(notebook) and sess.get("kernel"):
+                return sess["kernel"].get("execution_state")
+        return None
+
     def log_tail(self, n: int = 60) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
@@ -235,12 +247,23 @@ def _run_all(page) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
 
 
+def _started(page, timeout: float) -> bool:
+    """Whether some code cell is running or has run within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p != "[ ]:" for p in _cell_state(page)["prompts"]):
+            return True
+        time.sleep(0.25)
+    return False
+
+
 # --------------------------------------------------------------------------------------------------
 
 
 def test_quickstart_in_jupyterlab_shows_live_budget_panel(lab: LabServer) -> None:
     from playwright.sync_api import sync_playwright
 
+    (ARTIFACTS / "99-failure.png").unlink(missing_ok=True)  # no stale failure screenshot from an earlier run
     t_start = time.monotonic()
     console: list[str] = []
     with sync_playwright() as pw:
@@ -253,7 +276,17 @@ def test_quickstart_in_jupyterlab_shows_live_budget_panel(lab: LabServer) -> Non
 
             # the notebook is open and its kernel is up
             page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=STEP_TIMEOUT * 1000)
-            _wait_until(lambda: _cell_state(page)["status"] == "idle", STEP_TIMEOUT, "an idle kernel", page)
+            # the kernel is up: idle for the server (REST) and for the page (toolbar indicator, status bar)
+            _wait_until(lambda: lab.kernel_state("quickstart.ipynb") == "idle", STEP_TIMEOUT, "an idle kernel (REST)")
+            _wait_until(
+                lambda: (
+                    _cell_state(page)["status"] == "idle"
+                    and "| Idle" in page.locator("#jp-main-statusbar").inner_text()
+                ),
+                STEP_TIMEOUT,
+                "an idle kernel in the page",
+                page,
+            )
             n_code = sum(c["cell_type"] == "code" for c in json.loads(lab.notebook.read_text())["cells"])
             _wait_until(
                 lambda: len(_cell_state(page)["prompts"]) == n_code, STEP_TIMEOUT, f"all {n_code} code cells", page
@@ -261,6 +294,11 @@ def test_quickstart_in_jupyterlab_shows_live_budget_panel(lab: LabServer) -> Non
 
             # Run → Run All Cells; done when every code cell has an execution count and the kernel is idle
             _run_all(page)
+            if not _started(page, 20):
+                # the click landed before the page's kernel connection was ready: nothing ran, so retry once
+                print("e2e: Run All Cells did not start within 20 s; retrying once", file=sys.stderr)
+                _run_all(page)
+                assert _started(page, STEP_TIMEOUT), f"Run All Cells did not start: {_cell_state(page)}"
 
             def all_ran() -> bool:
                 st = _cell_state(page)
