@@ -147,6 +147,6 @@ def _query_table(s: Session) -> str:
     more = f"<div>… {len(entries) - _MAX_ROWS} older queries in the ledger</div>" if len(entries) > _MAX_ROWS else ""
     return (
         "<div style='max-height:220px;overflow-y:auto;border-top:1px solid #eee'>"
-        "<table style='font-size:0.85em;width:100%'><tr><th>#</th><th>SQL</th><th>cost</th>"
-        f"<th>charged after</th><th>bound</th><th>time</th></tr>{''.join(rows)}</table></div>{more}"
+        "<table style='font-size:0.85em;width:100%'><tr style='white-space:nowrap'><th>#</th><th>SQL</th>"
+        f"<th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>{''.join(rows)}</table></div>{more}"
     )
