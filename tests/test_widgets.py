@@ -57,7 +57,7 @@ def test_panel_scales_to_hundreds_of_queries(adult) -> None:
     panel = BudgetWidget(s)
     for i in range(300):
         s.query(f"SELECT COUNT(*) FROM adult WHERE age = {17 + i % 74} AND sex = 'Male'", epsilon=1.0, fresh=True)
-    assert panel.queries.value.count("<tr>") == 301  # header + every query
+    assert panel.queries.value.count("<tr") == 301  # header + every query
     assert "overflow-y:auto" in panel.queries.value
 
 
