@@ -72,11 +72,17 @@ class CategoricalColumn:
         return all(isinstance(v, (int, float)) for v in self.values)
 
     def index_of(self, value: Any) -> int | None:
-        """Position of ``value`` among the declared values (numbers compare by value), else None."""
-        for i, v in enumerate(self.values):
-            if _same_category(v, value):
-                return i
-        return None
+        """Position of ``value`` among the declared values (numbers compare by value), else None.  O(1)."""
+        key = _category_key(value)
+        if key is None:
+            return None
+        lookup = self.__dict__.get("_lookup")
+        if lookup is None:  # built on first use (a frozen dataclass: set through __dict__)
+            lookup = {}
+            for i, v in enumerate(self.values):
+                lookup.setdefault(_category_key(v), i)
+            self.__dict__["_lookup"] = lookup
+        return lookup.get(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "categorical", "values": list(self.values)}
@@ -124,15 +130,20 @@ class NumericColumn:
 Column = CategoricalColumn | NumericColumn
 
 
-def _same_category(declared: Any, value: Any) -> bool:
-    if isinstance(declared, str) or isinstance(value, str):
-        return isinstance(declared, str) and isinstance(value, str) and declared == value
-    if isinstance(value, bool):
-        return False
+def _category_key(value: Any) -> tuple[str, Any] | None:
+    """The identity of a category: strings by text, numbers by value (``3 == 3.0``); else None.
+
+    Booleans, NaN and anything that is neither a string nor a number identify no category.
+    """
+    if isinstance(value, str):
+        return ("s", str(value))
+    if isinstance(value, bool) or isinstance(value, np.bool_):
+        return None
     try:
-        return float(declared) == float(value)
-    except (TypeError, ValueError):
-        return False
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None if math.isnan(f) else ("n", f)
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:

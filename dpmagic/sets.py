@@ -3,7 +3,8 @@
 A predicate on one column has a *coverage*: the set of declared values that satisfy it (seed 000 §3.1).
 dpmagic represents it exactly:
 
-* :class:`CategorySet` — a subset of a categorical column's declared values, stored as sorted indices;
+* :class:`CategorySet` — a subset of a categorical column's declared values, stored as a bit mask over
+  their positions (one big-integer operation per set operation);
 * :class:`IntervalSet` — a union of disjoint intervals inside a numeric column's ``[lower, upper]``, with
   correct open/closed ends.  On ``int`` columns every interval is normalised to closed integer ends, so
   ``x > 4 AND x < 5`` is empty there.
@@ -19,6 +20,8 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
 
@@ -174,45 +177,102 @@ def _touches(a: Interval, b: Interval, is_int: bool) -> bool:
 
 @dataclass(frozen=True)
 class CategorySet:
-    """A subset of a categorical column's declared values, as sorted indices into ``column.values``."""
+    """A subset of a categorical column's declared values, as a bit mask over ``column.values``.
+
+    Bit ``i`` of ``bits`` (a Python ``int``, so any column size works) is set iff ``column.values[i]``
+    belongs to the set.  Intersection, union, complement and the overlap test are single big-integer
+    operations (O(k/64) machine words), and :meth:`to_mask` turns a set into a numpy boolean row without a
+    Python loop — which is what the overlap engine's column stores are built from.
+
+    Build one with :meth:`of_values` (declared values), :meth:`of_indices` (positions) or
+    :meth:`from_mask` (a boolean array); ``CategorySet(column, bits)`` takes the mask directly.
+    """
 
     column: CategoricalColumn
-    indices: frozenset[int]
+    bits: int
 
+    def __post_init__(self) -> None:
+        b = self.bits
+        if not isinstance(b, int) or isinstance(b, bool):
+            raise TypeError(f"CategorySet bits must be an int bit mask, got {type(b).__name__}")
+        if b < 0 or b >> self.column.size:
+            raise ValueError(f"CategorySet bits {b:#x} name positions outside column {self.column.name!r}")
+
+    # -- construction ---------------------------------------------------------------------------------
     @classmethod
     def of_values(cls, column: CategoricalColumn, values: Iterable[Any]) -> CategorySet:
         """The declared values among ``values``; a literal outside the domain matches nothing."""
-        idx = {i for v in values if (i := column.index_of(v)) is not None}
-        return cls(column, frozenset(idx))
+        return cls.of_indices(column, (i for v in values if (i := column.index_of(v)) is not None))
 
+    @classmethod
+    def of_indices(cls, column: CategoricalColumn, indices: Iterable[int]) -> CategorySet:
+        """The values at positions ``indices`` (each in ``0..size-1``) of ``column.values``."""
+        idx = np.fromiter((int(i) for i in indices), dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= column.size):
+            raise ValueError(f"category position out of range 0..{column.size - 1} for column {column.name!r}")
+        mask = np.zeros(column.size, dtype=bool)
+        mask[idx] = True
+        return cls.from_mask(column, mask)
+
+    @classmethod
+    def from_mask(cls, column: CategoricalColumn, mask: np.ndarray) -> CategorySet:
+        """The values whose entry of the boolean array ``mask`` (length ``column.size``) is true."""
+        mask = np.asarray(mask, dtype=bool).reshape(-1)
+        if mask.size != column.size:
+            raise ValueError(f"mask has {mask.size} entries; column {column.name!r} has {column.size} values")
+        return cls(column, int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little"))
+
+    @classmethod
+    def full(cls, column: CategoricalColumn) -> CategorySet:
+        return cls(column, (1 << column.size) - 1)
+
+    # -- views ----------------------------------------------------------------------------------------
+    def to_mask(self) -> np.ndarray:
+        """``mask[i]`` = value ``i`` is in the set (a fresh boolean array of length ``column.size``)."""
+        k = self.column.size
+        raw = np.frombuffer(self.bits.to_bytes((k + 7) // 8, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, count=k, bitorder="little").view(bool)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """Positions of the members in ``column.values``, ascending."""
+        return tuple(np.flatnonzero(self.to_mask()).tolist())
+
+    def __len__(self) -> int:
+        return self.bits.bit_count()
+
+    # -- algebra --------------------------------------------------------------------------------------
     def is_empty(self) -> bool:
-        return not self.indices
+        return self.bits == 0
 
     def is_full(self) -> bool:
-        return len(self.indices) == self.column.size
+        return self.bits == (1 << self.column.size) - 1
 
     def intersect(self, other: CategorySet) -> CategorySet:
-        return CategorySet(self.column, self.indices & other.indices)
+        return CategorySet(self.column, self.bits & other.bits)
 
     def union(self, other: CategorySet) -> CategorySet:
-        return CategorySet(self.column, self.indices | other.indices)
+        return CategorySet(self.column, self.bits | other.bits)
 
     def complement(self) -> CategorySet:
-        return CategorySet(self.column, frozenset(range(self.column.size)) - self.indices)
+        return CategorySet(self.column, self.bits ^ ((1 << self.column.size) - 1))
 
     def overlaps(self, other: CategorySet) -> bool:
-        return not self.indices.isdisjoint(other.indices)
+        return (self.bits & other.bits) != 0
 
     def contains(self, value: Any) -> bool:
         i = self.column.index_of(value)
-        return i is not None and i in self.indices
+        return i is not None and bool((self.bits >> i) & 1)
 
     @property
     def values(self) -> list[Any]:
-        return [self.column.values[i] for i in sorted(self.indices)]
+        return [self.column.values[i] for i in self.indices]
 
     def some_value(self) -> Any:
-        return self.column.values[min(self.indices)]
+        """The first declared member (the set must not be empty)."""
+        if not self.bits:
+            raise ValueError("an empty category set has no values")
+        return self.column.values[(self.bits & -self.bits).bit_length() - 1]
 
     def __str__(self) -> str:
         return "{" + ", ".join(repr(v) for v in self.values) + "}"
@@ -224,14 +284,14 @@ ValueSet = IntervalSet | CategorySet
 def full_set(column: Column) -> ValueSet:
     """The tautology on ``column``: its whole declared domain."""
     if isinstance(column, CategoricalColumn):
-        return CategorySet(column, frozenset(range(column.size)))
+        return CategorySet.full(column)
     return IntervalSet.of(column, [Interval(float(column.lower), float(column.upper))])
 
 
 def empty_set(column: Column) -> ValueSet:
     """The contradiction on ``column``."""
     if isinstance(column, CategoricalColumn):
-        return CategorySet(column, frozenset())
+        return CategorySet(column, 0)
     return IntervalSet(column, ())
 
 

@@ -118,7 +118,7 @@ def census_query(
         idx = col.index_of(value)
         if idx is None:
             raise ValueError(f"{value!r} is not a declared value of census column {name!r}")
-        constraints[name] = CategorySet(col, frozenset({idx}))
+        constraints[name] = CategorySet(col, 1 << idx)
     return Box(constraints)
 
 
@@ -137,7 +137,7 @@ def census_workload(t: int, seed: int, schema: Schema | None = None) -> list[Box
     assert isinstance(inc_col, NumericColumn)
     cat_cols = {name: schema[name] for name, _ in _CENSUS_CATEGORICAL}
     singles = {
-        name: [CategorySet(col, frozenset({j})) for j in range(col.size)]  # type: ignore[union-attr]
+        name: [CategorySet(col, 1 << j) for j in range(col.size)]  # type: ignore[union-attr]
         for name, col in cat_cols.items()
     }
     prefix_cache: dict[int, IntervalSet] = {}
@@ -256,7 +256,7 @@ def uniform_workload(schema: Schema, t: int, seed: int) -> list[Box]:
                 idx = _sample_without_replacement(rng, k, a)
             else:
                 idx = rng.choice(k, size=a, replace=False).tolist()
-            constraints[col.name] = CategorySet(col, frozenset(idx))
+            constraints[col.name] = CategorySet.of_indices(col, idx)
         boxes.append(Box(constraints))
     return boxes
 

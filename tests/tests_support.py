@@ -31,6 +31,6 @@ def uniform_boxes(t: int, m: int = 10, kmin: int = 2, kmax: int = 4, seed: int =
         for name in rng.choice(names, int(rng.integers(1, m + 1)), replace=False):
             col = cols[str(name)]
             vals = rng.choice(col.size, int(rng.integers(1, col.size + 1)), replace=False)
-            cons[str(name)] = CategorySet(col, frozenset(int(v) for v in vals))
+            cons[str(name)] = CategorySet.of_indices(col, vals)
         out.append(Box(cons))
     return sch, out

@@ -49,9 +49,7 @@ class PandasBackend:
         for name, s in box.constraints.items():
             if isinstance(s, CategorySet):
                 codes = self._category_codes(name)
-                allowed = np.zeros(s.column.size, dtype=bool)
-                allowed[list(s.indices)] = True
-                m &= allowed[codes]
+                m &= s.to_mask()[codes]
             elif isinstance(s, IntervalSet):
                 col = self.df[name].to_numpy()
                 inside = np.zeros(len(col), dtype=bool)

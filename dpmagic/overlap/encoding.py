@@ -96,43 +96,35 @@ class _CatStore:
         if self.bdtype is not None:
             self.bits = _grow(self.bits, cap, 0, self.full_bits)
 
-    def _bits_of(self, indices: frozenset[int]) -> Any:
-        return self.bdtype(sum(1 << i for i in indices))  # type: ignore[misc]
-
     def set(self, q: int, vs: CategorySet) -> None:
-        col = self.mask[:, q]
-        col[:] = False
-        if vs.indices:
-            col[list(vs.indices)] = True
+        self.mask[:, q] = vs.to_mask()
         self.constrained[q] = True
-        self.singleton[q] = len(vs.indices) <= 1
+        self.singleton[q] = len(vs) <= 1
         if self.bdtype is not None:
-            self.bits[q] = self._bits_of(vs.indices)
+            self.bits[q] = vs.bits
 
     def set_many(self, qs: list[int], vss: list[CategorySet]) -> None:
-        """:meth:`set` for many queries at once (one scatter instead of one per query)."""
+        """:meth:`set` for many queries at once: one byte buffer, one ``unpackbits``, one scatter."""
         q = np.asarray(qs, dtype=np.intp)
-        sizes = np.fromiter((len(vs.indices) for vs in vss), dtype=np.intp, count=len(vss))
-        idx = np.concatenate([np.fromiter(vs.indices, dtype=np.intp, count=len(vs.indices)) for vs in vss])
-        rows = np.repeat(q, sizes)
-        self.mask[:, q] = False
-        self.mask[idx, rows] = True
+        nbytes = (self.k + 7) // 8
+        buf = b"".join([vs.bits.to_bytes(nbytes, "little") for vs in vss])
+        raw = np.frombuffer(buf, dtype=np.uint8).reshape(len(vss), nbytes)
+        rows = np.unpackbits(raw, axis=1, count=self.k, bitorder="little").view(bool)  # (len(qs), k)
+        self.mask[:, q] = rows.T
         self.constrained[q] = True
-        self.singleton[q] = sizes <= 1
+        self.singleton[q] = np.fromiter((vs.bits.bit_count() <= 1 for vs in vss), dtype=bool, count=len(vss))
         if self.bdtype is not None:
-            acc = np.zeros(len(q), dtype=np.uint64)
-            np.add.at(acc, np.repeat(np.arange(len(q)), sizes), np.left_shift(np.uint64(1), idx.astype(np.uint64)))
-            self.bits[q] = acc.astype(self.bdtype)
+            self.bits[q] = np.array([vs.bits for vs in vss], dtype=np.uint64).astype(self.bdtype)
 
     def overlap(self, vs: CategorySet, n: int) -> np.ndarray:
-        idx = sorted(vs.indices)
-        if not idx:
+        if vs.is_empty():
             return np.zeros(n, dtype=bool)
+        if self.bdtype is not None:
+            return (self.bits[:n] & self.bdtype(vs.bits)) != 0
+        idx = vs.indices
         if len(idx) == 1:
             return self.mask[idx[0], :n].copy()
-        if self.bdtype is not None:
-            return (self.bits[:n] & self._bits_of(vs.indices)) != 0
-        return self.mask[idx, :n].any(axis=0)
+        return self.mask[list(idx), :n].any(axis=0)
 
     def contains(self, value: Any, n: int) -> np.ndarray:
         i = self.column.index_of(value)
@@ -282,7 +274,7 @@ def is_helly_box(box: Box) -> bool:
     """
     for vs in box.constraints.values():
         if isinstance(vs, CategorySet):
-            if len(vs.indices) > 1:
+            if len(vs) > 1:
                 return False
         elif len(vs.intervals) > 1:
             return False
@@ -545,7 +537,7 @@ def build_problem(
             continue
         col = st.column if st is not None else store.column_of(name, rvs)
         if isinstance(col, CategoricalColumn):
-            allowed = sorted(rvs.indices) if rvs is not None else None  # type: ignore[union-attr]
+            allowed = list(rvs.indices) if rvs is not None else None  # type: ignore[union-attr]
             if st is not None and n:
                 if allowed is None:
                     M = np.ascontiguousarray(st.mask[:, ids].T)  # type: ignore[union-attr]

@@ -467,7 +467,7 @@ def _interval_set(col: Column, iv: Interval) -> ValueSet:
         return IntervalSet.of(col, [iv])
     # numeric-valued categories: the declared values inside the interval
     members = [i for i, v in enumerate(col.values) if iv.contains(float(v))]
-    s = CategorySet(col, frozenset(members))
+    s = CategorySet.of_indices(col, members)
     return s if members else empty_set(col)
 
 
