@@ -72,17 +72,32 @@ class CategoricalColumn:
         return all(isinstance(v, (int, float)) for v in self.values)
 
     def index_of(self, value: Any) -> int | None:
-        """Position of ``value`` among the declared values (numbers compare by value), else None.  O(1)."""
-        key = _category_key(value)
-        if key is None:
-            return None
+        """Position of ``value`` among the declared values, else None.  O(1) after a first O(k) call.
+
+        Strings match strings by text; numbers match numbers by value (``3 == 3.0``, numpy scalars too);
+        booleans, NaN and other types match nothing.
+        """
         lookup = self.__dict__.get("_lookup")
-        if lookup is None:  # built on first use (a frozen dataclass: set through __dict__)
-            lookup = {}
-            for i, v in enumerate(self.values):
-                lookup.setdefault(_category_key(v), i)
-            self.__dict__["_lookup"] = lookup
-        return lookup.get(key)
+        if lookup is None:  # built on first use; a frozen dataclass, so set through __dict__
+            vals, k = self.values, len(self.values)
+            kinds = set(map(type, vals))
+            if not any(issubclass(t, str) for t in kinds):  # all numbers (the first of equal floats wins)
+                strs, nums = {}, dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
+            elif all(issubclass(t, str) for t in kinds):
+                strs, nums = dict(zip(vals, range(k))), {}
+            else:
+                strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
+                nums = {float(v): i for i, v in reversed(list(enumerate(vals))) if not isinstance(v, str)}
+            lookup = self.__dict__["_lookup"] = (strs, nums)
+        if isinstance(value, str):
+            return lookup[0].get(str(value))
+        if isinstance(value, (bool, np.bool_)):
+            return None
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return lookup[1].get(f)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "categorical", "values": list(self.values)}
@@ -128,22 +143,6 @@ class NumericColumn:
 
 
 Column = CategoricalColumn | NumericColumn
-
-
-def _category_key(value: Any) -> tuple[str, Any] | None:
-    """The identity of a category: strings by text, numbers by value (``3 == 3.0``); else None.
-
-    Booleans, NaN and anything that is neither a string nor a number identify no category.
-    """
-    if isinstance(value, str):
-        return ("s", str(value))
-    if isinstance(value, bool) or isinstance(value, np.bool_):
-        return None
-    try:
-        f = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return None if math.isnan(f) else ("n", f)
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:

@@ -367,6 +367,50 @@ def test_branch_and_bound_path(monkeypatch):
         assert r.exact and r.lower == truth and "branch" in r.method
 
 
+@pytest.mark.parametrize("probe_wins", [True, False])
+def test_graph_probe_before_tensor_or_columns(monkeypatch, probe_wins):
+    """The short graph-search probe of the portfolio: exact when it finishes, and when it times out the
+    tensor / column search that follows still is (brute force on small domains)."""
+    import dpmagic.overlap.maxoverlap as mo
+
+    monkeypatch.setattr(mo, "GRAPH_SECONDS_PER_WORD", 0.0)  # always cheap enough to build the graph
+    monkeypatch.setattr(mo, "PROBE_MIN_SECONDS", 0.0)
+    # a generous probe (the estimated tensor time is huge) or one that is out of time at once
+    monkeypatch.setattr(mo, "TENSOR_SECONDS_PER_ENTRY", 1.0 if probe_wins else 1e-300)
+    real_graph_data = mo.graph_data
+    monkeypatch.setattr(mo, "graph_data", lambda prob, deadline: real_graph_data(prob))  # build, then search
+    rng = np.random.default_rng(31)
+    for k in range(8):
+        if k % 2:
+            monkeypatch.setattr(mo, "TENSOR_CELLS", 1)  # the column search follows the probe
+        sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 6)), kmax=4)
+        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        r = mo.max_overlap(bx, ws, sch, time_limit=30.0)
+        assert r.exact and r.lower == truth == r.upper
+        assert row_load(bx, ws, r.witness) == r.lower
+        assert r.method.startswith("graph-probe")
+        if probe_wins:
+            assert r.method == "graph-probe"
+        else:
+            assert "tensor" in r.method or "branch" in r.method
+        monkeypatch.setattr(mo, "TENSOR_CELLS", 6_000_000)
+
+
+def test_plan_cheap_tensor_first_and_methods():
+    import dpmagic.overlap.maxoverlap as mo
+    from dpmagic.overlap.encoding import BoxStore, build_problem
+
+    rng = np.random.default_rng(4)
+    sch, bx = _uniform(rng, 20, m=3, kmax=3)
+    store = BoxStore(sch)
+    store.extend(bx, np.ones(len(bx)))
+    ids = np.arange(len(bx))
+    prob = build_problem(store, ids)
+    for method in ("auto", "bb", "graph"):
+        assert mo._plan(store, prob, ids, method) == [("tensor", None)]
+
+
 def test_time_limit_not_exact_but_safe():
     from tests_support import uniform_boxes
 
@@ -393,9 +437,7 @@ def test_wide_categorical_column():
     rng = np.random.default_rng(5)
     bx = []
     for _ in range(30):
-        cons = {
-            "k": CategorySet.of_indices(sch["k"], rng.choice(100, int(rng.integers(1, 60)), replace=False))
-        }
+        cons = {"k": CategorySet.of_indices(sch["k"], rng.choice(100, int(rng.integers(1, 60)), replace=False))}
         if rng.integers(2):
             cons["b"] = CategorySet.of_indices(sch["b"], [int(rng.integers(2))])
         bx.append(Box(cons))

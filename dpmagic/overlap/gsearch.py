@@ -28,8 +28,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from .clique import colour_bound
 from .encoding import Problem, words_intersect
@@ -124,6 +122,26 @@ class GraphSearchResult:
     seconds: float
 
 
+def _components_bits(adj: list[int], n: int) -> list[int]:
+    """Connected components of the graph with bit-set rows ``adj`` (breadth-first, one OR per vertex)."""
+    remaining = (1 << n) - 1
+    comps: list[int] = []
+    while remaining:
+        comp = 0
+        frontier = remaining & -remaining
+        while frontier:
+            comp |= frontier
+            nxt = 0
+            while frontier:
+                low = frontier & -frontier
+                frontier ^= low
+                nxt |= adj[low.bit_length() - 1]
+            frontier = nxt & ~comp
+        comps.append(comp)
+        remaining &= ~comp
+    return comps
+
+
 def _to_bits(mask: np.ndarray) -> int:
     return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
@@ -153,7 +171,7 @@ class _Search:
 
     def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
         self.calls += 1
-        if not self.calls & 63 and time.perf_counter() > self.deadline:
+        if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 8th
             raise _Timeout
         adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
         order, bounds = colour_bound(P, adj, w)
@@ -231,10 +249,8 @@ def graph_search(
             vcols[v].append(j)
     search = _Search(adj, wl, qbits, consbits, vcols, deadline, tol)
     search.best = best
-    ncomp, labels = connected_components(sp.csr_matrix(Ao), directed=False)
     comps: list[tuple[float, int]] = []
-    for k in range(ncomp):
-        P = _to_bits(labels == k)
+    for P in _components_bits(adj, n):
         _, bnds = colour_bound(P, search.adj, search.w)
         comps.append((bnds[-1] if bnds else 0.0, P))
     comps.sort(key=lambda x: -x[0])

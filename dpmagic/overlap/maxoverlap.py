@@ -23,13 +23,23 @@ works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem`
    ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a witness, its dual bound
    a proven upper bound; the LP relaxation alone is a safe upper bound.
 
-Portfolio (:func:`_portfolio`, when (1) does not apply): the searches (2) and (3) run one after the other
-in an order chosen from the instance — the column search first when ``log₁₀ Π a_c ≤ COLUMN_FIRST_LOG10``
-(few, small columns), the graph search first otherwise — the first one with ``FIRST_SHARE`` of the time
-left, each seeded with the best witness load so far; then HiGHS (MILP, or the LP relaxation when less
-than ``MILP_MIN_SECONDS`` is left) on what remains, if the problem is small enough for it
-(``MILP_MAX_VARS``, ``MILP_MAX_NNZ``).  The time limit is a wall-clock budget for the whole call, encoding
-included: no phase is started after the deadline, and HiGHS only gets the time left.
+Portfolio (:func:`_portfolio`, steps chosen by :func:`_plan` from instance features):
+
+* the load tensor alone when it is cheap (estimated under ``PROBE_MIN_SECONDS``: the census workload);
+* otherwise, when the query graph is cheap to build, a short *probe* of the graph search first, capped at
+  ``PROBE_SHARE`` of the tensor's estimated time (``TENSOR_SECONDS_PER_ENTRY`` per Khatri–Rao entry).  On
+  analyst logs (many columns, mostly single ranges and categories) it is exact in milliseconds where the
+  tensor or the column search take 0.1–0.6 s; where it does not finish (dense graphs over small domains) it
+  costs at most that share and hands its witness on as the incumbent;
+* then the tensor if it fits (``TENSOR_CELLS``, ``KR_ENTRIES``), else the searches (2) and (3) one after the
+  other — the column search first when ``log₁₀ Π a_c ≤ COLUMN_FIRST_LOG10`` (few, small columns), the graph
+  search first otherwise — the first with ``FIRST_SHARE`` of the time left, each seeded with the best
+  witness load so far; then HiGHS (MILP, or the LP relaxation when less than ``MILP_MIN_SECONDS`` is left)
+  on what remains, if the problem is small enough for it (``MILP_MAX_VARS``, ``MILP_MAX_NNZ``).
+
+The time limit is a wall-clock budget for the whole call, encoding included: no phase is started after the
+deadline, and HiGHS only gets the time left.  The cost constants only choose the order of exact methods;
+they never affect a result.
 
 On a timeout the result is the best proven interval ``[lower, upper]`` with ``exact=False``: ``lower`` is
 the exact load of a concrete witness row, ``upper`` the smallest proven bound (branch-and-bound frontier,
@@ -82,6 +92,14 @@ COLUMN_FIRST_LOG10 = 7.0
 #: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
 MILP_MAX_VARS = 60_000
 MILP_MAX_NNZ = 2_000_000
+#: measured costs on this 2-core machine (for choosing steps, not for safety): seconds per Khatri–Rao entry
+#: or cell of a load tensor, and per 64-bit word AND of the query-graph build
+TENSOR_SECONDS_PER_ENTRY = 1e-8
+GRAPH_SECONDS_PER_WORD = 2e-9
+#: a graph-search probe before a tensor or column search gets this share of that search's estimated time
+#: (at least PROBE_MIN_SECONDS); it is only tried when building the query graph costs at most this share of it
+PROBE_SHARE = 0.25
+PROBE_MIN_SECONDS = 0.01
 #: seconds needed to start the MILP / the LP relaxation at all
 MILP_MIN_SECONDS = 0.3
 LP_MIN_SECONDS = 0.05
@@ -430,15 +448,54 @@ def _milp_size(prob: Problem) -> tuple[int, float]:
     return nvar, nnz
 
 
+def _graph_data_cost(store: BoxStore, prob: Problem, ids: np.ndarray) -> float:
+    """Estimated seconds of :func:`graph_data` on ``prob``: ``Σ_c n_c² ⌈a_c/64⌉`` word ANDs."""
+    words = 0.0
+    for c in prob.columns:
+        st = store.cols.get(c.name)
+        n_c = float(st.constrained[ids].sum()) if st is not None else float(prob.n)
+        words += n_c * n_c * math.ceil(c.a / 64)
+    return GRAPH_SECONDS_PER_WORD * words
+
+
+def _plan(store: BoxStore, prob: Problem, ids: np.ndarray, method: str) -> list[tuple[str, float | None]]:
+    """The steps of :func:`_portfolio`: ``(name, time cap in seconds or None)``; see the module docstring."""
+    cells, kr = _tensor_cost(prob)
+    tensor_ok = cells <= TENSOR_CELLS and kr <= KR_ENTRIES
+    graph_ok = prob.n <= GRAPH_MAX_N
+    if method == "bb":
+        return [("tensor", None)] if tensor_ok else [("bb", None)]
+    if method == "graph":
+        return [("tensor", None)] if tensor_ok else [("graph", None)] if graph_ok else [("bb", None)]
+    tensor_s = TENSOR_SECONDS_PER_ENTRY * (cells + kr)  # inf when the atom product overflows
+    log_cells = float(sum(math.log10(max(c.a, 1)) for c in prob.columns))
+    if graph_ok and not tensor_ok and log_cells > COLUMN_FIRST_LOG10:
+        return [("graph", None), ("bb", None)]
+    steps: list[tuple[str, float | None]] = []
+    if graph_ok and tensor_s > PROBE_MIN_SECONDS:
+        probe = max(PROBE_MIN_SECONDS, PROBE_SHARE * tensor_s)
+        if _graph_data_cost(store, prob, ids) <= PROBE_SHARE * probe:
+            steps.append(("graph", probe))
+    if tensor_ok:
+        steps.append(("tensor", None))
+    else:
+        steps.append(("bb", None))
+        if graph_ok:
+            steps.append(("graph", None))
+    return steps
+
+
 def _portfolio(
     store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, slack: float, method: str
 ) -> tuple[dict[str, int], float, bool, str]:
-    """Exact γ of a sub-problem too large for one load tensor, within ``deadline`` (wall clock).
+    """Exact γ of a compressed problem within ``deadline`` (wall clock).
 
-    Methods, in an order chosen from instance features (log₁₀ of the atom product): the column branch and
-    bound (few columns, small atom product) and the graph search (many columns: sparse query graphs), each
-    seeded with the best witness so far; then HiGHS (MILP, or its LP relaxation when little time is left)
-    if the problem is small enough.  Returns (atoms of the best witness, proven upper bound, exact, tag).
+    Steps (:func:`_plan`, from instance features): the load tensor when it is small; otherwise a short
+    graph-search probe (capped at ``PROBE_SHARE`` of the tensor's estimated time, and only when the query
+    graph is cheap to build) before the tensor or the column branch and bound; the graph search first when
+    the atom product is large.  Each search is seeded with the best witness so far; then HiGHS (MILP, or
+    its LP relaxation when little time is left) if the problem is small enough.  Returns (atoms of the
+    best witness, proven upper bound, exact, tag).
     """
     best_val = -math.inf
     best_atoms: dict[str, int] = {}
@@ -454,6 +511,10 @@ def _portfolio(
         if val > best_val:
             best_val, best_atoms = val, at
 
+    steps = _plan(store, prob, ids, method)
+    if steps == [("tensor", None)]:
+        value, at = _tensor(prob)
+        return {prob.columns[i].name: v for i, v in at.items()}, value + slack, True, "tensor"
     # a cheap first witness: a row inside the heaviest box, per column its atom of largest covering weight
     q0 = int(np.argmax(prob.weights))
     first: dict[str, int] = {}
@@ -466,30 +527,28 @@ def _portfolio(
                 inside[a0:b0] = True
         first[c.name] = int(np.argmax(np.where(inside, c.colsum(prob.weights) + 1.0, 0.0)))
     offer(first)
-    log_cells = float(sum(math.log10(max(c.a, 1)) for c in prob.columns))
-    graph_ok = prob.n <= GRAPH_MAX_N
-    if method == "bb":
-        order = ["bb"]
-    elif method == "graph":
-        order = ["graph"] if graph_ok else ["bb"]
-    elif log_cells <= COLUMN_FIRST_LOG10 or not graph_ok:
-        order = ["bb", "graph"] if graph_ok else ["bb"]
-    else:
-        order = ["graph", "bb"]
     nvar, nnz = _milp_size(prob)
     use_milp = method == "auto" and nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ
     gdata: GraphData | None = None
-    for k, m in enumerate(order):
+    for k, (m, cap) in enumerate(steps):
         now = time.perf_counter()
         left = deadline - now
         if left <= 0:
             break
-        last = k == len(order) - 1
-        if last:
+        if cap is not None:
+            share = min(cap, left * FIRST_SHARE)
+        elif k == len(steps) - 1:
             share = left * (MILP_RESERVE_FROM if use_milp else 1.0)
         else:
             share = left * FIRST_SHARE
         sub_deadline = now + share
+        if m == "tensor":  # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): always exact
+            value, at = _tensor(prob)
+            tags.append("tensor")
+            offer({prob.columns[i].name: v for i, v in at.items()})
+            upper = min(upper, value + slack)
+            exact = True
+            break
         if m == "graph":
             if gdata is None:
                 try:
@@ -497,7 +556,7 @@ def _portfolio(
                 except _GraphTimeout:
                     continue
             r = graph_search(prob, sub_deadline, data=gdata, best=best_val)
-            tags.append("graph-search")
+            tags.append("graph-search" if cap is None else "graph-probe")
             offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
             upper = min(upper, r.upper + slack)
             if r.exact:
@@ -591,7 +650,6 @@ def solve_overlap(
     upper = math.inf
     used = "empty"
     if prob.n > 0:
-        cells, kr = _tensor_cost(prob)
         if method == "milp":
             val, at, ub = milp_overlap(prob, max(deadline - time.perf_counter(), 0.01))
             atoms = at or {}
@@ -600,11 +658,6 @@ def solve_overlap(
             exact = val is not None and ub is not None and ub - val <= slack + 1e-9 * max(1.0, abs(ub))
             if not exact:
                 upper = max(upper, val or 0.0)
-        elif cells <= TENSOR_CELLS and kr <= KR_ENTRIES:
-            value, at = _tensor(prob)
-            atoms = {prob.columns[i].name: v for i, v in at.items()}
-            upper = value + slack
-            used = "tensor"
         else:
             atoms, upper, exact, used = _portfolio(store, prob, ids, deadline, slack, method)
     else:
