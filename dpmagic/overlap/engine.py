@@ -39,21 +39,20 @@ Reported numbers keep ``overlap.lower ≤ γ ≤ overlap.upper ≤ clique ≤ ch
 Incremental γ and ω equal a from-scratch computation (same values; the witness may differ on ties); the
 colouring depends on the history (any proper colouring is a valid bound).
 
-Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_overlap.py``;
-box construction excluded, encoding included):
+Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_overlap.py --mode full``,
+2026-11-21; box construction excluded, encoding included; see docs/benchmarks.md):
 
-* census workload (DESIGN.md §4), exact γ from scratch (``max_overlap``, load tensor over Income atoms ×
-  280 categorical cells): t = 2,000 ≈ 0.04–0.06 s, t = 20,000 ≈ 0.4–0.5 s.  All four bounds
-  (``from_boxes(...).bounds()``): t = 2,000 ≈ 0.15 s, t = 20,000 ≈ 1.1–2 s (the colouring needs the whole
-  graph: block-wise bit-mask overlap rows + greedy; ω = γ by Helly, χ = γ = 495 there);
-* census admission with 10,000 registered (``preview`` + ``add`` of one query): median ≈ 2 ms, p99 ≈ 6–10 ms;
-* uniform synthetic, 10 columns, random non-empty subsets (time limit 10 s): k = 2–5: γ exact up to
-  t = 2,000 (tensor, ≤ 0.6 s); k = 3–6: t = 500 ≈ 1 s, t = 2,000 times out at 10 s with an interval (the
-  colouring is then the charged bound); k = 5–10: t = 100 ≈ 0.6–6 s, beyond it intervals.  Many columns
-  (sparse query graphs; graph search of :mod:`~dpmagic.overlap.gsearch`): m = 30/100, t = 100 ≈ 0.01–0.02 s,
-  m = 30, t = 500 ≈ 0.3–3.6 s, m = 100, t = 1,000 ≈ 1.1 s, paper-style 1,000 columns of 10–1,000 values
-  t = 50 ≈ 0.6 s and t = 200 ≈ 1.7 s (mostly encoding ~19 million category indices), all exact.  The exact
-  clique search is the weak spot there (t ≥ 500 times out; ω is then reported as its proven upper bound, ≤ χ).
+* census workload (DESIGN.md §4), exact γ from scratch (load tensor over Income atoms × 280 categorical
+  cells): t = 2,000 ≈ 0.02–0.03 s, t = 20,000 ≈ 0.2–0.3 s.  All four bounds: t = 2,000 ≈ 0.12 s,
+  t = 20,000 ≈ 1.1 s (the colouring needs the whole graph: block-wise bit-mask overlap rows + greedy;
+  ω = γ by Helly);
+* census admission with 10,000 registered (``preview`` + ``add`` of one query): median ≈ 2 ms, p99 ≈ 6 ms;
+* uniform synthetic (seed 000 §7.1), time limit 10 s: 10–12 columns of 2–5 values, γ exact up to t = 2,000
+  in ≤ 0.65 s (graph-search probe, then the load tensor or the column search); 30 / 100 columns (sparse
+  query graphs, graph search of :mod:`~dpmagic.overlap.gsearch`): t = 100 ≈ 5–13 ms, m = 30, t = 500 ≈
+  0.3–3.5 s, m = 100, t = 1,000 ≈ 1 s; paper-style 1,000 columns of 10–1,000 values: t = 50 ≈ 0.2 s,
+  t = 200 ≈ 0.7 s; all exact.  The exact clique search is the weak spot there (t ≥ 500 times out; ω is then
+  reported as its proven upper bound, ≤ χ).
 """
 
 from __future__ import annotations
