@@ -194,6 +194,12 @@ def _tensor(prob: Problem) -> tuple[float, dict[int, int]]:
     return value, atoms
 
 
+def _tensor_named(prob: Problem) -> tuple[float, dict[str, int]]:
+    """:func:`_tensor` with the maximising atoms keyed by column name."""
+    value, atoms = _tensor(prob)
+    return value, {prob.columns[i].name: v for i, v in atoms.items()}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # branch and bound over columns
 # ---------------------------------------------------------------------------------------------------------
@@ -292,8 +298,8 @@ class _BranchAndBound:
         scale = min(1.0, (self.deadline - time.perf_counter()) / TENSOR_LEAF_SECONDS)
         if cells <= TENSOR_CELLS * scale and kr <= KR_ENTRIES * scale:
             self.used_tensor = True
-            value, atoms = _tensor(prob)
-            self._record(value, {**fixed, **{cols[i].name: v for i, v in atoms.items()}})
+            value, named = _tensor_named(prob)
+            self._record(value, {**fixed, **named})
             return
         # branch on the most discriminating column (ties: fewest atoms); keep a long axis for tensors
         order = sorted(range(len(cols)), key=lambda i: (maxes[i], cols[i].a))
@@ -513,8 +519,8 @@ def _portfolio(
 
     steps = _plan(store, prob, ids, method)
     if steps == [("tensor", None)]:
-        value, at = _tensor(prob)
-        return {prob.columns[i].name: v for i, v in at.items()}, value + slack, True, "tensor"
+        value, named = _tensor_named(prob)
+        return named, value + slack, True, "tensor"
     # a cheap first witness: a row inside the heaviest box, per column its atom of largest covering weight
     q0 = int(np.argmax(prob.weights))
     first: dict[str, int] = {}
@@ -543,9 +549,9 @@ def _portfolio(
             share = left * FIRST_SHARE
         sub_deadline = now + share
         if m == "tensor":  # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): always exact
-            value, at = _tensor(prob)
+            value, named = _tensor_named(prob)
             tags.append("tensor")
-            offer({prob.columns[i].name: v for i, v in at.items()})
+            offer(named)
             upper = min(upper, value + slack)
             exact = True
             break
