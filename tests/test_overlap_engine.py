@@ -328,6 +328,47 @@ def test_coloring_bound_function():
     assert cr.exact and cr.lower == 2.0
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 9).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=30),
+            st.lists(st.sampled_from([1.0, 2.0, 3.0, 0.5]), min_size=n, max_size=n),
+            st.integers(0, 2**n - 1),
+            st.sampled_from([-math.inf, 0.0, 1.0, 2.5, 4.0]),
+        )
+    )
+)
+def test_colour_bound_brute_force(case):
+    """The weighted colouring bound: bounds[i] ≥ every clique among order[:i+1]; ``skip`` only drops the
+    classes whose bound is ≤ skip."""
+    from dpmagic.overlap.clique import colour_bound
+
+    n, edges, w, P, skip = case
+    w = sorted(w, reverse=True)  # callers number the vertices heaviest first
+    adj = [0] * n
+    for a, b in edges:
+        if a != b:
+            adj[a] |= 1 << b
+            adj[b] |= 1 << a
+    order, bounds = colour_bound(P, adj, w)
+    assert sorted(order) == [v for v in range(n) if P >> v & 1]
+    assert bounds == sorted(bounds)
+    for i in range(len(order)):
+        prefix = order[: i + 1]
+        heaviest = max(
+            sum(w[v] for v in sub)
+            for r in range(1, len(prefix) + 1)
+            for sub in itertools.combinations(prefix, r)
+            if all(adj[a] >> b & 1 for a, b in itertools.combinations(sub, 2))
+        )
+        assert heaviest <= bounds[i]
+    o2, b2 = colour_bound(P, adj, w, skip)
+    keep = [i for i, b in enumerate(bounds) if b > skip]
+    assert o2 == [order[i] for i in keep] and b2 == [bounds[i] for i in keep]
+
+
 def _uniform(rng, t, m=10, kmax=4):
     cols = {f"a{j}": CategoricalColumn(f"a{j}", tuple(range(int(rng.integers(2, kmax + 1))))) for j in range(m)}
     sch = Schema(cols)

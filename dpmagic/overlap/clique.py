@@ -48,30 +48,41 @@ class CliqueResult:
         return self.upper
 
 
-def colour_bound(P: int, adj: list[int], w: list[float]) -> tuple[list[int], list[float]]:
+def colour_bound(
+    P: int, adj: list[int], w: list[float], skip: float = -math.inf, nadj: list[int] | None = None
+) -> tuple[list[int], list[float]]:
     """Greedy colouring of the candidate bitset ``P`` for weighted clique branch and bound.
 
     Vertices are taken in bit order (callers number them heaviest first), each colour class greedily; returns
     the vertices in colouring order and, for each, the sum of the class maxima up to its class: an upper bound
     on the weight of any clique among the vertices up to it (Tomita-style colouring bound, weighted).
-    O(|P|²/64) word operations.
+    Vertices of classes whose bound is ``<= skip`` are coloured but not returned (a caller that prunes at
+    that bound would never branch on them: San Segundo et al.'s BBMC ``kmin``).  ``nadj[v]``, if given, is
+    ``~(adj[v] | 1 << v)`` (saves one operation per vertex).  O(|P|²/64) word operations.
     """
+    if nadj is None:
+        nadj = [~(a | (1 << v)) for v, a in enumerate(adj)] if P else []
     order: list[int] = []
     bounds: list[float] = []
     cum = 0.0
     Q = P
     while Q:
         avail = Q
-        low = avail & -avail
-        cum += w[low.bit_length() - 1]  # the class's first vertex is its heaviest
+        cum += w[(avail & -avail).bit_length() - 1]  # the class's first vertex is its heaviest
+        if cum <= skip:
+            while avail:
+                low = avail & -avail
+                avail &= nadj[low.bit_length() - 1]
+                Q ^= low
+            continue
+        start = len(order)
         while avail:
             low = avail & -avail
             v = low.bit_length() - 1
-            avail &= ~adj[v]
-            avail &= ~low
-            Q &= ~low
+            avail &= nadj[v]
+            Q ^= low
             order.append(v)
-            bounds.append(cum)
+        bounds.extend([cum] * (len(order) - start))
     return order, bounds
 
 
@@ -82,6 +93,7 @@ class _Timeout(Exception):
 class _Search:
     def __init__(self, adj: list[int], w: list[float], deadline: float) -> None:
         self.adj = adj
+        self.nadj = [~(a | (1 << v)) for v, a in enumerate(adj)]
         self.w = w
         self.deadline = deadline
         self.best = 0.0
@@ -91,10 +103,10 @@ class _Search:
 
     def expand(self, P: int, cw: float, C: list[int], top: bool = False) -> None:
         self.calls += 1
-        if not self.calls & 255 and time.perf_counter() > self.deadline:
+        if self.calls & 15 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 16th
             raise _Timeout
         adj, w = self.adj, self.w
-        order, bounds = colour_bound(P, adj, w)
+        order, bounds = colour_bound(P, adj, w, self.best - cw, self.nadj)
         for i in range(len(order) - 1, -1, -1):
             if top:
                 self.top_bound = cw + bounds[i]

@@ -158,6 +158,7 @@ class _Search:
         tol: float,
     ) -> None:
         self.adj = adj
+        self.nadj = [~(a | (1 << v)) for v, a in enumerate(adj)]
         self.w = w
         self.qbits = qbits
         self.consbits = consbits
@@ -174,7 +175,7 @@ class _Search:
         if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 8th
             raise _Timeout
         adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
-        order, bounds = colour_bound(P, adj, w)
+        order, bounds = colour_bound(P, adj, w, self.best + self.tol - wX, self.nadj)
         for i in range(len(order) - 1, -1, -1):
             if top:
                 self.top_bound = wX + bounds[i]
@@ -251,7 +252,7 @@ def graph_search(
     search.best = best
     comps: list[tuple[float, int]] = []
     for P in _components_bits(adj, n):
-        _, bnds = colour_bound(P, search.adj, search.w)
+        _, bnds = colour_bound(P, search.adj, search.w, nadj=search.nadj)
         comps.append((bnds[-1] if bnds else 0.0, P))
     comps.sort(key=lambda x: -x[0])
     upper = -math.inf
