@@ -50,8 +50,8 @@ Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_ove
 * uniform synthetic (seed 000 §7.1), time limit 10 s: 10–12 columns of 2–5 values, γ exact up to t = 2,000
   in ≤ 0.65 s (graph-search probe, then the load tensor or the column search); 30 / 100 columns (sparse
   query graphs, graph search of :mod:`~dpmagic.overlap.gsearch`): t = 100 ≈ 5–13 ms, m = 30, t = 500 ≈
-  0.3–3.5 s, m = 100, t = 1,000 ≈ 1 s; paper-style 1,000 columns of 10–1,000 values: t = 50 ≈ 0.2 s,
-  t = 200 ≈ 0.7 s; all exact.  The exact clique search is the weak spot there (t ≥ 500 times out; ω is then
+  0.2–2.4 s, m = 100, t = 1,000 ≈ 0.7 s; paper-style 1,000 columns of 10–1,000 values: t = 50 ≈ 0.2 s,
+  t = 200 ≈ 0.65 s; all exact.  The exact clique search is the weak spot there (t ≥ 500 times out; ω is then
   reported as its proven upper bound, ≤ χ).
 """
 
