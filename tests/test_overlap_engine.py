@@ -644,3 +644,33 @@ def test_engine_region_and_incremental_use_graph_search(monkeypatch):
     region = bx[0]
     r = eng.max_load_over(region)
     assert r.exact and r.lower == brute_max(sch, bx, ws, region=region)
+
+
+@pytest.mark.parametrize("k", [63, 64, 65])
+def test_category_bit_masks_at_the_word_boundary(k):
+    """Columns of 63/64/65 values: the engine's uint64 masks (k ≤ 64) and byte masks (k > 64) give the
+    brute-force γ (incrementally and from scratch) and the pairwise overlap test of Box.overlaps."""
+    rng = np.random.default_rng(k)
+    col, col2 = CategoricalColumn("c", tuple(range(k))), CategoricalColumn("d", (0, 1, 2))
+    sch = Schema({"c": col, "d": col2})
+    for _ in range(10):
+        bx = [
+            Box(
+                {
+                    "c": CategorySet.of_indices(col, rng.choice(k, int(rng.integers(1, k + 1)), replace=False)),
+                    "d": CategorySet.of_indices(col2, rng.choice(3, int(rng.integers(1, 4)), replace=False)),
+                }
+            )
+            for _ in range(12)
+        ]
+        ws = [float(x) for x in rng.integers(1, 4, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        eng = OverlapEngine(sch)
+        for b, w in zip(bx, ws):
+            eng.add(b, w)
+        g = eng.overlap()
+        assert g.exact and g.lower == truth and max_overlap(bx, ws, sch).lower == truth
+        A = overlap_adjacency(eng._store, ids=np.arange(len(bx)))
+        A = A.toarray() if hasattr(A, "toarray") else np.asarray(A)
+        for i, j in itertools.combinations(range(len(bx)), 2):
+            assert bool(A[i, j]) == bx[i].overlaps(bx[j])
