@@ -81,23 +81,28 @@ class CategoricalColumn:
         if lookup is None:  # built on first use; a frozen dataclass, so set through __dict__
             vals, k = self.values, len(self.values)
             kinds = set(map(type, vals))
-            if not any(issubclass(t, str) for t in kinds):  # all numbers (the first of equal floats wins)
-                strs, nums = {}, dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
-            elif all(issubclass(t, str) for t in kinds):
-                strs, nums = dict(zip(vals, range(k))), {}
+            strs: dict[str, int] = {}
+            nums: dict[float | int, int] = {}
+            if all(issubclass(t, str) for t in kinds):
+                strs = dict(zip(vals, range(k)))
             else:
-                strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
-                nums = {float(v): i for i, v in reversed(list(enumerate(vals))) if not isinstance(v, str)}
+                if not any(issubclass(t, str) for t in kinds):  # all numbers: the first of equal floats wins
+                    try:
+                        nums = dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
+                    except OverflowError:  # an int beyond float range: the slow path keys it exactly
+                        nums = {}
+                if not nums:
+                    strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
+                    for i in range(k - 1, -1, -1):
+                        if not isinstance(vals[i], str):
+                            nums[_number_key(vals[i])] = i  # type: ignore[index]
             lookup = self.__dict__["_lookup"] = (strs, nums)
         if isinstance(value, str):
             return lookup[0].get(str(value))
         if isinstance(value, (bool, np.bool_)):
             return None
-        try:
-            f = float(value)
-        except (TypeError, ValueError, OverflowError):
-            return None
-        return lookup[1].get(f)
+        key = _number_key(value)
+        return None if key is None else lookup[1].get(key)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "categorical", "values": list(self.values)}
@@ -143,6 +148,17 @@ class NumericColumn:
 
 
 Column = CategoricalColumn | NumericColumn
+
+
+def _number_key(value: Any) -> float | int | None:
+    """A number's identity for category lookup: its float value (``3 == 3.0``), or the int itself when it
+    is beyond float range; None for anything that is not a number."""
+    try:
+        return float(value)
+    except OverflowError:
+        return int(value) if isinstance(value, int) else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:

@@ -674,3 +674,18 @@ def test_category_bit_masks_at_the_word_boundary(k):
         A = A.toarray() if hasattr(A, "toarray") else np.asarray(A)
         for i, j in itertools.combinations(range(len(bx)), 2):
             assert bool(A[i, j]) == bx[i].overlaps(bx[j])
+
+
+def test_tensor_step_runs_even_when_the_probe_used_up_the_time():
+    """A plan of probe + tensor stays exact under a tiny time limit: the bounded tensor always runs (as it
+    does when it is the whole plan), so a tight limit never turns an exact instance into Σw."""
+    from tests_support import uniform_boxes
+
+    import dpmagic.overlap.maxoverlap as mo
+
+    sch, bx = uniform_boxes(800, m=10, kmin=2, kmax=5, seed=3)
+    ref = mo.max_overlap(bx, None, sch, method="bb")
+    assert ref.exact
+    for limit in (1e-4, 2e-3):
+        r = mo.max_overlap(bx, None, sch, time_limit=limit)
+        assert r.exact and r.lower == r.upper == ref.lower and "tensor" in r.method

@@ -78,3 +78,12 @@ def test_json_roundtrip() -> None:
     schema = Schema.from_dict({"columns": {"c": {"type": "categorical", "values": [f"v{i}" for i in range(70)]}}})
     box = box_from_json({"c": {"values": ["v0", "v64", "v69"]}}, schema)
     assert box_to_json(box) == {"c": {"values": ["v0", "v64", "v69"]}}
+
+
+def test_index_of_with_ints_beyond_float_range() -> None:
+    col = CategoricalColumn("big", (1, 10**400, 2.5))
+    assert col.index_of(10**400) == 1 and col.index_of(1.0) == 0 and col.index_of(2.5) == 2
+    assert col.index_of(10**401) is None and col.index_of("1") is None
+    mixed = CategoricalColumn("mixed", ("a", 3, 10**400))
+    assert mixed.index_of("a") == 0 and mixed.index_of(3.0) == 1 and mixed.index_of(10**400) == 2
+    assert col.index_of(np.True_) is None and col.index_of(True) is None  # booleans are not categories

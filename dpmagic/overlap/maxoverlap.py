@@ -537,10 +537,17 @@ def _portfolio(
     use_milp = method == "auto" and nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ
     gdata: GraphData | None = None
     for k, (m, cap) in enumerate(steps):
+        if m == "tensor":  # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): run it whatever the clock
+            value, named = _tensor_named(prob)
+            tags.append("tensor")
+            offer(named)
+            upper = min(upper, value + slack)
+            exact = True
+            break
         now = time.perf_counter()
         left = deadline - now
         if left <= 0:
-            break
+            continue  # no time for a search; a tensor step later in the plan still runs
         if cap is not None:
             share = min(cap, left * FIRST_SHARE)
         elif k == len(steps) - 1:
@@ -548,13 +555,6 @@ def _portfolio(
         else:
             share = left * FIRST_SHARE
         sub_deadline = now + share
-        if m == "tensor":  # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): always exact
-            value, named = _tensor_named(prob)
-            tags.append("tensor")
-            offer(named)
-            upper = min(upper, value + slack)
-            exact = True
-            break
         if m == "graph":
             if gdata is None:
                 try:
