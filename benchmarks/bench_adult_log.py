@@ -5,7 +5,7 @@ Usage::
     python benchmarks/bench_adult_log.py               # quick: 10 noise repetitions
     python benchmarks/bench_adult_log.py --mode full   # 50 noise repetitions
 
-For several generated analyst logs (:func:`dpmagic.workloads.adult_query_log`, different seeds and sizes)
+For several generated analyst logs (:func:`workloads.adult_query_log`, different seeds and sizes)
 and their concatenation ("combined", as in seed 000 Table 1) it reports:
 
 * t (queries), γ (exact maximum overlap, each query weight 1), ω and χ̃ (dpmagic's engine), the networkx
@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from baselines import algorithm1_overlap, dsatur_bound  # noqa: E402
 from common import RESULTS, machine_info, md_table, write_results  # noqa: E402
+from workloads import adult_query_log  # noqa: E402
 
 import dpmagic  # noqa: E402
 from dpmagic.backends.pandas import PandasBackend  # noqa: E402
 from dpmagic.mechanisms import noise_for, release_integer  # noqa: E402
 from dpmagic.overlap import OverlapEngine  # noqa: E402
 from dpmagic.query.sql import parse_query  # noqa: E402
-from dpmagic.workloads import adult_query_log  # noqa: E402
 
 #: (log name, number of queries, seed) — sizes in the range of seed 000 Table 1 (t = 2 … 284)
 LOGS: list[tuple[str, int, int]] = [

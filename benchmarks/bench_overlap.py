@@ -44,11 +44,11 @@ from baselines import (  # noqa: E402
     networkx_clique,
 )
 from common import machine_info, md_table, median, percentile, write_results  # noqa: E402
+from workloads import census_schema, census_workload, paper_uniform_schema, uniform_schema, uniform_workload  # noqa: E402
 
 from dpmagic.overlap import OverlapEngine, max_overlap  # noqa: E402
 from dpmagic.schema import Schema  # noqa: E402
 from dpmagic.sets import Box  # noqa: E402
-from dpmagic.workloads import census_schema, census_workload, paper_uniform_schema, uniform_schema, uniform_workload  # noqa: E402
 
 pc = time.perf_counter
 

@@ -45,3 +45,17 @@ def test_quickstart_shows_answers_and_budget() -> None:
     refused = [o for o in outputs if o.output_type == "stream" and "BudgetExceededError" in o.text]
     assert len(refused) == 1 and "Traceback" not in refused[0].text
     assert any("remaining ε" in o.get("text", "") for o in outputs)
+
+
+def test_committed_notebooks_match_their_sources() -> None:
+    """Every .ipynb is exactly what scripts/build_notebooks.py builds from its text source (stable cell ids)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import build_notebooks as builder
+
+    sources = builder.sources()
+    assert {s.stem for s in sources} == {p.stem for p in NOTEBOOKS}, "every notebook needs a source and vice versa"
+    for src in sources:
+        assert builder.build(src) == builder.target(src).read_text(encoding="utf-8"), f"{src.name}: rebuild it"
+        assert builder.build(src) == builder.build(src)

@@ -1,4 +1,4 @@
-"""Workload generators (dpmagic.workloads) and the seed 000 baselines (benchmarks/baselines.py)."""
+"""Workload generators (benchmarks/workloads.py) and the seed 000 baselines (benchmarks/baselines.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import pytest
-
-from dpmagic.query.sql import parse_query
-from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import CategorySet, IntervalSet
-from dpmagic.workloads import (
+from workloads import (
     CENSUS_INCOME_RANGES,
     adult_query_log,
     box_to_sql,
@@ -26,6 +22,10 @@ from dpmagic.workloads import (
     uniform_workload,
     write_sql,
 )
+
+from dpmagic.query.sql import parse_query
+from dpmagic.schema import CategoricalColumn, Schema
+from dpmagic.sets import CategorySet, IntervalSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
