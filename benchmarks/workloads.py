@@ -565,3 +565,134 @@ def adult_query_log(n: int = 300, seed: int = 0, *, counts_only: bool = False) -
             for side in pair:
                 out.append(_statement(select, [*ps, side], None))
     return out[:n]
+
+
+# --------------------------------------------------------------------------------------------------
+# mixed analyst SQL (the accountant-speed benchmark of benchmarks/bench_session.py)
+
+#: Adult's categorical columns an analyst filters on, with how often (native-country: 42 values)
+_MIX_CATEGORICAL: dict[str, float] = {
+    "workclass": 1.5,
+    "education": 2.0,
+    '"marital-status"': 1.2,
+    "occupation": 1.5,
+    "relationship": 1.0,
+    "race": 1.2,
+    "sex": 1.5,
+    '"native-country"': 0.6,
+    '"class"': 1.2,
+}
+#: Adult's numeric columns with the bounds of the public schema
+_MIX_NUMERIC: dict[str, tuple[int, int]] = {
+    "age": (17, 90),
+    '"hours-per-week"': (1, 99),
+    '"education-num"': (1, 16),
+    '"capital-gain"': (0, 99999),
+    '"capital-loss"': (0, 4356),
+}
+_MIX_NUMERIC_WEIGHT: dict[str, float] = {
+    "age": 3.0,
+    '"hours-per-week"': 2.0,
+    '"education-num"': 1.0,
+    '"capital-gain"': 0.6,
+    '"capital-loss"': 0.4,
+}
+_MIX_GROUP = ("sex", "race", "education", "workclass", '"marital-status"', "relationship", "occupation", '"class"')
+
+
+def mixed_analyst_log(n: int, seed: int = 0, schema: Schema | None = None, *, measures: bool = True) -> list[str]:
+    """``n`` independent, realistic analyst statements on Adult, of every shape the accountant must handle.
+
+    Unlike :func:`adult_query_log` (structured exploration episodes, Helly-friendly predicates), each
+    statement here is drawn independently, and its predicates include the shapes that make overlap hard
+    (non-Helly category sets, complements):
+
+    * the SELECT: ``COUNT(*)`` (55%), ``AVG(m)`` (25%) or ``SUM(m)`` (20%) of a numeric column; 35% of the
+      statements GROUP BY one of eight categorical columns;
+    * 0–4 predicates on distinct columns (P = 0.1, 0.3, 0.3, 0.2, 0.1), each on a categorical column
+      (weights as :data:`_MIX_CATEGORICAL`) or a numeric one (:data:`_MIX_NUMERIC_WEIGHT`);
+    * categorical predicate: ``= v`` (40%), ``IN (2–4 values)`` (25%), ``!= v`` / ``<> v`` (15%),
+      ``NOT IN (2–3 values)`` (10%), ``c = a OR c = b`` (10%);
+    * numeric predicate: ``BETWEEN`` (40%), ``>=`` / ``>`` (25%), ``<`` / ``<=`` (20%), ``c < a OR c > b``
+      (10%), ``= v`` (5%); endpoints uniform over the declared bounds (capital columns: a few round numbers).
+
+    ``schema`` (default: the shipped Adult schema) supplies the declared category values.
+    Same ``(n, seed)`` → same statements.
+    """
+    if schema is None:
+        from importlib.resources import files
+
+        schema = Schema.from_json(str(files("dpmagic") / "data" / "adult.schema.json"))
+    rng = np.random.default_rng(seed)
+    cat_names = list(_MIX_CATEGORICAL)
+    cat_p = np.array(list(_MIX_CATEGORICAL.values()))
+    num_names = list(_MIX_NUMERIC_WEIGHT)
+    num_p = np.array(list(_MIX_NUMERIC_WEIGHT.values()))
+    all_names = cat_names + num_names
+    all_p = np.concatenate([cat_p, num_p])
+    all_p = all_p / all_p.sum()
+
+    def values(col: str) -> list[str]:
+        c = schema[col.strip('"')]
+        assert isinstance(c, CategoricalColumn)
+        return [str(v) for v in c.values]
+
+    def cat_pred(col: str) -> str:
+        vals = values(col)
+        r = rng.random()
+        pick = [vals[i] for i in rng.choice(len(vals), size=min(len(vals), 4), replace=False)]
+        if r < 0.40 or len(vals) < 3:
+            return f"{col} = {_q(pick[0])}"
+        if r < 0.65:
+            k = int(rng.integers(2, min(4, len(vals) - 1) + 1))
+            return f"{col} IN ({', '.join(_q(v) for v in pick[:k])})"
+        if r < 0.80:
+            return f"{col} {'!=' if rng.random() < 0.5 else '<>'} {_q(pick[0])}"
+        if r < 0.90:
+            k = int(rng.integers(2, min(3, len(vals) - 1) + 1))
+            return f"{col} NOT IN ({', '.join(_q(v) for v in pick[:k])})"
+        return f"({col} = {_q(pick[0])} OR {col} = {_q(pick[1])})"
+
+    def num_point(col: str) -> int:
+        lo, hi = _MIX_NUMERIC[col]
+        if col in ('"capital-gain"', '"capital-loss"'):
+            return int(
+                rng.choice([0, 1, 1000, 2000, 3000, 5000, 10000]) if hi > 10000 else rng.choice([0, 1, 1000, 2000])
+            )
+        return int(rng.integers(lo, hi + 1))
+
+    def num_pred(col: str) -> str:
+        r = rng.random()
+        a, b = sorted((num_point(col), num_point(col)))
+        if r < 0.40:
+            return f"{col} BETWEEN {a} AND {b}"
+        if r < 0.65:
+            return f"{col} {'>=' if rng.random() < 0.5 else '>'} {a}"
+        if r < 0.85:
+            return f"{col} {'<' if rng.random() < 0.5 else '<='} {b}"
+        if r < 0.95:
+            return f"({col} < {a} OR {col} > {b})"
+        return f"{col} = {a}"
+
+    out: list[str] = []
+    for _ in range(n):
+        r = rng.random()
+        measure = _MIX_NUMERIC_NAMES[int(rng.integers(len(_MIX_NUMERIC_NAMES)))]
+        if not measures or r < 0.55:
+            agg = "COUNT(*)"
+        elif r < 0.80:
+            agg = f"AVG({measure})"
+        else:
+            agg = f"SUM({measure})"
+        group = _MIX_GROUP[int(rng.integers(len(_MIX_GROUP)))] if rng.random() < 0.35 else None
+        k = int(rng.choice(5, p=[0.1, 0.3, 0.3, 0.2, 0.1]))
+        pool = [c for c in all_names if c != group]
+        p = np.array([all_p[all_names.index(c)] for c in pool])
+        cols = [pool[i] for i in rng.choice(len(pool), size=k, replace=False, p=p / p.sum())]
+        preds = [cat_pred(c) if c in _MIX_CATEGORICAL else num_pred(c) for c in cols]
+        select = f"{group}, {agg}" if group else agg
+        out.append(_statement(select, preds, group))
+    return out
+
+
+_MIX_NUMERIC_NAMES = tuple(_MIX_NUMERIC)

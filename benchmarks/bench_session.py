@@ -1,0 +1,403 @@
+"""The accountant's speed on real analyst sessions (issue 11): every cell through ``Session.query``.
+
+Sections (each runs in its own subprocess, so that its peak RSS is its own):
+
+* ``sequential`` — a fresh session on Adult (pure ε, exact bound), ``n`` statements of
+  :func:`workloads.mixed_analyst_log` answered one after another through :meth:`Session.query`; per-query
+  latency by window of registered queries, whether the charged bound stayed exact (or upper/lower ≤ 1.02);
+* ``prefilled`` — a session with ``N`` queries already registered (the engine bulk-loaded with the boxes of
+  ``N`` statements of the same generator: a benchmark shortcut that skips N data reads), then ``k`` more
+  answered through :meth:`Session.query`; per-admission latency and the peak RSS of the process;
+* ``rows3m`` — Adult replicated to 3,000,000 rows; per-query latency and, for the same queries, the time of
+  the exact data scan alone (``backend.evaluate``), to show which of the two dominates;
+* ``cli`` — ``dpmagic overlap --json`` on 2,000 census statements, end to end (a subprocess), and
+  ``python -c "import dpmagic"``;
+* ``uniform`` — exact γ from scratch on uniform category sets (10 columns t = 2,000; 12 columns t = 1,000).
+
+    python benchmarks/bench_session.py --mode quick      # minutes; results/bench_session_quick.{md,json}
+    python benchmarks/bench_session.py --mode full       # the issue's sizes; results/bench_session_full.*
+    python benchmarks/bench_session.py --mode full --sections sequential --max-seconds 300 --name baseline
+
+``--max-seconds`` caps each section's wall time (the remaining queries are skipped and the cap is reported):
+it lets a slow baseline be measured at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from common import machine_info, md_table, percentile, write_results  # noqa: E402
+from workloads import census_schema, census_workload, mixed_analyst_log, uniform_schema, uniform_workload  # noqa: E402
+
+pc = time.perf_counter
+SECTIONS = ("sequential", "prefilled", "rows3m", "cli", "uniform")
+SIZES = {
+    "quick": {
+        "sequential": 300,
+        "prefilled": 2000,
+        "prefilled_k": 20,
+        "rows3m": 30,
+        "census": 2000,
+        "unif": [(10, 1000)],
+    },
+    "full": {
+        "sequential": 1000,
+        "prefilled": 10000,
+        "prefilled_k": 100,
+        "rows3m": 200,
+        "census": 2000,
+        "unif": [(10, 2000), (12, 1000)],
+    },
+}
+WINDOWS = ((1, 50), (51, 100), (101, 250), (251, 500), (501, 1000), (1001, 10**9))
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    if not xs:
+        return {}
+    return {
+        "n": len(xs),
+        "p50_ms": 1e3 * percentile(xs, 50),
+        "p95_ms": 1e3 * percentile(xs, 95),
+        "p99_ms": 1e3 * percentile(xs, 99),
+        "max_ms": 1e3 * max(xs),
+    }
+
+
+def _exactness(result: Any) -> float:
+    """upper / lower of the charged maximum overlap after this query (1.0 = exact)."""
+    ov = result.charge.bounds.overlap
+    if ov.exact:
+        return 1.0
+    return math.inf if ov.lower <= 0 else ov.upper / ov.lower
+
+
+def _adult(rows: int | None = None) -> tuple[Any, Any]:
+    import pandas as pd
+
+    import dpmagic
+
+    df, schema = dpmagic.load_adult()
+    if rows is not None and rows > len(df):
+        reps = -(-rows // len(df))
+        df = pd.concat([df] * reps, ignore_index=True).iloc[:rows].reset_index(drop=True)
+    return df, schema
+
+
+def _session(df: Any, schema: Any) -> Any:
+    from dpmagic import Session
+
+    return Session(df, schema, "epsilon=100000", default_cost=1.0)
+
+
+def run_sequential(n: int, max_s: float) -> dict[str, Any]:
+    df, schema = _adult()
+    s = _session(df, schema)
+    sqls = mixed_analyst_log(n, seed=11, schema=schema)
+    lat: list[float] = []
+    ratios: list[float] = []
+    t_end = pc() + max_s
+    for sql in sqls:
+        t0 = pc()
+        r = s.query(sql, epsilon=1.0, fresh=True)
+        lat.append(pc() - t0)
+        ratios.append(_exactness(r))
+        if pc() > t_end:
+            break
+    windows = {}
+    for lo, hi in WINDOWS:
+        part = lat[lo - 1 : hi]
+        if part:
+            windows[f"{lo}-{min(hi, len(lat))}"] = _stats(part)
+    return {
+        "asked": n,
+        "answered": len(lat),
+        "capped": len(lat) < n,
+        "all": _stats(lat),
+        "windows": windows,
+        "worst_upper_over_lower": max(ratios) if ratios else None,
+        "exact_share": sum(1 for x in ratios if x == 1.0) / max(1, len(ratios)),
+        "total_s": sum(lat),
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def run_prefilled(n: int, k: int, max_s: float) -> dict[str, Any]:
+    from dpmagic.query.sql import parse_query
+
+    df, schema = _adult()
+    s = _session(df, schema)
+    sqls = mixed_analyst_log(n + k, seed=12, schema=schema)
+    boxes = [parse_query(q, schema).coverage for q in sqls[:n]]
+    t0 = pc()
+    eng = s.accountant.engine
+    eng.extend(boxes, [1.0] * n)  # benchmark shortcut: n registered queries without n data reads
+    eng.bounds()
+    prefill_s = pc() - t0
+    rss_after_prefill = _rss_mb()
+    lat: list[float] = []
+    ratios: list[float] = []
+    t_end = pc() + max_s
+    for sql in sqls[n:]:
+        t1 = pc()
+        r = s.query(sql, epsilon=1.0, fresh=True)
+        lat.append(pc() - t1)
+        ratios.append(_exactness(r))
+        if pc() > t_end:
+            break
+    return {
+        "registered": n,
+        "asked": k,
+        "answered": len(lat),
+        "capped": len(lat) < k,
+        "prefill_s": prefill_s,
+        "admission": _stats(lat),
+        "worst_upper_over_lower": max(ratios) if ratios else None,
+        "rss_after_prefill_mb": rss_after_prefill,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def run_rows3m(k: int, max_s: float) -> dict[str, Any]:
+    t0 = pc()
+    df, schema = _adult(3_000_000)
+    load_s = pc() - t0
+    t0 = pc()
+    s = _session(df, schema)
+    bind_s = pc() - t0
+    sqls = mixed_analyst_log(k, seed=13, schema=schema)
+    lat: list[float] = []
+    scan: list[float] = []
+    t_end = pc() + max_s
+    for sql in sqls:
+        t1 = pc()
+        s.query(sql, epsilon=1.0, fresh=True)
+        lat.append(pc() - t1)
+        q = s.parse(sql)
+        t2 = pc()
+        s.backend.evaluate(q)  # the exact scan alone (benchmark only; nothing is released)
+        scan.append(pc() - t2)
+        if pc() > t_end:
+            break
+    return {
+        "rows": len(df),
+        "answered": len(lat),
+        "capped": len(lat) < k,
+        "load_s": load_s,
+        "bind_s": bind_s,
+        "query": _stats(lat),
+        "scan_only": _stats(scan),
+        "scan_share_p50": (percentile(scan, 50) / percentile(lat, 50)) if lat else None,
+        "peak_rss_mb": _rss_mb(),
+    }
+
+
+def run_cli(t: int) -> dict[str, Any]:
+    schema = census_schema()
+    boxes = census_workload(t, 7, schema)
+    from workloads import write_sql
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sp = Path(tmp) / "census.schema.json"
+        sp.write_text(json.dumps(schema.to_dict()))
+        qp = write_sql(boxes, Path(tmp) / "census.sql", table="census")
+        runs = []
+        out: dict[str, Any] = {}
+        for _ in range(3):
+            t0 = pc()
+            proc = subprocess.run(
+                [sys.executable, "-m", "dpmagic.cli", "overlap", "--schema", str(sp), str(qp), "--json"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            runs.append(pc() - t0)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr)
+            out = json.loads(proc.stdout)
+    imports = []
+    for _ in range(5):
+        t0 = pc()
+        subprocess.run([sys.executable, "-c", "import dpmagic"], check=True)
+        imports.append(pc() - t0)
+    python_only = []
+    for _ in range(5):
+        t0 = pc()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        python_only.append(pc() - t0)
+    return {
+        "statements": t,
+        "cli_s": {"min": min(runs), "median": sorted(runs)[1]},
+        "cli_gamma": out.get("max_overlap"),
+        "cli_reported_seconds": out.get("seconds"),
+        "import_s": {"min": min(imports), "median": sorted(imports)[2]},
+        "python_startup_s": {"min": min(python_only), "median": sorted(python_only)[2]},
+    }
+
+
+def run_uniform(specs: list[tuple[int, int]], max_s: float) -> dict[str, Any]:
+    from dpmagic.overlap import max_overlap
+
+    rows = []
+    for m, t in specs:
+        for seed in (0, 1, 2):
+            schema = uniform_schema(m, (2, 5), seed)
+            boxes = uniform_workload(schema, t, seed)
+            t0 = pc()
+            r = max_overlap(boxes, schema=schema, time_limit=10.0)
+            rows.append(
+                {
+                    "columns": m,
+                    "t": t,
+                    "seed": seed,
+                    "lower": r.lower,
+                    "upper": r.upper,
+                    "exact": r.exact,
+                    "method": r.method,
+                    "seconds": pc() - t0,
+                }
+            )
+    return {"instances": rows}
+
+
+def _child(section: str, mode: str, max_s: float) -> dict[str, Any]:
+    z = SIZES[mode]
+    if section == "sequential":
+        return run_sequential(z["sequential"], max_s)
+    if section == "prefilled":
+        return run_prefilled(z["prefilled"], z["prefilled_k"], max_s)
+    if section == "rows3m":
+        return run_rows3m(z["rows3m"], max_s)
+    if section == "cli":
+        return run_cli(z["census"])
+    if section == "uniform":
+        return run_uniform(z["unif"], max_s)
+    raise ValueError(section)
+
+
+def _markdown(mode: str, data: dict[str, Any]) -> str:
+    md = [f"# Session benchmark ({mode})", "", f"Machine: {data['machine']}", ""]
+    if "sequential" in data:
+        d = data["sequential"]
+        md += [
+            f"## {d['answered']} mixed analyst statements through Session.query (Adult)"
+            + (" — capped by --max-seconds" if d["capped"] else ""),
+            "",
+            md_table(
+                ["registered before", "n", "p50 ms", "p95 ms", "p99 ms", "max ms"],
+                [[w, s["n"], s["p50_ms"], s["p95_ms"], s["p99_ms"], s["max_ms"]] for w, s in d["windows"].items()]
+                + [
+                    [
+                        "all",
+                        d["all"]["n"],
+                        d["all"]["p50_ms"],
+                        d["all"]["p95_ms"],
+                        d["all"]["p99_ms"],
+                        d["all"]["max_ms"],
+                    ]
+                ],
+            ),
+            "",
+            f"Charged bound exact after {100 * d['exact_share']:.1f}% of the queries; worst upper/lower "
+            f"{d['worst_upper_over_lower']}; total {d['total_s']:.1f} s; peak RSS {d['peak_rss_mb']:.0f} MB.",
+            "",
+        ]
+    if "prefilled" in data:
+        d = data["prefilled"]
+        a = d["admission"]
+        md += [
+            f"## {d['answered']} more queries with {d['registered']:,} registered"
+            + (" — capped" if d["capped"] else ""),
+            "",
+            f"Prefill (bulk load + all bounds): {d['prefill_s']:.1f} s. Per query: p50 {a.get('p50_ms', 0):.1f} ms, "
+            f"p99 {a.get('p99_ms', 0):.1f} ms, max {a.get('max_ms', 0):.1f} ms; worst upper/lower "
+            f"{d['worst_upper_over_lower']}; RSS after prefill {d['rss_after_prefill_mb']:.0f} MB, peak "
+            f"{d['peak_rss_mb']:.0f} MB.",
+            "",
+        ]
+    if "rows3m" in data:
+        d = data["rows3m"]
+        md += [
+            f"## {d['rows']:,} rows (Adult replicated), {d['answered']} queries",
+            "",
+            f"Load {d['load_s']:.1f} s, bind {d['bind_s']:.1f} s. Per query p50 {d['query']['p50_ms']:.0f} ms, "
+            f"p99 {d['query']['p99_ms']:.0f} ms; the exact scan alone p50 {d['scan_only']['p50_ms']:.0f} ms "
+            f"({100 * d['scan_share_p50']:.0f}% of the query's p50); peak RSS {d['peak_rss_mb']:.0f} MB.",
+            "",
+        ]
+    if "cli" in data:
+        d = data["cli"]
+        md += [
+            "## CLI and import",
+            "",
+            f"`dpmagic overlap --json` on {d['statements']:,} census statements: {d['cli_s']['median']:.2f} s end to "
+            f"end (min {d['cli_s']['min']:.2f} s; γ = {d['cli_gamma']}). `python -c 'import dpmagic'`: "
+            f"{d['import_s']['median']:.2f} s (bare interpreter {d['python_startup_s']['median']:.2f} s).",
+            "",
+        ]
+    if "uniform" in data:
+        rows = data["uniform"]["instances"]
+        md += [
+            "## Uniform category sets, exact γ from scratch (10 s limit)",
+            "",
+            md_table(
+                ["columns", "t", "seed", "lower", "upper", "exact", "method", "s"],
+                [
+                    [r["columns"], r["t"], r["seed"], r["lower"], r["upper"], r["exact"], r["method"], r["seconds"]]
+                    for r in rows
+                ],
+            ),
+            "",
+        ]
+    return "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=("quick", "full"), default="quick")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--max-seconds", type=float, default=1800.0, help="wall-time cap per section")
+    ap.add_argument("--name", default=None, help="results file stem (default bench_session_MODE)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args.child, args.mode, args.max_seconds)))
+        return 0
+    data: dict[str, Any] = {"mode": args.mode, "machine": machine_info()}
+    for section in args.sections.split(","):
+        t0 = pc()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--mode", args.mode, "--max-seconds", str(args.max_seconds), "--child", section],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            print(proc.stderr, file=sys.stderr)
+            raise SystemExit(f"section {section} failed")
+        data[section] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{section}: done in {pc() - t0:.1f} s", file=sys.stderr)
+    md = _markdown(args.mode, data)
+    write_results(args.name or f"bench_session_{args.mode}", data, md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
