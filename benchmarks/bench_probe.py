@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import taxi  # noqa: E402
+
 from dpmagic.decision import And, Or, avg, count, evaluate, plan, run  # noqa: E402
 from dpmagic.decision.local import FrameMeasure  # noqa: E402
 from dpmagic.decision.mechanism import statistic_for  # noqa: E402

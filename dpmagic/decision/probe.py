@@ -24,8 +24,9 @@ the first being reported true the second is evaluated). Hence P(FN) ≤ Σ_i P(a
 ≤ Σ_i β_i by a union bound, with no independence assumption. Each atom is measured at most once per group
 and phase (shared across its occurrences), so the o_i of the minimised tree only enter through the weights
 of the split when ``occurrence_model="paper"``; with the default ``"shared"`` the weights are 1. Phase Two
-re-measures flagged atoms with fresh noise at β_i⁽²⁾; the reported value of an atom comes from Phase One or
-Phase Two, so its FN probability is at most β_i⁽¹⁾ + β_i⁽²⁾ and the total is ≤ β·share + β·(1 − share) = β.
+re-measures flagged atoms with fresh noise in rounds r = 1, 2, … (at most ``max_rounds``), round r spending
+2^−r·β·(1 − share) of the FNR budget; the reported value of an atom comes from its last measurement, so its FN
+probability is at most the sum of its β's over the phases, and the total is < β·share + β·(1 − share) = β.
 
 *False positives.* As in ProBE, the FPR is controlled by an *estimate* computed from the noisy outputs
 (post-processing, no privacy cost): per atom, FP̂ = |O_p ∖ O_pp| + β_i|O_pp| and N̂ = (|O_n| − β_i|G_i|)/(1 − β_i)
@@ -408,7 +409,7 @@ def _estimate(st: Statistic, prm: _Params, reported: set[Group], u: float) -> tu
     return f_est, r_est
 
 
-def _search_u(st: Statistic, prm: _Params, reported: set[Group], f_cap: Callable[[float], float]) -> float:
+def _search_u(st: Statistic, prm: _Params, reported: set[Group], f_cap: Callable[[float], float]) -> float | None:
     """The largest u' ≤ u whose estimate meets the target (candidates: the noisy gaps t − x of reported groups)."""
     t = st.sign * st.threshold
     gaps = sorted(
@@ -418,6 +419,10 @@ def _search_u(st: Statistic, prm: _Params, reported: set[Group], f_cap: Callable
         f, _ = _estimate(st, prm, reported, d)
         if f <= f_cap(d):
             return d
+    # No gap works. Shrinking u cannot remove the β_i·|O_pp| term: if it alone exceeds the target at u' → 0,
+    # no re-run can help (None: refuse rather than spend); otherwise halve the smallest gap.
+    if _estimate(st, prm, reported, 0.0)[0] > f_cap(0.0):
+        return None
     return min(gaps[-1] if gaps else prm.u, prm.u) / 2.0
 
 
@@ -494,7 +499,10 @@ def run(
             def cap(u: float, c: ConditionPlan = c, prm: _Params = prm) -> float:
                 return a_share * max(_estimate(c.statistic, prm, reported, u)[1], 0.0)
 
-            flagged[c.index] = _round_u(_search_u(c.statistic, prm, reported, cap), c.statistic)
+            u_new = _search_u(c.statistic, prm, reported, cap)
+            if u_new is None:
+                return finish(None, True, f"no smaller u can meet the false-positive target of {c.condition}", None)
+            flagged[c.index] = _round_u(u_new, c.statistic)
         else:
             fpr_sum += f_est / r_est if r_est > 0 else 0.0
     phases[0]["estimates"] = detail
@@ -557,7 +565,10 @@ def run(
                 def cap2(u: float, c: ConditionPlan = c, prm: _Params = prm, cur: set = current) -> float:
                     return a_share * max(_estimate(c.statistic, prm, cur, u)[1], 0.0)
 
-                flagged[c.index] = _round_u(_search_u(c.statistic, prm, current, cap2), c.statistic)
+                u_new = _search_u(c.statistic, prm, current, cap2)
+                if u_new is None:
+                    return finish(None, True, f"no smaller u can meet the false-positive target of {c.condition}", None)
+                flagged[c.index] = _round_u(u_new, c.statistic)
             else:
                 fpr_sum += f_est / r_est if r_est > 0 else 0.0
         if not flagged:
