@@ -140,7 +140,8 @@ def test_phase_two_tightens_u_and_respects_max_epsilon() -> None:
     res = run(p, fb.charge, fb.measure, max_epsilon=50.0)
     assert len(res.phases) == 2 and 0 in res.phases[1]["flagged"]
     assert res.phases[1]["flagged"][0]["u"] < p.conditions[0].u
-    assert not res.denied and res.groups == frozenset(groups[:20])
+    assert not res.denied and res.groups >= frozenset(groups[:20])  # no false negative (no noise here)
+    assert len(res.groups) - 20 <= 0.1 * 180  # the FP estimate meets α: here 9 groups at 79 are admitted
     assert res.fnr_bound <= 0.05 + 1e-15
     phases = [e[3] for e in fb.log if e[0] == "measure"]
     assert phases == [1, 2]

@@ -392,7 +392,12 @@ class _Executor:
 
 
 def _estimate(st: Statistic, prm: _Params, reported: set[Group], u: float) -> tuple[float, float]:
-    """ProBE's (Eq. 22–23, Alg. 4) estimate of an atom's false positives and a lower bound of its negatives."""
+    """ProBE's (Eq. 22–23, Alg. 4) estimate of an atom's false positives and a lower bound of its negatives.
+
+    FP̂ counts only groups in the current answer (Alg. 4's restriction); N̂ uses the atom's own reported
+    negatives at this u (Eq. 23). Alg. 4 also removes the current answer from O_n; with a u from the public
+    range Phase One reports nearly every group, which would leave no negatives and no attainable target.
+    """
     t = st.sign * st.threshold
     pp = p_only = n_neg = 0
     for g, v in prm.values.items():
@@ -402,7 +407,7 @@ def _estimate(st: Statistic, prm: _Params, reported: set[Group], u: float) -> tu
                 pp += 1
             elif x > t - u:
                 p_only += 1
-        elif x <= t - u:
+        if x <= t - u:
             n_neg += 1
     f_est = p_only + pp * prm.beta
     r_est = (n_neg - prm.beta * len(prm.values)) / (1.0 - prm.beta)
