@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,23 +83,12 @@ class CategoricalColumn:
         """
         lookup = self.__dict__.get("_lookup")
         if lookup is None:  # built on first use; a frozen dataclass, so set through __dict__
-            vals, k = self.values, len(self.values)
-            kinds = set(map(type, vals))
-            strs: dict[str, int] = {}
-            nums: dict[float | int, int] = {}
-            if all(issubclass(t, str) for t in kinds):
-                strs = dict(zip(vals, range(k)))
-            else:
-                if not any(issubclass(t, str) for t in kinds):  # all numbers: the first of equal floats wins
-                    try:
-                        nums = dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
-                    except OverflowError:  # an int beyond float range: the slow path keys it exactly
-                        nums = {}
-                if not nums:
-                    strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
-                    for i in range(k - 1, -1, -1):
-                        if not isinstance(vals[i], str):
-                            nums[_number_key(vals[i])] = i  # type: ignore[index]
+            vals = self.values
+            # Python numbers as dict keys compare exactly by value (3 == 3.0, but 2**53 + 1 != 2.0**53), so
+            # int categories beyond 2^53 (or beyond float range) stay distinct; the declared values are
+            # pairwise unequal (checked on construction), so no two keys collide.
+            strs: dict[str, int] = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
+            nums: dict[float | int, int] = {v: i for i, v in enumerate(vals) if not isinstance(v, str)}
             lookup = self.__dict__["_lookup"] = (strs, nums)
         if isinstance(value, str):
             return lookup[0].get(str(value))
@@ -179,14 +169,14 @@ Column = CategoricalColumn | NumericColumn
 
 
 def _number_key(value: Any) -> float | int | None:
-    """A number's identity for category lookup: its float value (``3 == 3.0``), or the int itself when it
-    is beyond float range; None for anything that is not a number."""
-    try:
-        return float(value)
-    except OverflowError:
-        return int(value) if isinstance(value, int) else None
-    except (TypeError, ValueError):
+    """A number's identity for category lookup: the Python number itself (numpy scalars unwrapped), which
+    dict lookup compares exactly by value (``3 == 3.0``; ints beyond 2^53 or beyond float range stay
+    exact); None for anything that is not a real number (booleans included)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
+    return value  # type: ignore[return-value]
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:
@@ -405,8 +395,6 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
         raise DataValidationError(f"column {col.name!r} has non-finite values")
-    if col.is_int and not np.all(arr == np.round(arr)):
-        raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
     outside = (arr < col.lower) | (arr > col.upper)
     if outside.any():
         if policy == "error":

@@ -172,3 +172,17 @@ def test_views_agree_near_int64_limits(inst) -> None:  # type: ignore[no-untyped
     assert res.lower == pytest.approx(max(loads))
     whole = eng.max_load_over(Box({}))
     assert whole.upper == pytest.approx(max(loads))
+
+
+def test_int_categories_beyond_2_53_stay_distinct() -> None:
+    schema = Schema({"c": CategoricalColumn("c", (T, T + 1, T + 2))})
+    col = schema["c"]
+    assert [col.index_of(v) for v in (T, T + 1, T + 2, np.int64(T + 1))] == [0, 1, 2, 1]  # type: ignore[union-attr]
+    assert col.index_of(float(T)) is None  # the double nearest T is another number
+    df = schema.validate(pd.DataFrame({"c": np.array([T, T + 1, T + 1, T + 2], dtype=np.int64)}))
+    assert df["c"].tolist() == [T, T + 1, T + 1, T + 2]
+    backend = PandasBackend(df, schema)
+    for sql in (f"c = {T + 1}", f"c BETWEEN {T + 1} AND {T + 1}", f"c IN ({T + 1})"):
+        q = parse_query(f"SELECT COUNT(*) FROM t WHERE {sql}", schema)
+        assert q.where.get("c").values == [T + 1]  # type: ignore[union-attr]
+        assert int(backend.evaluate(q).counts[0]) == 2
