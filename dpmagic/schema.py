@@ -152,13 +152,13 @@ class NumericColumn:
 
     @property
     def max_abs(self) -> float:
-        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM."""
-        return float(max(abs(self.lower), abs(self.upper)))
+        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(max(abs(self.lower), abs(self.upper)))
 
     @property
     def width(self) -> float:
-        """upper - lower: the replace-one sensitivity of a clamped SUM."""
-        return float(self.upper - self.lower)
+        """upper - lower: the replace-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(self.upper - self.lower)
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = (int(self.lower), int(self.upper)) if self.is_int else (self.lower, self.upper)
@@ -166,6 +166,13 @@ class NumericColumn:
 
 
 Column = CategoricalColumn | NumericColumn
+
+
+def _float_up(x: float | int) -> float:
+    """The least double >= ``x``: an exact int beyond 2^53 never rounds down (a sensitivity stays an upper
+    bound)."""
+    f = float(x)
+    return math.nextafter(f, math.inf) if f < x else f
 
 
 def _number_key(value: Any) -> float | int | None:

@@ -109,7 +109,9 @@ def test_float_literal_on_int_column_rounds_inward() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # property: sets, engine and backend agree on every value; exact max overlap = brute force
 
-_CENTRES = [0, 2**53, -(2**53), 2**62, -(2**62), I64_MAX, I64_MIN, 1_700_000_000_000_000_000]
+# centres whose domains give every key dtype of the store: float64 (|keys| <= 2^53, also right at the edge),
+# int64 (beyond 2^53) and object (touching the int64 limits)
+_CENTRES = [0, 2**53 - 7, -(2**53), 2**53, -(2**53) - 1, 2**62, -(2**62), I64_MAX, I64_MIN, 1_700_000_000_000_000_000]
 
 
 @st.composite
@@ -138,7 +140,7 @@ def _instances(draw):  # type: ignore[no-untyped-def]
     return schema, boxes, weights
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(_instances())
 def test_views_agree_near_int64_limits(inst) -> None:  # type: ignore[no-untyped-def]
     schema, boxes, weights = inst
@@ -186,3 +188,22 @@ def test_int_categories_beyond_2_53_stay_distinct() -> None:
         q = parse_query(f"SELECT COUNT(*) FROM t WHERE {sql}", schema)
         assert q.where.get("c").values == [T + 1]  # type: ignore[union-attr]
         assert int(backend.evaluate(q).counts[0]) == 2
+
+
+def test_sum_sensitivities_of_huge_int_bounds_round_up() -> None:
+    for lo, hi in ((0, 2**53 + 1), (-(2**62) - 1, 5), (I64_MIN, I64_MAX), (T, T + 3)):
+        c = NumericColumn("x", "int", lo, hi)
+        assert c.max_abs >= max(abs(lo), abs(hi)) and c.width >= hi - lo  # exact int >= double comparisons
+
+
+def test_store_key_dtypes() -> None:
+    from dpmagic.overlap.encoding import _NumStore
+
+    def dtype(lo: int, hi: int) -> object:
+        return _NumStore(NumericColumn("x", "int", lo, hi), 0, 0).dtype
+
+    assert dtype(1, 5000) is np.float64 and dtype(-(2**53), 2**53 - 1) is np.float64
+    assert dtype(0, 2**53) is np.int64 and dtype(-(2**53) - 1, 0) is np.int64
+    assert dtype(1_600_000_000_000_000_000, 1_800_000_000_000_000_000) is np.int64
+    assert dtype(0, I64_MAX) is object and dtype(I64_MIN, 0) is object and dtype(0, I64_MAX - 1) is object
+    assert dtype(I64_MIN + 1, I64_MAX - 2) is np.int64

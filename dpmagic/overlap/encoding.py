@@ -13,9 +13,10 @@ appending a query never re-encodes the others:
 * a numeric column keeps every query's union of intervals as padded arrays of *cut keys*
   ``start[q, j] <= x < end[q, j]`` over the ordered set of cuts (``K`` = the largest number of intervals
   of any query on that column; padding slots are empty).  On an ``int`` column a cut is an exact integer
-  (``[lo, hi]`` is ``lo .. hi+1``) held in an ``int64`` array — never a double, which above 2^53 would make
-  ``hi + 1 == hi`` and drop the last value of every interval — or, only when the declared bounds touch the
-  int64 limits so that ``upper + 1`` or the padding sentinels do not fit, in an object array of Python ints;
+  (``[lo, hi]`` is ``lo .. hi+1``): held as a double only while every key of the declared domain is within
+  ±2^53 (where doubles are exact; above it ``hi + 1.0 == hi`` would drop the last value of every interval),
+  else in an ``int64`` array, or — only when the declared bounds touch the int64 limits so that ``upper + 1``
+  or the padding sentinels do not fit — in an object array of Python ints (:func:`_int_key_dtype`);
   on a ``float`` column a cut is ``v + 0j`` ("just before v") or
   ``v + 1j`` ("just after v"), compared lexicographically, so open and closed ends are exact over the
   reals: ``[a, b)`` is ``a+0j .. b+0j`` and ``(a, b]`` is ``a+1j .. b+1j``.
@@ -145,16 +146,23 @@ class _CatStore:
 
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_EXACT = 2**53  # every integer of magnitude <= 2^53 is a double
 
 
 def _int_key_dtype(column: NumericColumn) -> tuple[Any, Any, Any]:
-    """Key dtype and padding sentinels (start, end) of an int column's store.
+    """Key dtype and padding sentinels (start, end) of an int column's store; the keys are exact in all three.
 
-    ``int64`` with sentinels ``(INT64_MAX, INT64_MIN)`` whenever every real key ``lower .. upper + 1`` lies
-    strictly between them (all but domains touching the int64 limits); else an object array of Python ints
-    with ``(+inf, -inf)`` sentinels (Python compares ints with floats exactly).  Either way the keys are exact.
+    * ``float64`` with ``(+inf, -inf)`` when every real key ``lower .. upper + 1`` lies in ``[-2^53, 2^53]``,
+      where every integer is a double (ordinary int columns: numpy compares doubles fastest);
+    * else ``int64`` with ``(INT64_MAX, INT64_MIN)`` when every real key lies strictly between them
+      (e.g. nanosecond timestamps);
+    * else (bounds touching the int64 limits) an object array of Python ints with ``(+inf, -inf)``
+      (Python compares ints with floats exactly).
     """
-    if int(column.lower) > _I64_MIN and int(column.upper) + 1 < _I64_MAX:
+    lo, end = int(column.lower), int(column.upper) + 1
+    if lo >= -_EXACT and end <= _EXACT:
+        return np.float64, _INF, -_INF
+    if lo > _I64_MIN and end < _I64_MAX:
         return np.int64, _I64_MAX, _I64_MIN
     return object, _INF, -_INF
 
