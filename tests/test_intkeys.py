@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from dpmagic import Session
 from dpmagic.backends.pandas import PandasBackend
-from dpmagic.errors import BudgetExceededError, SchemaError
+from dpmagic.errors import BudgetExceededError, DataValidationError, SchemaError
 from dpmagic.overlap.engine import OverlapEngine
 from dpmagic.query.sql import parse_query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
@@ -77,6 +77,21 @@ def test_validation_keeps_int64_values_exact() -> None:
     out = _ts_schema().validate(df)
     assert out["ts"].dtype == np.int64
     assert out["ts"].tolist() == df["ts"].tolist()
+
+
+def test_validation_clamps_and_checks_int_values_exactly() -> None:
+    schema = _ts_schema()
+    lo, hi = schema["ts"].lower, schema["ts"].upper  # type: ignore[union-attr]
+    df = pd.DataFrame({"ts": np.array([lo - 1, T, hi + 1], dtype=np.int64), "kind": ["a", "a", "b"]})
+    with pytest.raises(DataValidationError, match="2 value"):
+        schema.validate(df)
+    assert schema.validate(df, out_of_range="clamp")["ts"].tolist() == [lo, T, hi]
+    big = pd.DataFrame({"ts": np.array([T, 2**64 - 1], dtype=np.uint64), "kind": ["a", "b"]})
+    assert schema.validate(big, out_of_range="clamp")["ts"].tolist() == [T, hi]
+    floats = pd.DataFrame({"ts": [1.7e18, 1e30], "kind": ["a", "b"]})
+    assert schema.validate(floats, out_of_range="clamp")["ts"].tolist() == [1_700_000_000_000_000_000, hi]
+    with pytest.raises(DataValidationError, match="fractional"):
+        schema.validate(pd.DataFrame({"ts": [1.7e18, 0.5], "kind": ["a", "b"]}), out_of_range="clamp")
 
 
 def test_int_bounds_outside_int64_are_refused() -> None:
