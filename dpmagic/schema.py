@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,9 @@ __all__ = [
 ]
 
 OutOfRangePolicy = Literal["error", "clamp"]
+
+#: The value range of an ``int`` column: declared bounds must lie in it (the data are held as int64).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class UnsafeInferenceWarning(UserWarning):
@@ -79,23 +83,12 @@ class CategoricalColumn:
         """
         lookup = self.__dict__.get("_lookup")
         if lookup is None:  # built on first use; a frozen dataclass, so set through __dict__
-            vals, k = self.values, len(self.values)
-            kinds = set(map(type, vals))
-            strs: dict[str, int] = {}
-            nums: dict[float | int, int] = {}
-            if all(issubclass(t, str) for t in kinds):
-                strs = dict(zip(vals, range(k)))
-            else:
-                if not any(issubclass(t, str) for t in kinds):  # all numbers: the first of equal floats wins
-                    try:
-                        nums = dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
-                    except OverflowError:  # an int beyond float range: the slow path keys it exactly
-                        nums = {}
-                if not nums:
-                    strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
-                    for i in range(k - 1, -1, -1):
-                        if not isinstance(vals[i], str):
-                            nums[_number_key(vals[i])] = i  # type: ignore[index]
+            vals = self.values
+            # Python numbers as dict keys compare exactly by value (3 == 3.0, but 2**53 + 1 != 2.0**53), so
+            # int categories beyond 2^53 (or beyond float range) stay distinct; the declared values are
+            # pairwise unequal (checked on construction), so no two keys collide.
+            strs: dict[str, int] = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
+            nums: dict[float | int, int] = {v: i for i, v in enumerate(vals) if not isinstance(v, str)}
             lookup = self.__dict__["_lookup"] = (strs, nums)
         if isinstance(value, str):
             return lookup[0].get(str(value))
@@ -110,7 +103,13 @@ class CategoricalColumn:
 
 @dataclass(frozen=True)
 class NumericColumn:
-    """An ``int`` or ``float`` column with inclusive declared bounds ``lower <= x <= upper``."""
+    """An ``int`` or ``float`` column with inclusive declared bounds ``lower <= x <= upper``.
+
+    On an ``int`` column the bounds are stored as exact Python ints within the int64 range (a whole float
+    such as ``1.6e18`` becomes the integer it denotes), and every layer — value sets, the overlap engine's
+    keys, the backend's row masks — compares int values exactly, also beyond 2^53 (e.g. nanosecond
+    timestamps).
+    """
 
     name: str
     kind: Literal["int", "float"]
@@ -121,10 +120,29 @@ class NumericColumn:
         if self.kind not in ("int", "float"):
             raise SchemaError(f"column {self.name!r}: numeric type must be 'int' or 'float', not {self.kind!r}")
         for label, b in (("lower", self.lower), ("upper", self.upper)):
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+            if isinstance(b, bool) or not isinstance(b, (int, float)):
                 raise SchemaError(f"column {self.name!r}: {label!r} must be a finite number, got {b!r}")
-            if self.kind == "int" and float(b) != int(b):
-                raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
+            if isinstance(b, float) and not math.isfinite(b):
+                raise SchemaError(f"column {self.name!r}: {label!r} must be a finite number, got {b!r}")
+            if self.kind == "int":
+                if isinstance(b, float) and not b.is_integer():
+                    raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
+                # exact Python ints from here on: a bound like 1.6e18 is the integer that double denotes
+                exact = int(b)
+                if not INT64_MIN <= exact <= INT64_MAX:
+                    raise SchemaError(
+                        f"column {self.name!r}: {label!r} {exact} of an int column is outside the int64 range "
+                        f"[{INT64_MIN}, {INT64_MAX}]",
+                        hint="int columns hold 64-bit integers; declare a float or categorical column instead",
+                    )
+                object.__setattr__(self, label, exact)
+            elif isinstance(b, int):
+                try:
+                    float(b)
+                except OverflowError:
+                    raise SchemaError(
+                        f"column {self.name!r}: {label!r} {b} of a float column is beyond the double range"
+                    ) from None
         if self.lower > self.upper:
             raise SchemaError(f"column {self.name!r}: lower bound {self.lower!r} is above upper bound {self.upper!r}")
 
@@ -134,13 +152,13 @@ class NumericColumn:
 
     @property
     def max_abs(self) -> float:
-        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM."""
-        return float(max(abs(self.lower), abs(self.upper)))
+        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(max(abs(self.lower), abs(self.upper)))
 
     @property
     def width(self) -> float:
-        """upper - lower: the replace-one sensitivity of a clamped SUM."""
-        return float(self.upper - self.lower)
+        """upper - lower: the replace-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(self.upper - self.lower)
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = (int(self.lower), int(self.upper)) if self.is_int else (self.lower, self.upper)
@@ -150,15 +168,22 @@ class NumericColumn:
 Column = CategoricalColumn | NumericColumn
 
 
+def _float_up(x: float | int) -> float:
+    """The least double >= ``x``: an exact int beyond 2^53 never rounds down (a sensitivity stays an upper
+    bound)."""
+    f = float(x)
+    return math.nextafter(f, math.inf) if f < x else f
+
+
 def _number_key(value: Any) -> float | int | None:
-    """A number's identity for category lookup: its float value (``3 == 3.0``), or the int itself when it
-    is beyond float range; None for anything that is not a number."""
-    try:
-        return float(value)
-    except OverflowError:
-        return int(value) if isinstance(value, int) else None
-    except (TypeError, ValueError):
+    """A number's identity for category lookup: the Python number itself (numpy scalars unwrapped), which
+    dict lookup compares exactly by value (``3 == 3.0``; ints beyond 2^53 or beyond float range stay
+    exact); None for anything that is not a real number (booleans included)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
+    return value  # type: ignore[return-value]
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:
@@ -372,11 +397,11 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
 def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         raise DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values")
+    if col.is_int:
+        return _validate_int(col, series, policy)
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
         raise DataValidationError(f"column {col.name!r} has non-finite values")
-    if col.is_int and not np.all(arr == np.round(arr)):
-        raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
     outside = (arr < col.lower) | (arr > col.upper)
     if outside.any():
         if policy == "error":
@@ -386,6 +411,37 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
                 hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
             )
         arr = np.clip(arr, col.lower, col.upper)
-    if col.is_int:
-        return pd.Series(arr.astype(np.int64), index=series.index)
     return pd.Series(arr, index=series.index)
+
+
+def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+    """An int column's values as exact int64 (never through a double: 2^53 + 1 stays 2^53 + 1)."""
+    lo, hi = int(col.lower), int(col.upper)
+    if pd.api.types.is_integer_dtype(series):
+        unsigned = pd.api.types.is_unsigned_integer_dtype(series)
+        arr = series.to_numpy(dtype=np.uint64 if unsigned else np.int64)
+        # numpy compares an integer array with a Python int exactly (bounds lie within int64)
+        below, above = arr < lo, arr > hi
+    else:
+        raw = series.to_numpy(dtype=float)
+        if not np.isfinite(raw).all():
+            raise DataValidationError(f"column {col.name!r} has non-finite values")
+        if not np.all(raw == np.round(raw)):
+            raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
+        # whole doubles in [-2^63, 2^63) convert to int64 exactly; the rest lie outside every int bound
+        below = raw < -(2.0**63)
+        above = raw >= 2.0**63
+        arr = np.where(below | above, 0.0, raw).astype(np.int64)
+        below |= arr < lo
+        above |= arr > hi
+    outside = below | above
+    if outside.any() and policy == "error":
+        n = int(outside.sum())
+        raise DataValidationError(
+            f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
+            hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
+        )
+    out = np.where(above, 0, arr).astype(np.int64)  # uint64 above int64's range is "above" (0 is a placeholder)
+    out[below] = lo
+    out[above] = hi
+    return pd.Series(out, index=series.index)
