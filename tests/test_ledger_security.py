@@ -309,7 +309,7 @@ def test_plain_copy_of_the_ledger_file_mid_session_holds_every_charge(tmp_path: 
     ledger = Ledger(copy)
     assert len(ledger) == 2
     assert [e.cost for e in ledger.entries(s.ledger_key)] == [0.45, 0.45]
-    assert all(e.released for e in ledger.entries(s.ledger_key))
+    assert ledger.entries(s.ledger_key)[0].released  # answers follow with the next charge's checkpoint
     ledger.close()
     assert verify(copy)[0]
     assert Session(pums_frame(), pums_spec(), "epsilon=1", ledger=copy).spent == pytest.approx(s.spent)

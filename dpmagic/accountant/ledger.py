@@ -19,9 +19,10 @@ Guarantees:
 * **Ordering.** :meth:`Ledger.append` inside :meth:`Ledger.transaction` commits before returning; a crash
   between a charge and its release leaves the budget charged and the answer unreleased.
 * **In the main file.** The file is in WAL mode with ``synchronous=FULL`` (a commit is durable when it
-  returns), and every commit that wrote is checkpointed into ``ledger.sqlite`` before the transaction returns
-  (:meth:`Ledger._copy_to_main_file`): a charge never sits only in ``ledger.sqlite-wal``, so a plain copy of the
-  file taken between queries holds every charge.  ``dpmagic ledger backup`` (sqlite's online
+  returns), and every commit that wrote a charge (or an opening, budget or reset) is checkpointed into ``ledger.sqlite``
+  before the transaction returns (:meth:`Ledger._copy_to_main_file`): a charge never sits only in
+  ``ledger.sqlite-wal``, so a plain copy of the file taken between queries holds every charge (the noisy
+  answer of the last one may follow with the next checkpoint; losing it in a copy spends nothing).  ``dpmagic ledger backup`` (sqlite's online
   backup API) copies a live ledger consistently at any moment.
 * **Concurrency.** :meth:`Ledger.transaction` is ``BEGIN IMMEDIATE``: one writer at a time.  The accountant
   reads every event appended by other processes *inside* that transaction before it decides, so two kernels
@@ -215,7 +216,8 @@ class Ledger:
 
     #: sqlite journal mode of ledger files (see the module docstring; ``benchmarks/bench_ledger.py``)
     journal_mode = "WAL"
-    #: checkpoint the WAL into the main file after every commit that wrote (``False``: only the benchmark)
+    #: checkpoint the WAL into the main file after every commit that wrote a charge, an opening, a budget or a
+    #: reset (``False``: only for the benchmark)
     checkpoint_every_commit = True
 
     def __init__(self, path: str | Path | None = None, *, key: bytes | None = None, create: bool = False) -> None:
@@ -242,6 +244,7 @@ class Ledger:
         self._conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=60.0)
         self._depth = 0
         self._checkpoint = False
+        self._budget_written = False
         self._conn.execute("PRAGMA busy_timeout=60000")
         if self.path is not None:
             mode = str(self._conn.execute(f"PRAGMA journal_mode={self.journal_mode}").fetchone()[0]).upper()
@@ -324,7 +327,7 @@ class Ledger:
                         raise
                     time.sleep(0.05)
             self._depth = 1
-            changes = self._conn.total_changes
+            self._budget_written = False
             try:
                 yield
             except BaseException:
@@ -334,7 +337,7 @@ class Ledger:
                 self._conn.execute("COMMIT")
             finally:
                 self._depth = 0
-            if self._checkpoint and self._conn.total_changes != changes:
+            if self._checkpoint and self._budget_written:
                 self._copy_to_main_file()
 
     def _copy_to_main_file(self) -> None:
@@ -378,6 +381,9 @@ class Ledger:
             if mac_key is not None:
                 head["mac"] = _head_mac(mac_key, seq, digest)
             self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)", (_dumps(head),))
+            # every event that counts toward a budget is checkpointed into the main file at commit; a release
+            # (the answer of a charge already there) follows with the next one
+            self._budget_written = self._budget_written or kind != "release"
         return LedgerEvent(seq, key, kind, created, json.loads(text), prev, digest)
 
     # -- reading ---------------------------------------------------------------------------------------
