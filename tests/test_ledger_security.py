@@ -325,3 +325,27 @@ def test_ledger_backup_command(tmp_path: Path, capsys) -> None:
     assert len(Ledger(dest).events()) == len(s.ledger.events())
     assert cli_main(["ledger", "backup", str(path), str(dest)]) == 2  # never overwrites
     assert cli_main(["ledger", "backup", str(tmp_path / "missing.sqlite"), str(tmp_path / "x.sqlite")]) == 2
+
+
+def test_a_running_keyed_session_ignores_no_forged_event(tmp_path: Path, monkeypatch) -> None:
+    """An event inserted without the key (here: a budget raise) is refused at the kernel's next decision."""
+    keyfile = tmp_path / "k"
+    path = tmp_path / "keyed.sqlite"
+    assert cli_main(["ledger", "keygen", str(keyfile)]) == 0
+    assert cli_main(["ledger", "init", str(path), "--key-file", str(keyfile)]) == 0
+    monkeypatch.setenv("DPMAGIC_LEDGER_KEY_FILE", str(keyfile))
+    s = Session(pums_frame(), pums_spec(), "epsilon=1", ledger=path)
+    s.query(QUERIES[0], epsilon=0.9)
+    conn = sqlite3.connect(path)
+    seq, prev = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    body = json.dumps({"budget": 100.0, "by": "custodian", "reason": ""})
+    blob = f"{prev}|{seq + 1}|{s.ledger_key}|budget|1.0|{body}".encode()
+    conn.execute(
+        "INSERT INTO events VALUES (?, ?, 'budget', 1.0, ?, ?, ?)",
+        (seq + 1, s.ledger_key, body, prev, hashlib.sha256(blob).hexdigest()),
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(ConfigurationError, match="MAC"):
+        s.query(QUERIES[0].replace("< 30", "< 20"), epsilon=0.5)
+    assert s.remaining == pytest.approx(0.1)

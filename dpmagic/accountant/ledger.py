@@ -400,6 +400,14 @@ class Ledger:
                 "WHERE ledger_key = ? AND seq > ? ORDER BY seq",
                 (key, after),
             ).fetchall()
+        if self._key is not None:  # a keyed ledger read with its key: no event without the custodian's MAC
+            for r in rows:
+                if not hmac.compare_digest(_hash(r[5], r[0], r[1], r[2], r[3], r[4], self._key), str(r[6])):
+                    raise ConfigurationError(
+                        f"event {r[0]} of the keyed ledger at {self.path} does not carry the custodian's MAC: "
+                        "the file was altered; nothing more is recorded",
+                        hint=f"the custodian should investigate: dpmagic ledger verify {self.path} --key-file KEY",
+                    )
         return [LedgerEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6]) for r in rows]
 
     def ledger_keys(self) -> list[str]:
