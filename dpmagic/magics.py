@@ -152,7 +152,9 @@ class DPMagic(Magics, Configurable):
         if self.widget:
             display(panel_of(session))
         print(
-            f"dpmagic session: {len(session.data):,} rows of {session.schema.table!r}, budget "
+            f"dpmagic session: table {session.schema.table!r}"
+            + (f" (data set {session.schema.dataset!r})" if session.schema.dataset else "")
+            + f", budget "
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
             f"{cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
         )

@@ -2,13 +2,18 @@
 
 The JSON format is DESIGN.md §3.1::
 
-    {"table": "adult", "privacy_unit": "one row",
+    {"dataset": "adult-2026-v1", "table": "adult", "privacy_unit": "one row",
      "columns": {"age": {"type": "int", "lower": 17, "upper": 90},
                  "sex": {"type": "categorical", "values": ["Female", "Male"]}}}
 
 A :class:`Schema` can also be built in Python (:meth:`Schema.from_dataframe` takes the categories of pandas
 ``Categorical`` columns as declared values and explicit bounds for numeric ones).  :meth:`Schema.validate`
 checks a DataFrame against the declared domain when a session binds it.
+
+The optional ``dataset`` is the custodian's identity of the data set: a session's budget (its ledger key)
+belongs to that id, whatever rows are bound under it.  Without it the identity is derived from the
+*canonical* domain only (:meth:`Schema.domain_fingerprint`), so two data sets with the same domain share one
+budget unless the custodian gives them different ids.
 """
 
 from __future__ import annotations
@@ -186,6 +191,18 @@ def _number_key(value: Any) -> float | int | None:
     return value  # type: ignore[return-value]
 
 
+def _canonical_number(v: Any) -> str:
+    """A number's exact value as text, the same for ``0``, ``0.0`` and ``np.int64(0)``: ``"0"``, ``"-3/4"``."""
+    from fractions import Fraction
+
+    return str(Fraction(v.item() if isinstance(v, np.generic) else v))
+
+
+def _canonical_value(v: Any) -> str:
+    """A category's canonical text: ``s:`` + a string, or ``n:`` + an exact number (so ``"1"`` differs from ``1``)."""
+    return f"s:{v}" if isinstance(v, str) else f"n:{_canonical_number(v)}"
+
+
 def _column_from_dict(name: str, spec: Any) -> Column:
     if not isinstance(spec, Mapping):
         raise SchemaError(f"column {name!r}: its declaration must be an object, got {type(spec).__name__}")
@@ -209,10 +226,16 @@ class Schema:
     columns: Mapping[str, Column]
     table: str = "data"
     privacy_unit: str = "one row"
+    #: the custodian's identity of the data set (``"dataset"`` in the JSON); the budget belongs to it
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
+        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset.strip()):
+            raise SchemaError(
+                f"the schema's 'dataset' must be a non-empty string (the data set's id), got {self.dataset!r}"
+            )
         for name, col in self.columns.items():
             if col.name != name:
                 raise SchemaError(f"column key {name!r} does not match its column name {col.name!r}")
@@ -231,7 +254,10 @@ class Schema:
         table = data.get("table", "data")
         if not isinstance(table, str):
             raise SchemaError("the schema's 'table' must be a string")
-        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")))
+        dataset = data.get("dataset")
+        if dataset is not None and not isinstance(dataset, str):
+            raise SchemaError(f"the schema's 'dataset' must be a string (the data set's id), got {dataset!r}")
+        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")), dataset=dataset)
 
     @classmethod
     def from_json(cls, source: str | Path) -> Schema:
@@ -258,13 +284,14 @@ class Schema:
         *,
         categories: Mapping[str, Iterable[Any]] | None = None,
         table: str = "data",
+        dataset: str | None = None,
         unsafe_infer: bool = False,
     ) -> Schema:
         """Declare a schema for ``df`` without reading its rows.
 
         Categorical columns take their declared values from the pandas ``Categorical`` dtype (its
         categories, a public declaration) or from ``categories``; numeric columns need explicit
-        ``bounds={"age": (17, 90)}``.  With ``unsafe_infer=True`` anything not declared is read from the
+        ``bounds={"age": (17, 90)}``; ``dataset`` is the data set's id (see the module docstring).  With ``unsafe_infer=True`` anything not declared is read from the
         rows, with an :class:`UnsafeInferenceWarning`: the resulting domain leaks information and the
         privacy guarantee no longer holds for those columns.
         """
@@ -308,7 +335,7 @@ class Schema:
                 UnsafeInferenceWarning,
                 stacklevel=2,
             )
-        return cls(columns, table=table)
+        return cls(columns, table=table, dataset=dataset)
 
     # -- access -----------------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Column:
@@ -328,17 +355,46 @@ class Schema:
         return list(self.columns)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "privacy_unit": self.privacy_unit,
-            "columns": {name: col.to_dict() for name, col in self.columns.items()},
-        }
+        out: dict[str, Any] = {} if self.dataset is None else {"dataset": self.dataset}
+        out.update(
+            {
+                "table": self.table,
+                "privacy_unit": self.privacy_unit,
+                "columns": {name: col.to_dict() for name, col in self.columns.items()},
+            }
+        )
+        return out
 
     def fingerprint(self) -> str:
-        """A stable hash of the declared domain (used to key ledgers)."""
+        """A stable hash of the whole declaration (id, table name, privacy unit and domain, as written)."""
         import hashlib
 
         blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def canonical_domain(self) -> list[Any]:
+        """The declared domain and nothing else, in a canonical form.
+
+        Columns sorted by name; numbers written exactly and by value (``0`` and ``0.0`` are one number, an int
+        beyond float range stays exact); a categorical column's values sorted (their order means nothing);
+        the ``int``/``float``/``categorical`` type of each column kept.  Free text (``table``,
+        ``privacy_unit``, ``description``, ``dataset``) is left out.  O(Σ k log k) for k values per column.
+        """
+        out: list[Any] = []
+        for name in sorted(self.columns):
+            col = self.columns[name]
+            if isinstance(col, CategoricalColumn):
+                vals = sorted({_canonical_value(v) for v in col.values})
+                out.append([name, "categorical", vals])
+            else:
+                out.append([name, col.kind, _canonical_number(col.lower), _canonical_number(col.upper)])
+        return out
+
+    def domain_fingerprint(self) -> str:
+        """SHA-256 of :meth:`canonical_domain`: the identity of a data set that declares no ``dataset`` id."""
+        import hashlib
+
+        blob = json.dumps(self.canonical_domain(), separators=(",", ":"), ensure_ascii=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
     # -- validation ---------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
@@ -197,8 +196,7 @@ class Session:
         if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
         self.ledger = ledger
-        self.fingerprint = data_fingerprint(self.data)
-        self.ledger_key = hashlib.sha256(f"{self.schema.fingerprint()}|{self.fingerprint}".encode()).hexdigest()[:24]
+        self.ledger_key = ledger_key(self.schema)
         self._open_ledger(neighbors)
         self.accountant = Accountant(
             self.budget,
@@ -217,12 +215,22 @@ class Session:
     def _open_ledger(self, neighbors: str) -> None:
         """Record the first binding of this data set, or check that this binding matches the recorded one.
 
-        The ledger key is the data set's identity (schema and rows); its privacy definition, budget and
-        neighbouring relation are fixed by its first binding.  Binding the same data with another definition
-        or budget would hand out a fresh budget for the same people, so it is refused: changing the budget is
-        a custodian action (``dpmagic ledger set-budget`` / ``reset``), recorded in the ledger.
+        The ledger key is the data set's identity: the schema's declared ``dataset`` id, else its canonical
+        domain (:func:`ledger_key`) — never the bound rows, so dropping, duplicating or editing a row, or
+        editing the schema's free text, cannot hand out a fresh budget for the same people.  Its privacy
+        definition, budget and neighbouring relation are fixed by its first binding; binding it with another
+        definition or budget is refused: changing the budget is a custodian action (``dpmagic ledger
+        set-budget`` / ``reset``), recorded in the ledger.  Nothing computed from the rows (no hash, no row
+        count) is written: the ledger file and its exports are not private data.
         """
         cur = self.currency
+        domain = self.schema.domain_fingerprint()
+        if not self.ledger.can_append:
+            raise ConfigurationError(
+                f"the ledger at {self.ledger.path} is keyed by its custodian: a session charging it needs the "
+                "custodian key",
+                hint="the custodian provides it to the kernel: $DPMAGIC_LEDGER_KEY_FILE",
+            )
         with self.ledger.transaction():
             opening = self.ledger.opening(self.ledger_key)
             if opening is None:
@@ -230,10 +238,9 @@ class Session:
                     self.ledger_key,
                     "open",
                     {
-                        "dataset": self.schema.table,
-                        "schema_fingerprint": self.schema.fingerprint(),
-                        "data_fingerprint": self.fingerprint,
-                        "rows": len(self.data),
+                        "dataset": self.schema.dataset,
+                        "table": self.schema.table,
+                        "domain": domain,
                         "definition": cur.definition,
                         "parameter": cur.parameter,
                         "budget": self.budget.total,
@@ -242,6 +249,12 @@ class Session:
                     },
                 )
                 return
+        if opening.get("domain") != domain:
+            raise ConfigurationError(
+                f"data set {self.schema.dataset!r} was first bound in this ledger with another domain (columns, "
+                "categories or bounds); its recorded charges are about that domain",
+                hint="bind the schema it was opened with, or have the custodian declare a new 'dataset' id",
+            )
         if opening["definition"] != cur.definition:
             raise BudgetError(
                 f"this data set's ledger is kept in {opening['parameter']} ({opening['definition']}); it cannot be "
@@ -571,18 +584,21 @@ class Session:
     def __repr__(self) -> str:
         cur = self.currency
         return (
-            f"<dpmagic.Session table={self.schema.table!r} rows={len(self.data)} "
+            f"<dpmagic.Session table={self.schema.table!r} "
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
             f"{len(self.accountant)} queries>"
         )
 
 
-def data_fingerprint(df: pd.DataFrame) -> str:
-    """A hash of the bound rows, independent of their order (the same people in any order are the same data)."""
-    rows = np.sort(pd.util.hash_pandas_object(df, index=False).to_numpy())
-    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
-    h.update(rows.tobytes())
-    return h.hexdigest()
+def ledger_key(schema: Schema) -> str:
+    """The ledger key of a data set: from its declared ``dataset`` id, else from its canonical domain only.
+
+    Never from the rows: the budget protects the people of the data set, whatever frame is bound under its
+    id.  Without an id, two data sets with the same domain share one budget (conservative) unless the
+    custodian declares different ids.
+    """
+    identity = f"dataset|{schema.dataset}" if schema.dataset is not None else f"domain|{schema.domain_fingerprint()}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:

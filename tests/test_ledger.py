@@ -20,6 +20,7 @@ from dpmagic import BudgetError, BudgetExceededError, Session
 from dpmagic.accountant.ledger import Ledger, verify
 from dpmagic.cli import main as cli_main
 from dpmagic.overlap import OverlapEngine
+from dpmagic.schema import Schema
 from dpmagic.sets import box_from_json
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -196,9 +197,13 @@ def test_rebinding_with_another_budget_or_definition_is_refused(tmp_path: Path, 
         Session(df, schema, "epsilon=2", ledger=path)
     with pytest.raises(BudgetError, match="cannot be re-bound under zcdp"):
         Session(df, schema, "rho=1", ledger=path)
-    # other data → another key, with a budget of its own
+    # other rows under the same declared data set → the same budget (audit issue 10, item 5: the budget
+    # belongs to the custodian's data-set id, not to a hash of the bound frame)
     other = Session(df.head(100), schema, "epsilon=1", ledger=path)
-    assert other.spent == 0.0
+    assert other.spent == 0.5
+    # a data set the custodian declares as another one → another key, with a budget of its own
+    renamed = Schema.from_dict({**schema.to_dict(), "dataset": "adult-other"})
+    assert Session(df.head(100), renamed, "epsilon=1", ledger=path).spent == 0.0
 
 
 def test_custodian_set_budget_and_reset(tmp_path: Path, adult, capsys) -> None:
