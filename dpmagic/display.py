@@ -124,9 +124,11 @@ def _is_count(col: str, result: QueryResult) -> bool:
 def formatters(result: QueryResult) -> dict[str, Any]:
     """Per-column display formats: counts as whole numbers (display only), other numbers with 2 decimals."""
     out: dict[str, Any] = {}
+    aliases = {a.alias for a in result.query.aggregates}
     for col in result.df.columns:
-        if not pd.api.types.is_numeric_dtype(result.df[col]):
-            continue
+        base = col.removesuffix("_ci_low").removesuffix("_ci_high")
+        if base not in aliases or not pd.api.types.is_numeric_dtype(result.df[col]):
+            continue  # GROUP BY keys are shown as they are
         if _is_count(col, result):
             out[col] = lambda x: "NaN" if pd.isna(x) else f"{round(x):,}"
         else:

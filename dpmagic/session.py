@@ -210,6 +210,7 @@ class Session:
         self._cache: dict[str, QueryResult] = {}
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.panel: Any = None  # the live budget widget, once the magics display it
+        self.sidecar: Any = None  # JupyterLab side panel holding it (sidecar package), if used
 
     def _open_ledger(self, neighbors: str) -> None:
         """Record the first binding of this data set, or check that this binding matches the recorded one.
