@@ -78,7 +78,11 @@ def budget_state(spent: float, total: float) -> tuple[str, float]:
 
 
 _STATE_COLOR = {"ok": "#2e7d32", "nearly": "#b26a00", "exhausted": "#b00020"}
-_STATE_WORDS = {"ok": "", "nearly": "nearly spent", "exhausted": "budget exhausted: nothing left to spend"}
+_STATE_WORDS = {
+    "ok": "",
+    "nearly": "nearly spent",
+    "exhausted": "budget exhausted: a query on a fully charged region is refused",
+}
 
 
 def budget_line_text(spent: float, total: float, currency: Currency, *, width: int = 20) -> str:
