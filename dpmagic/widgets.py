@@ -98,7 +98,7 @@ class BudgetWidget:
         flag = {
             "ok": "",
             "nearly": " — <b style='color:#b26a00'>nearly spent</b>",
-            "exhausted": " — <b style='color:#b00020'>budget exhausted: nothing left to spend</b>",
+            "exhausted": " — <b style='color:#b00020'>budget exhausted: a query on a fully charged region is refused</b>",
         }[state]
         self.numbers.value = (
             f"<span class='dpmagic-state' data-state='{state}'>charged {fmt(spent, total, '.2f')} of "
