@@ -164,7 +164,7 @@ def _query_table(s: Session) -> str:
     return (
         # ~15 rows in sight before scrolling; long SQL wraps between words, never inside an identifier
         "<div style='max-height:420px;overflow-y:auto;overflow-x:auto;border-top:1px solid #eee'>"
-        "<table style='font-size:0.85em;width:100%;word-break:normal'><tr style='white-space:nowrap'><th>#</th>"
+        "<table style='font-size:0.85em;width:100%;word-break:normal;line-height:1.25'><tr style='white-space:nowrap'><th>#</th>"
         "<th style='text-align:left'>SQL</th><th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>"
         f"{''.join(rows)}</table></div>{more}"
     )
