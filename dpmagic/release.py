@@ -5,9 +5,10 @@ COUNT or SUM and two per AVG (a noisy SUM and a noisy COUNT).  The query's addit
 divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  The
 cells of a GROUP BY are disjoint, so they compose in parallel and each cell gets the full per-release share.
 
-AVG is post-processing: noisy SUM / max(noisy COUNT, 1), clamped into the column's declared bounds.  Its
-95% interval is the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it
-covers the true average with probability ≥ 95% whenever the true count is positive.
+AVG is post-processing (:func:`dpmagic.postprocess.ratio_estimate`): noisy SUM / noisy COUNT, clamped into the
+column's declared bounds, and NaN where the noisy count's interval reaches below one row.  Its 95% interval is
+the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it covers the true
+average with probability ≥ 95% whenever the true count is positive; never zero-width.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dpmagic.accountant.currency import Currency
 from dpmagic.backends.pandas import Cells
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
+from dpmagic.postprocess import ratio_estimate
 from dpmagic.query.model import Query
 from dpmagic.schema import NumericColumn, Schema
 
@@ -213,32 +215,9 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
             assert isinstance(col, NumericColumn)
             s, c = noisy_sums[agg.column], noisy_count
             lo_b, hi_b = float(col.lower), float(col.upper)
-            avg = np.clip(s / np.maximum(c, 1.0), lo_b, hi_b)
             half_level = 1.0 - (1.0 - level) / 2.0
             hs, hc = plan.sums[agg.column].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
-            low, high = _ratio_interval(s, hs, c, hc, lo_b, hi_b)
+            avg, low, high = ratio_estimate(s, hs, c, hc, lo_b, hi_b)  # NaN where the noisy count is too small
             out[agg.alias] = avg
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
     return pd.DataFrame(out)
-
-
-def _ratio_interval(
-    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Range of S/C over [s ± hs] × [c ± hc] (C ≥ 1), clamped to [lo, hi]; the whole range if C may be < 1."""
-    c_lo = c - hc
-    low = np.full(len(s), lo, dtype=float)
-    high = np.full(len(s), hi, dtype=float)
-    ok = c_lo >= 1.0
-    if ok.any():
-        corners = np.stack(
-            [
-                (s[ok] - hs) / c_lo[ok],
-                (s[ok] - hs) / (c[ok] + hc),
-                (s[ok] + hs) / c_lo[ok],
-                (s[ok] + hs) / (c[ok] + hc),
-            ]
-        )
-        low[ok] = np.clip(corners.min(axis=0), lo, hi)
-        high[ok] = np.clip(corners.max(axis=0), lo, hi)
-    return low, high

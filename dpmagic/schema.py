@@ -426,7 +426,12 @@ class Schema:
         for name, col in self.columns.items():
             series = out[name]
             if series.isna().any():
-                raise DataValidationError(f"column {name!r} has missing values; the declared domain has none")
+                raise DataValidationError(
+                    f"column {name!r} has missing values; the declared domain has none",
+                    hint=f"drop those rows (df.dropna(subset=[{name!r}])), impute a value inside the declared "
+                    f"domain (df[{name!r}].fillna(...)), or declare a sentinel category such as 'unknown' in the "
+                    "schema and fill the gaps with it",
+                )
             if isinstance(col, CategoricalColumn):
                 out[name] = _validate_categorical(col, series)
             else:

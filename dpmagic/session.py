@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import html
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,18 +25,20 @@ from typing import Any
 
 import pandas as pd
 
+from dpmagic import display
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
+from dpmagic.postprocess import answer_notes, tidy
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release
 from dpmagic.schema import OutOfRangePolicy, Schema
 
-__all__ = ["Session", "QueryResult", "Preview"]
+__all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
 
 CostSpec = float | str | None
 
@@ -56,35 +59,26 @@ class QueryResult:
     budget: float
     cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    number: int = 0  # the query's number as the analyst sees it (1..n in charging order; 0 = unknown)
+    default_cost: bool = False  # no cost was named: the session's default was spent
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language notes on the answer (an AVG not shown, a negative count…), from released values only."""
+        return answer_notes(self.query, self.df)
 
     def summary(self) -> str:
         """The one-line cost summary shown under a cell's result."""
-        cur = self.currency
-        if self.cached:
-            return (
-                f"re-run: the stored answer of query #{self.entry_id}, charged nothing; "
-                f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used (use --fresh for a new draw)"
-            )
-        n = self.charge.overlaps
-        overlaps = f"overlaps {n} quer{'y' if n == 1 else 'ies'}"
-        charged = cur.cost(self.charge.after) - cur.cost(self.charge.before)
-        return (
-            f"+{self.cost:.2f} {cur.symbol} asked, +{charged:.2f} charged ({self.charge.charged_as}); {overlaps}; "
-            f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used"
-        )
+        return display.result_summary(self)
 
     def noise_description(self) -> str:
         return "; ".join(f"{k}: {v}" for k, v in self.noise.items())
 
     def _repr_html_(self) -> str:
-        table = self.df.to_html(index=False, float_format=lambda x: f"{x:,.2f}")
-        return (
-            f"{table}<div style='color:#555;font-size:0.9em;margin-top:4px'>{html.escape(self.summary())}"
-            f"<br>noise: {html.escape(self.noise_description())}; 95% intervals in *_ci_low / *_ci_high</div>"
-        )
+        return display.result_html(self)
 
     def __repr__(self) -> str:
-        return f"{self.df.to_string(index=False)}\n{self.summary()}"
+        return display.result_text(self)
 
 
 @dataclass
@@ -146,7 +140,8 @@ class Session:
     schema:
         a :class:`Schema`, a path to its JSON file, or its parsed JSON object.
     budget:
-        ``"epsilon=1.0"`` (pure DP), ``"rho=0.5"`` (zCDP), ``"mu=1.0"`` (GDP), a dict, or a :class:`Budget`.
+        ``"epsilon=1.0"`` (pure DP), ``"rho=0.5"`` (zCDP), ``"mu=1.0"`` (GDP), a dict, a :class:`Budget`, or a
+        bare number (ε of pure DP, as ``%dpsession --budget 1``).
     bound:
         which upper bound on the maximum overlap is charged: ``exact`` (default), ``clique``, ``chromatic``
         or ``sequential``.
@@ -167,7 +162,7 @@ class Session:
         self,
         data: pd.DataFrame,
         schema: Schema | str | Path | Mapping[str, Any],
-        budget: str | Budget | dict[str, float],
+        budget: str | float | Budget | dict[str, float],
         *,
         bound: ChargeBound = "exact",
         default_cost: float | None = None,
@@ -183,6 +178,8 @@ class Session:
             self.schema = Schema.from_dict(schema)
         else:
             self.schema = Schema.from_json(schema)
+        if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+            budget = {"epsilon": budget}  # a bare number is ε of pure DP, as `%dpsession --budget 1`
         self.budget = parse_budget(budget, delta=delta)
         if bound not in CHARGE_BOUNDS:
             raise ConfigurationError(f"unknown bound {bound!r}: choose one of {', '.join(CHARGE_BOUNDS)}")
@@ -211,6 +208,7 @@ class Session:
         self._cache: dict[str, QueryResult] = {}
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.panel: Any = None  # the live budget widget, once the magics display it
+        self.sidecar: Any = None  # JupyterLab side panel holding it (sidecar package), if used
 
     def _open_ledger(self, neighbors: str) -> None:
         """Record the first binding of this data set, or check that this binding matches the recorded one.
@@ -385,7 +383,13 @@ class Session:
         if hit is None:
             return None
         return dataclasses.replace(
-            hit, df=hit.df.copy(), seconds=0.0, spent=self.spent, budget=self.budget.total, cached=True
+            hit,
+            df=hit.df.copy(),
+            seconds=0.0,
+            spent=self.spent,
+            budget=self.budget.total,
+            cached=True,
+            number=display.query_numbers(self).get(hit.entry_id, 0),
         )
 
     def affordable(self, sql_or_query: str | Query) -> float:
@@ -411,6 +415,7 @@ class Session:
         row would become the worst case, and its noise — without reading data or spending anything."""
         q = self.parse(sql)
         spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        warn_if_empty(q)
         cached = self._cached(self._cache_key(q, spec, ci, min_rows)) is not None
         c = self._resolve(q, spec, ci, min_rows)
         plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
@@ -449,13 +454,17 @@ class Session:
         ci: float | None = None,
         min_rows: int | None = None,
         fresh: bool = False,
+        postprocess: tuple[str, ...] | list[str] = (),
     ) -> QueryResult:
         """Answer one SQL query with noise, charging its cost first.
 
         ``epsilon`` / ``rho`` / ``mu`` (or ``cost``) is a number or ``"max"`` (everything affordable on the
         query's region); ``ci`` asks instead for the smallest cost whose 95% interval half-width is ≤ ``ci``
         (``min_rows`` is needed for AVG).  Re-running an identical query (same normalised SQL and cost option)
-        returns the stored answer and charges nothing, unless ``fresh=True``.
+        returns the stored answer and charges nothing, unless ``fresh=True``.  ``postprocess`` switches on free
+        post-processing of the released values (``"integer"``, ``"nonnegative"``: :func:`dpmagic.postprocess.tidy`).
+        A WHERE clause that matches no row of the declared domain raises an :class:`EmptyRegionWarning` before
+        anything is charged (the query is still answered: its true values are 0).
 
         Raises a :class:`~dpmagic.errors.DPMagicError` subclass, spending nothing, on bad SQL, a bad cost or
         an exhausted budget.
@@ -463,13 +472,16 @@ class Session:
         t0 = time.perf_counter()
         q = self.parse(sql)
         spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        tidy(pd.DataFrame(), q, self.schema, postprocess)  # unknown options fail here, before any charge
         key = self._cache_key(q, spec, ci, min_rows)
         if not fresh:
             hit = self._cached(key)
             if hit is not None:
+                hit.df = tidy(hit.df, q, self.schema, postprocess)
                 self.results.append(hit)
                 self._emit("cached", entry=hit.entry_id)
                 return hit
+        warn_if_empty(q)  # before charging: the WHERE box is empty on the declared domain (schema only)
         cells = 1
         for g in q.group_by:
             cells *= self.schema[g].size  # type: ignore[union-attr]
@@ -503,7 +515,7 @@ class Session:
         self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
         result = QueryResult(
             query=q,
-            df=df,
+            df=tidy(df, q, self.schema, postprocess),
             cost=c,
             currency=self.currency,
             charge=charge,
@@ -512,8 +524,10 @@ class Session:
             seconds=time.perf_counter() - t0,
             spent=self.spent,
             budget=self.budget.total,
+            number=len(self.accountant),
+            default_cost=spec is None and ci is None,
         )
-        self._emit("charged", entry=entry_id, seconds=result.seconds)
+        self._emit("charged", entry=entry_id, number=result.number, seconds=result.seconds)
         self._cache[key] = result
         self.results.append(result)
         return result
@@ -599,6 +613,28 @@ def ledger_key(schema: Schema) -> str:
     """
     identity = f"dataset|{schema.dataset}" if schema.dataset is not None else f"domain|{schema.domain_fingerprint()}"
     return hashlib.sha256(identity.encode()).hexdigest()[:24]
+
+
+class EmptyRegionWarning(UserWarning):
+    """A query's WHERE clause matches no row of the declared domain (found from the schema alone)."""
+
+
+def empty_region_message(q: Query) -> str | None:
+    """Why ``q``'s WHERE clause is empty on the declared domain (public: the query's box and the schema), or None."""
+    if not q.is_empty:
+        return None
+    cols = [c for c, s in q.where.constraints.items() if s.is_empty()]
+    return (
+        f"the WHERE clause matches no row of the declared domain (on {', '.join(map(repr, cols))}): every true "
+        "value is 0, so the answer will be pure noise — check the condition against the schema's declared "
+        "bounds and categories"
+    )
+
+
+def warn_if_empty(q: Query) -> None:
+    msg = empty_region_message(q)
+    if msg is not None:
+        warnings.warn(msg, EmptyRegionWarning, stacklevel=3)
 
 
 def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:
