@@ -211,6 +211,7 @@ def _resolve_key(ledger: Any, name: str) -> str | None:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from dpmagic.accountant import ledger as lg
+    from dpmagic.reports import dataset_label, export_ledger
 
     try:
         if args.action == "keygen":
@@ -269,7 +270,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                 entries = ledger.entries(k)
                 spent = max((e.charged_after for e in entries), default=0.0)
                 print(
-                    f"key {k}: data set {lg._dataset_label(o)!r}, {o.get('definition')} "
+                    f"key {k}: data set {dataset_label(o)!r}, {o.get('definition')} "
                     f"budget {o.get('parameter')}={ledger.budget_of(k):g}, {len(entries)} counted queries, "
                     f"last charged weight {spent:.6g}"
                 )
@@ -277,7 +278,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                     print(f"  #{e.id:<5} {e.cost:<8.4g} {e.bound:<12} {e.status:<8} {' '.join(e.sql.split())}")
             return 0
         if args.action == "export":
-            text = ledger.export(args.format)
+            text = export_ledger(ledger, args.format)
             if args.output:
                 Path(args.output).write_text(text, encoding="utf-8")
                 print(f"wrote {args.output}")

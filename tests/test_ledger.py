@@ -20,6 +20,7 @@ from dpmagic import BudgetError, BudgetExceededError, Session
 from dpmagic.accountant.ledger import Ledger, verify
 from dpmagic.cli import main as cli_main
 from dpmagic.overlap import OverlapEngine
+from dpmagic.reports import export_ledger
 from dpmagic.schema import Schema
 from dpmagic.sets import box_from_json
 
@@ -238,10 +239,10 @@ def test_export_formats(tmp_path: Path, adult) -> None:
     s = Session(df, schema, "epsilon=1", ledger=path)
     s.query("SELECT sex, AVG(age) FROM adult WHERE race = 'Black' GROUP BY sex", epsilon=0.2)
     s.query('SELECT SUM("hours-per-week") FROM adult WHERE age BETWEEN 20 AND 30', epsilon=0.1)
-    rows = json.loads(s.ledger.export("json"))
+    rows = json.loads(export_ledger(s.ledger, "json"))
     assert len(rows) == 2 and rows[0]["predicates"] == "race ∈ {Black}" and "discrete_laplace" in rows[0]["noise"]
     assert rows[1]["predicates"] == "age ∈ [20, 30]"
-    csv_text = s.ledger.export("csv")
+    csv_text = export_ledger(s.ledger, "csv")
     assert csv_text.splitlines()[0].startswith("ledger_key,") and len(csv_text.splitlines()) == 3
     out = tmp_path / "report.html"
     assert cli_main(["ledger", "export", str(path), "--format", "html", "-o", str(out)]) == 0
