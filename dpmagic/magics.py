@@ -22,7 +22,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from dpmagic.accountant.ledger import default_ledger_path
@@ -73,16 +73,19 @@ _SELECT = re.compile(r"\bselect\b", re.I)
 class DPMagic(Magics, Configurable):
     """Differentially private queries on a DataFrame, inside a hard budget."""
 
-    default_bound = Unicode("exact", help="Bound charged by new sessions: exact, clique, chromatic or sequential.").tag(
-        config=True
-    )
+    default_bound = CaselessStrEnum(
+        ["exact", "clique", "chromatic", "sequential"],
+        default_value="exact",
+        help="Bound charged by new sessions: exact, clique, chromatic or sequential.",
+    ).tag(config=True)
     time_limit = Float(
         10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged."
     ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
     widget = Bool(True, help="Display the live budget panel when %dpsession binds a session.").tag(config=True)
-    panel = Unicode(
-        "side",
+    panel = CaselessStrEnum(
+        ["side", "inline", "none"],
+        default_value="side",
         help="Where the live budget panel goes: 'side' (JupyterLab's side panel via the sidecar package, so it "
         "stays in sight; falls back to 'inline' without sidecar), 'inline' (under the %dpsession cell) or 'none'. "
         "Where widgets cannot render (terminal IPython) a text panel is printed.",
@@ -92,8 +95,10 @@ class DPMagic(Magics, Configurable):
         help="Free post-processing of every answer (noisy values and declared bounds only, no charge): a comma "
         "list of 'integer' (counts as whole numbers) and 'nonnegative' (counts and non-negative SUMs clipped at 0).",
     ).tag(config=True)
-    default_definition = Unicode(
-        "pure", help="Privacy definition of a bare --budget number: pure (ε), zcdp (ρ) or gdp (μ)."
+    default_definition = CaselessStrEnum(
+        ["pure", "zcdp", "gdp"],
+        default_value="pure",
+        help="Privacy definition of a bare --budget number: pure (ε), zcdp (ρ) or gdp (μ).",
     ).tag(config=True)
     default_budget = Unicode("", help="Budget used when %dpsession gets no --budget, e.g. 'epsilon=1.0'.").tag(
         config=True
@@ -103,6 +108,21 @@ class DPMagic(Magics, Configurable):
         help="Ledger file for new sessions ('' = $DPMAGIC_LEDGER or ~/.local/share/dpmagic/ledger.sqlite; "
         "'memory' = not durable, for demos and tests).",
     ).tag(config=True)
+
+    @validate("time_limit")
+    def _check_time_limit(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not (value > 0 and value < float("inf")):
+            raise TraitError(f"DPMagic.time_limit must be a positive number of seconds, got {value!r}")
+        return value
+
+    @validate("postprocess")
+    def _check_postprocess(self, proposal: Any) -> str:
+        options = [o.strip().lower() for o in proposal["value"].split(",") if o.strip()]
+        wrong = [o for o in options if o not in ("integer", "nonnegative")]
+        if wrong:
+            raise TraitError(f"DPMagic.postprocess: unknown option {wrong[0]!r}; use 'integer' and/or 'nonnegative'")
+        return ",".join(options)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         Magics.__init__(self, shell=shell)
