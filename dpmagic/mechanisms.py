@@ -87,6 +87,8 @@ class Noise:
     rounding: float = 0.0
     #: how many cells one neighbouring step can change, when GDP's μ is split over them (1 otherwise)
     cells: int = 1
+    #: the sensitivity in grid units the scale is calibrated to (L1 / L2 / per cell; 0: ``sensitivity``)
+    calibrated: float = 0.0
 
     @property
     def is_discrete(self) -> bool:
@@ -224,7 +226,7 @@ def calibrate(definition: Definition, cost: float, sens: Sensitivity, *, unit: f
     else:
         kind, scale = "discrete_gaussian", discrete_gaussian_gdp_sigma(cost / math.sqrt(cells), int(dk))
     rounding = (k * unit / 2.0 if k > 1 else 0.0) + bias
-    noise = Noise(kind, scale, float(delta) * unit, k * unit, unit, k, rounding, cells)  # type: ignore[arg-type]
+    noise = Noise(kind, scale, float(delta) * unit, k * unit, unit, k, rounding, cells, float(dk))  # type: ignore[arg-type]
     return _check_scale(noise, cost)
 
 
@@ -433,6 +435,11 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool = True) -> 
 # distribution facts (for confidence intervals and accuracy planning)
 
 
+#: Above this σ the discrete Gaussian's tails and half-widths use the continuous bound of CKS20 Prop. 25
+#: (safe, and tight to one unit) instead of summing its ~24σ probabilities.
+_DG_LARGE = 1000.0
+
+
 def _dlap_alpha(scale: float) -> float:
     return math.exp(-1.0 / scale)
 
@@ -447,6 +454,8 @@ def _variance(kind: NoiseKind, scale: float) -> float:
         if 1.0 - a < 1e-9:
             return 2.0 * scale * scale
         return 2.0 * a / (1.0 - a) ** 2
+    if scale > _DG_LARGE:  # Var ≤ σ² (Canonne, Kamath & Steinke 2020, Cor. 9), equal to within e^{-2π²σ²}
+        return scale * scale
     # discrete Gaussian: Σ k² p(k) by direct summation over the effective support
     k, p = _dgauss_pmf(scale)
     return float(np.sum(k * k * p))
@@ -473,6 +482,8 @@ def _tail(kind: NoiseKind, scale: float, h: float) -> float:
         a = _dlap_alpha(scale)
         # P(X > h) = α^{h+1} / (1 + α) for the discrete Laplace with P(k) ∝ α^|k|
         return 2.0 * a ** (hk + 1) / (1.0 + a)
+    if scale > _DG_LARGE:  # P[X ≥ m] ≤ P[N(0, σ²) ≥ m − 1] for integers m ≥ 1 (CKS20, Prop. 25): an upper bound
+        return min(1.0, float(2.0 * norm.sf(hk / scale)))
     k, p = _dgauss_pmf(scale)
     return float(p[np.abs(k) > hk].sum())
 
@@ -497,6 +508,8 @@ def _halfwidth(kind: NoiseKind, scale: float, level: float) -> float:
         while _tail(kind, scale, h) > miss:
             h += 1
         return float(h)
+    if scale > _DG_LARGE:  # the smallest integer h with the tail bound above ≤ miss (≥ the exact half-width)
+        return float(math.ceil(scale * norm.ppf(1.0 - miss / 2.0)))
     k, p = _dgauss_pmf(scale)
     center = len(k) // 2
     cum = p[center] + 2.0 * np.cumsum(p[center + 1 :])
