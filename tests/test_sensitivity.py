@@ -4,7 +4,7 @@ Audit issue 10, item 1 ("Done when"): COUNT, SUM over int and float columns and 
 GROUP BY and WHERE; under add/remove-one and replace-one neighbours; under pure ε-DP (L1, discrete Laplace),
 ρ-zCDP (L2, discrete Gaussian) and μ-GDP (per-cell discrete Gaussians, μ split over the cells one step changes).
 
-Brute force: the domain is every row of a tiny schema (3·2·6·5 = 180 rows; the float column takes 5 values,
+Brute force: the domain is every row of a tiny schema (3·2·6·3·5 = 540 rows; the float column takes 5 values,
 its bounds among them).  The data sets are all multisets of at most 2 rows; the neighbouring pairs among them are
 (D, D + x) with |D| ≤ 1 (add/remove) and (D + x, D + x′) with |D| ≤ 1 (replace).  For each pair the exact vector
 the mechanism perturbs is computed directly from its definition (cells of the declared GROUP BY keys, rows in
@@ -34,14 +34,15 @@ TINY = Schema.from_dict(
             "g": {"type": "categorical", "values": ["a", "b", "c"]},
             "h": {"type": "categorical", "values": ["u", "v"]},
             "x": {"type": "int", "lower": -2, "upper": 3},
+            "y": {"type": "int", "lower": 2, "upper": 4},  # max|y| > upper − lower
             "f": {"type": "float", "lower": -1.5, "upper": 2.5},
         },
     }
 )
 F_VALUES = (-1.5, -0.25, 0.0, 1.0, 2.5)
 ROWS = [
-    {"g": g, "h": h, "x": x, "f": f}
-    for g, h, x, f in itertools.product(("a", "b", "c"), ("u", "v"), range(-2, 4), F_VALUES)
+    {"g": g, "h": h, "x": x, "y": y, "f": f}
+    for g, h, x, y, f in itertools.product(("a", "b", "c"), ("u", "v"), range(-2, 4), range(2, 5), F_VALUES)
 ]
 WHERES = [
     "",
@@ -52,10 +53,11 @@ WHERES = [
     "WHERE x <= 0",
     "WHERE f >= 0",
     "WHERE f BETWEEN -0.25 AND 1.0 AND h = 'v'",
+    "WHERE y <= 3 AND g IN ('b', 'c')",
     "WHERE x > 5",  # empty
 ]
 GROUPS = [(), ("g",), ("g", "h")]
-SELECTS = ["COUNT(*) AS n, SUM(x) AS sx, AVG(f) AS af", "SUM(f) AS sf, AVG(x) AS ax"]
+SELECTS = ["COUNT(*) AS n, SUM(x) AS sx, AVG(f) AS af", "SUM(f) AS sf, AVG(x) AS ax, SUM(y) AS sy"]
 COST = {"pure": 0.7, "zcdp": 0.3, "gdp": 0.9}
 
 
@@ -69,8 +71,8 @@ def _contributions(q, column: str | None, unit: float) -> np.ndarray:
         cell = keys.index(tuple(row[g] for g in q.group_by))
         if column is None:
             out[i, cell] = 1
-        elif column == "x":
-            out[i, cell] = row["x"]
+        elif column in ("x", "y"):
+            out[i, cell] = row[column]
         else:
             out[i, cell] = int(np.rint(row["f"] / unit))
     return out
