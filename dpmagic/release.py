@@ -2,8 +2,10 @@
 
 Cost split (documented policy): a query charged cost c releases, in every GROUP BY cell, one noisy value per
 COUNT or SUM and two per AVG (a noisy SUM and a noisy COUNT).  The query's additive weight w = weight(c) is
-divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  The
-cells of a GROUP BY are disjoint, so they compose in parallel and each cell gets the full per-release share.
+divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  Each
+release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.sensitivity`):
+under add/remove-one a row touches one cell, so every cell gets the full per-release share; under replace-one
+two cells can change, which the L1 / L2 sensitivity (or GDP's per-cell split) accounts for.
 
 AVG is post-processing: noisy SUM / max(noisy COUNT, 1), clamped into the column's declared bounds.  Its
 95% interval is the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it
