@@ -35,7 +35,7 @@ from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import answer_notes, tidy
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
-from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release
+from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release, units_of
 from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
@@ -54,6 +54,7 @@ class QueryResult:
     charge: Charge
     noise: dict[str, Noise]
     entry_id: int
+    #: seconds spent before the data was read (parsing, planning, overlap check): never data-dependent
     seconds: float
     spent: float
     budget: float
@@ -155,7 +156,8 @@ class Session:
         (:func:`~dpmagic.accountant.ledger.default_ledger_path`).
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
-        row is changed; the charged loss is the worst *pair* of rows and SUM sensitivities are upper − lower).
+        row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
+        :mod:`dpmagic.sensitivity`).
     """
 
     def __init__(
@@ -502,17 +504,18 @@ class Session:
             self._emit("failed", message=str(exc))
             raise
         # ---- charged and recorded: only now is the data read ----
+        # Timing shown to the analyst stops here: it covers parsing, planning and the overlap check (public),
+        # never the data read or the noise, whose duration could depend on the rows.
+        seconds = time.perf_counter() - t0
         try:
-            evaluated = self.backend.evaluate(q)
+            evaluated = self.backend.evaluate(q, units_of(plan))
             df = release(q, evaluated, plan, self.schema)
-        except DPMagicError:
-            raise
-        except Exception as exc:  # the budget stays charged: never under-charge after data was read
-            self._emit("failed", message="internal error; the query stays charged")
-            raise DPMagicError(
-                f"internal error while answering (the query stays charged, nothing was released): {exc}"
-            ) from exc
-        self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+            self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+        except Exception:
+            # After the data was read, no exception text may leave (it could carry an exact aggregate), and the
+            # message must not depend on the rows: one generic error, the budget stays charged, nothing released.
+            self._emit("failed", message=_POST_CHARGE_ERROR)
+            raise DPMagicError(_POST_CHARGE_ERROR) from None
         result = QueryResult(
             query=q,
             df=tidy(df, q, self.schema, postprocess),
@@ -521,7 +524,7 @@ class Session:
             charge=charge,
             noise=_noise_of(plan),
             entry_id=entry_id,
-            seconds=time.perf_counter() - t0,
+            seconds=seconds,
             spent=self.spent,
             budget=self.budget.total,
             number=len(self.accountant),
@@ -602,6 +605,10 @@ class Session:
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
             f"{len(self.accountant)} queries>"
         )
+
+
+#: The one message of any failure after a query was charged (data-independent by construction).
+_POST_CHARGE_ERROR = "internal error while answering: the query stays charged and nothing was released"
 
 
 def ledger_key(schema: Schema) -> str:

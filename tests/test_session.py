@@ -89,10 +89,10 @@ def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -
     seen = {}
     original = session.backend.evaluate
 
-    def spy(q):
+    def spy(q, *args):
         seen["entries"] = len(session.accountant.entries())
         seen["status"] = session.accountant.entries()[-1].status
-        return original(q)
+        return original(q, *args)
 
     monkeypatch.setattr(session.backend, "evaluate", spy)
     session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
@@ -101,7 +101,7 @@ def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -
 
 
 def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkeypatch) -> None:
-    monkeypatch.setattr(session.backend, "evaluate", lambda q: 1 / 0)
+    monkeypatch.setattr(session.backend, "evaluate", lambda q, *args: 1 / 0)
     with pytest.raises(DPMagicError, match="stays charged"):
         session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
     assert session.spent == pytest.approx(0.1)

@@ -8,16 +8,19 @@ perturbs.  It is called only after the accountant has charged the query.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from dpmagic.errors import DataValidationError
+from dpmagic.mechanisms import MAX_ROWS, quantise
 from dpmagic.query.model import Query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.sets import Box, CategorySet, IntervalSet
 
-__all__ = ["PandasBackend", "Cells"]
+__all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
 
 
 @dataclass
@@ -26,14 +29,32 @@ class Cells:
 
     keys: list[tuple[object, ...]]
     counts: np.ndarray  # int64, one per cell
-    int_sums: dict[str, np.ndarray]  # exact integer sums per cell for int columns
-    float_values: dict[str, list[np.ndarray]]  # the rows' values per cell for float columns
+    sums: dict[str, list[int]]  # exact integer sums per cell, in the column's units (1, or a float quantum)
+
+
+def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:
+    """Exact Σ of int64 ``values`` per bin of ``cell`` (vectorised, no overflow, at most 2³² rows).
+
+    Each value is split into three 21-bit limbs of its two's complement, v = h·2⁴² + m·2²¹ + l with
+    0 ≤ l, m < 2²¹ and |h| ≤ 2²¹; each limb is summed per bin with a float64 ``bincount``, exact because every
+    partial sum is an integer below 2³²·2²¹ = 2⁵³.  O(rows + bins).
+    """
+    v = np.asarray(values, dtype=np.int64)
+    mask = np.int64(0x1FFFFF)
+    limbs = (v & mask, (v >> 21) & mask, v >> 42)
+    lo, mid, hi = (np.bincount(cell, weights=w.astype(np.float64), minlength=n_bins)[:n_bins] for w in limbs)
+    return [int(a) + (int(b) << 21) + (int(c) << 42) for a, b, c in zip(lo, mid, hi)]
 
 
 class PandasBackend:
     """Evaluates queries on a DataFrame already validated against ``schema``."""
 
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
+        if len(df) > MAX_ROWS:
+            raise DataValidationError(
+                f"the data has {len(df):,} rows; dpmagic sums at most {MAX_ROWS:,} rows exactly",
+                hint="split the table into parts of at most 2^32 rows",
+            )
         self.df = df
         self.schema = schema
         self._codes: dict[str, np.ndarray] = {}
@@ -74,35 +95,39 @@ class PandasBackend:
             self._codes[name] = codes
         return codes
 
-    def evaluate(self, query: Query) -> Cells:
-        """Exact per-cell COUNT and SUM inputs for ``query`` (cells = declared GROUP BY keys)."""
+    def evaluate(self, query: Query, units: Mapping[str, float] | None = None) -> Cells:
+        """Exact per-cell COUNT and SUMs of ``query`` (cells = declared GROUP BY keys).
+
+        Float columns are summed as integers in the quantum ``units[column]`` (a power of two; see
+        :func:`dpmagic.mechanisms.quantise`).  The work is vectorised over *every* row of the frame (rows outside
+        the WHERE box go to a discarded bin), so it does not depend on how many rows the box holds.
+        """
         mask = self.mask(query.where)
         group_cols = [self.schema[g] for g in query.group_by]
         sizes = [c.size for c in group_cols if isinstance(c, CategoricalColumn)]
         n_cells = int(np.prod(sizes)) if sizes else 1
         if group_cols:
-            codes = [self._category_codes(g)[mask] for g in query.group_by]
-            cell = np.ravel_multi_index(codes, sizes) if codes else np.zeros(0, dtype=np.int64)
+            codes = [self._category_codes(g) for g in query.group_by]
+            cell = np.ravel_multi_index(codes, sizes).astype(np.int64)
             keys = list(itertools.product(*[c.values for c in group_cols]))  # type: ignore[union-attr]
         else:
-            cell = np.zeros(int(mask.sum()), dtype=np.int64)
+            cell = np.zeros(len(self.df), dtype=np.int64)
             keys = [()]
-        counts = np.bincount(cell, minlength=n_cells).astype(np.int64)
-        int_sums: dict[str, np.ndarray] = {}
-        float_values: dict[str, list[np.ndarray]] = {}
-        order = np.argsort(cell, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(counts)])
+        cell = np.where(mask, cell, n_cells)  # the discarded bin
+        counts = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64)
+        sums: dict[str, list[int]] = {}
         for agg in query.aggregates:
-            if agg.column is None or agg.column in int_sums or agg.column in float_values:
+            if agg.column is None or agg.column in sums:
                 continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
-            values = self.df[agg.column].to_numpy()[mask]
+            raw = self.df[agg.column].to_numpy()
             if col.is_int:
-                sums = np.zeros(n_cells, dtype=object)
-                np.add.at(sums, cell, values.astype(object))  # exact Python integers: no overflow
-                int_sums[agg.column] = np.array([int(s) for s in sums], dtype=object)
+                values = raw.astype(np.int64)
             else:
-                vals = values.astype(float)[order]
-                float_values[agg.column] = [vals[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
-        return Cells(keys=keys, counts=counts, int_sums=int_sums, float_values=float_values)
+                unit = (units or {}).get(agg.column)
+                if unit is None:
+                    raise ValueError(f"no quantum given for the float column {agg.column!r}")
+                values = quantise(raw, unit, float(col.lower), float(col.upper))
+            sums[agg.column] = exact_cell_sums(cell, values, n_cells)
+        return Cells(keys=keys, counts=counts, sums=sums)
