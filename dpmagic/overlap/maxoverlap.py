@@ -265,11 +265,8 @@ def _components(
     (raises :class:`_Timeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
     """
     n = prob.n
-    from scipy.sparse.csgraph import connected_components
-
     if adjacency is not None and n >= 2:
-        ncomp, labels = connected_components(sp.csr_matrix(adjacency), directed=False)
-        return None if ncomp <= 1 else [np.flatnonzero(labels == k) for k in range(ncomp)]
+        return _dense_components(adjacency, deadline)
     if n < 2 or n > COMPONENT_MAX_N:
         return None
     packed = [_packed_words(c.M.T) if c.M is not None else None for c in prob.columns]
@@ -289,10 +286,34 @@ def _components(
                     for j in range(rs.shape[1]):  # type: ignore[union-attr]
                         hit |= (rs[s0:s1, i, None] < re[None, :, j]) & (rs[None, :, j] < re[s0:s1, i, None])  # type: ignore[index]
                 blk &= hit
-    ncomp, labels = connected_components(sp.csr_matrix(adj), directed=False)
-    if ncomp <= 1:
-        return None
-    return [np.flatnonzero(labels == k) for k in range(ncomp)]
+    return _dense_components(adj, deadline)
+
+
+def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | None:
+    """Connected components of a dense boolean adjacency (None if connected), breadth first.
+
+    Each vertex's row is read once (``O(n²)`` bit operations, no sparse conversion of a dense graph); the
+    deadline is checked once per BFS level (raises :class:`_Timeout`).
+    """
+    n = adj.shape[0]
+    labels = np.full(n, -1, dtype=np.int64)
+    k = 0
+    for s0 in range(n):
+        if labels[s0] >= 0:
+            continue
+        labels[s0] = k
+        frontier = np.array([s0])
+        while len(frontier):
+            if time.perf_counter() > deadline:
+                raise _Timeout
+            reach = adj[frontier].any(axis=0)
+            reach &= labels < 0
+            frontier = np.flatnonzero(reach)
+            labels[frontier] = k
+        k += 1
+        if k == 1 and bool((labels >= 0).all()):
+            return None
+    return [np.flatnonzero(labels == c) for c in range(k)]
 
 
 class _BranchAndBound:
