@@ -151,8 +151,9 @@ class _Admission:
 class OverlapEngine:
     """Registered (box, weight) nodes with incremental bounds on the weighted maximum overlap.
 
-    ``time_limit`` (seconds) bounds each exact computation (γ sub-problem, clique search; the latter can
-    be given its own ``clique_time_limit``); beyond it the results are intervals with ``exact=False``.  Once
+    ``time_limit`` (seconds) bounds each exact computation; one admission (``preview`` or ``add``) keeps it as
+    a whole: the clique search gets only what the γ sub-problem left (capped by ``clique_time_limit`` if
+    given); beyond it the results are intervals with ``exact=False``.  Once
     ω is only bounded (a search timed out), later additions bound ``ω(N(q))`` by a greedy colouring
     instead of searching again, so one hard instance does not make every admission wait for the limit.
     """
@@ -308,9 +309,12 @@ class OverlapEngine:
         qid = st.n
         if box.is_empty():
             return _Admission(box, w, qid, True, np.zeros(0, dtype=np.int64), None, -1, None)
+        t0 = time.perf_counter()
         nb = np.flatnonzero(st.overlap_mask(box))
         hint = self._gamma.upper if self._gamma is not None else math.inf
         region = solve_overlap(st, nb, region=box, time_limit=self.time_limit, upper_hint=hint)
+        # one admission keeps one time limit: the clique search only gets what the γ step left
+        clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         col_nb = self._colors[nb] if len(nb) else np.zeros(0, dtype=np.int64)
         color = cheapest_color(col_nb, w, self._cm)
         if is_helly_box(box) and bool(st.helly[nb].all()):
@@ -331,7 +335,7 @@ class OverlapEngine:
             adj = st.pairwise(nb)
             np.fill_diagonal(adj, False)
             seed = np.searchsorted(nb, np.array(region.members, dtype=np.int64))
-            cr = max_weight_clique(adj, st.weights[nb], self.clique_time_limit, initial=seed)
+            cr = max_weight_clique(adj, st.weights[nb], clique_limit, initial=seed)
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
             clique = _Clique(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)

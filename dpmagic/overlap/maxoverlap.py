@@ -20,8 +20,8 @@ works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem`
    only *overlapping* sets are explored.  Strong on sparse query graphs (many columns, each query
    constraining some of them): e.g. 30–1,000 columns, t = 100–1,000 in milliseconds to ~1 s.
 4. **MILP** (:func:`milp_overlap`, HiGHS through ``scipy.optimize.milp``): one-hot ``y[c, atom]``,
-   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a witness, its dual bound
-   a proven upper bound; the LP relaxation alone is a safe upper bound.
+   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a candidate witness, its
+   dual bound plus a tolerance margin a proven upper bound; so is the LP relaxation's optimum plus margin.
 
 Portfolio (:func:`_portfolio`, steps chosen by :func:`_plan` from instance features):
 
@@ -45,12 +45,20 @@ On a timeout the result is the best proven interval ``[lower, upper]`` with ``ex
 the exact load of a concrete witness row, ``upper`` the smallest proven bound (branch-and-bound frontier,
 LP relaxation, and whatever the caller passes in ``upper_hint`` — e.g. an exact clique or a colouring).
 
-Floating point: loads inside the solver are float64 sums.  When every weight is a dyadic rational with a
-small denominator (integers, 0.5, 0.125 …, and the total below 2**40) such sums are exact and no slack is
-used.  Otherwise upper bounds get an absolute slack ``8·(n+2)·2⁻⁵³·Σw`` (a standard bound on the rounding
-error of the sums involved), so ``upper`` never under-reports; ``lower`` is always ``math.fsum`` of the
-weights of the queries covering the witness (checked with the store's exact containment test).
-``exact`` means ``upper - lower <= slack``.
+Floating point (:mod:`.rounding`): loads inside the solvers are float64 sums.  Every reported ``upper`` goes
+through one function, :func:`~.rounding.proven_upper` (via :class:`_Rounding`): the computed value plus twice
+the standard rounding-error bound of its evaluation (``≤ 2n + a_max + 4`` additions of ± weights whose
+partial sums are bounded by Σw), rounded up, then snapped down to the weights' power-of-two lattice when
+they have one (integers, halves …: the result is then exact).  ``lower`` is the exact load of the witness
+row (its covering queries' weights, ``math.fsum`` rounded *down*), so ``lower ≤ γ ≤ upper`` always holds.
+HiGHS sees the weights scaled by a power of two to ``[0.5, 1)`` (exact) and only its dual bound is used,
+plus a margin ``MILP_TOL·(variables + rows + 2)`` covering its absolute tolerances; its incumbent is only a
+candidate witness.  ``exact`` means ``upper - lower <= REL_TOL·upper`` (``REL_TOL = 1e-9``).
+
+Time: the limit covers the whole call.  Component and query-graph construction check the deadline between
+blocks of rows; HiGHS gets the time left minus its measured overrun (presolve, which it does not interrupt,
+only when the time left is ample); a load-tensor step is skipped when its estimate exceeds the time left
+plus ``OVERRUN_SHARE·limit + OVERRUN_SECONDS``.  Measured: ``benchmarks/results/time_limits.md``.
 """
 
 from __future__ import annotations
