@@ -477,6 +477,8 @@ class UnionStrategy:
             if not owners:
                 raise ConfigurationError(f"union strategy: sub-workload {j} has no sub-strategy")
             c, a = self.terms[owners[0]]
+            if c == 0:
+                return float("inf")
             total += a.trace(Stack(((cw, t),))) / (c * c)
         return float(total)
 
