@@ -52,7 +52,7 @@ class PandasBackend:
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
         if len(df) > MAX_ROWS:
             raise DataValidationError(
-                f"the data has {len(df):,} rows; dpmagic sums at most {MAX_ROWS:,} rows exactly",
+                f"the data has more than {MAX_ROWS:,} rows, the most dpmagic sums exactly",
                 hint="split the table into parts of at most 2^32 rows",
             )
         self.df = df

@@ -1,0 +1,85 @@
+"""The mechanism interface: what every kind of release declares before it may read data.
+
+A *mechanism* is one release the session charges as one node of the overlap accountant.  Whatever it is —
+today's per-query noise on COUNT/SUM/AVG cells (:class:`~dpmagic.releases.query.QueryMechanism`), and in the
+same way a batch answered by the matrix mechanism, a decision query, a quantile — it declares, when it is
+constructed and without touching any row:
+
+* its **coverage**: a :class:`~dpmagic.sets.Box` containing every domain row its output can depend on (the
+  accountant's node; a release whose parts are disjoint boxes covers their bounding box);
+* its **cost** in the session's currency (ε, ρ or μ) — the accountant charges its additive weight;
+* a public **description** of its noise, stored in the ledger with the charge.
+
+Only then, after the session has checked the cost against the budget and recorded the charge durably
+(invariant 2), does the session call :meth:`Mechanism.release` with the **backend** — the only layer that
+reads rows, and only returns exact aggregates — and the mechanism adds noise from OpenDP's exact samplers.
+Anything that goes wrong inside ``release`` reaches the analyst as one fixed, data-independent message
+(invariant 5); the charge stays recorded.
+
+Adding a mechanism is one new module with a :class:`Mechanism` subclass and its tests: the accountant, the
+ledger, the re-run cache, the panel and the CLI see only this interface (:meth:`dpmagic.Session.run`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpmagic.backends.pandas import Cells
+    from dpmagic.mechanisms import Noise
+    from dpmagic.query.model import Query
+    from dpmagic.schema import Schema
+    from dpmagic.sets import Box
+
+__all__ = ["Backend", "Mechanism"]
+
+
+class Backend(Protocol):
+    """Exact aggregates over boxes of the declared domain: the only layer that reads rows.
+
+    ``evaluate`` returns, for every cell of the query's declared GROUP BY keys (zero-filled, in declared
+    order), the exact count and the exact integer sums of the summed columns (float columns in the quantum
+    ``units[column]``).  Its work must not depend on how many rows fall in the box.  Implementations:
+    :class:`~dpmagic.backends.pandas.PandasBackend`.
+    """
+
+    schema: Schema
+
+    def evaluate(self, query: Query, units: Mapping[str, float] | None = None) -> Cells: ...
+
+
+class Mechanism(ABC):
+    """One release, charged as one node: coverage and cost fixed before any data is read."""
+
+    #: a short name of the kind of release (shown in the ledger and the panel)
+    kind: ClassVar[str] = "release"
+
+    @property
+    @abstractmethod
+    def coverage(self) -> Box:
+        """Every domain row the released output can depend on (the accountant's node)."""
+
+    @property
+    @abstractmethod
+    def cost(self) -> float:
+        """The cost in the session's parameter (ε, ρ or μ); the accountant charges its additive weight."""
+
+    @property
+    def noise(self) -> dict[str, Noise]:
+        """The calibrated noise of each release, by output name (public; for display and the ledger)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """Public, JSON-serialisable details stored with the charge (no data: computed before any read)."""
+        return {"kind": self.kind}
+
+    @abstractmethod
+    def release(self, backend: Backend) -> pd.DataFrame:
+        """Read the exact aggregates from ``backend`` and return the noisy answer.
+
+        Called by the session exactly once, only after the charge is recorded in the ledger.
+        """
