@@ -59,9 +59,6 @@ class PandasBackend:
         self.schema = schema
         self._codes: dict[str, np.ndarray] = {}
 
-    def __len__(self) -> int:
-        return len(self.df)
-
     def mask(self, box: Box) -> np.ndarray:
         """Boolean mask of the rows inside ``box``.
 
