@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-_LAZY = {"Session": "dpmagic.session", "QueryResult": "dpmagic.session"}
+_LAZY = {"Session": "dpmagic.session", "QueryResult": "dpmagic.results", "Preview": "dpmagic.results"}
 
 
 def __getattr__(name: str) -> Any:

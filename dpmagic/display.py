@@ -15,7 +15,8 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from dpmagic.accountant.currency import Currency
-    from dpmagic.session import QueryResult, Session
+    from dpmagic.results import QueryResult
+    from dpmagic.session import Session
 
 __all__ = [
     "BOUND_LABELS",

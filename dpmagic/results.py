@@ -1,0 +1,109 @@
+"""What the session hands back: a released answer (:class:`QueryResult`) and a dry run (:class:`Preview`).
+
+Plain values with their rendering delegated to :mod:`dpmagic.display`; nothing here reads data or charges.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from dpmagic import display
+from dpmagic.accountant.accountant import Charge
+from dpmagic.accountant.currency import Currency
+from dpmagic.mechanisms import Noise
+from dpmagic.postprocess import answer_notes
+from dpmagic.query.model import Query
+
+__all__ = ["QueryResult", "Preview"]
+
+
+@dataclass
+class QueryResult:
+    """A released answer: the noisy values with 95% intervals, and what it cost."""
+
+    query: Query
+    df: pd.DataFrame
+    cost: float
+    currency: Currency
+    charge: Charge
+    noise: dict[str, Noise]
+    entry_id: int
+    #: seconds spent before the data was read (parsing, planning, overlap check): never data-dependent
+    seconds: float
+    spent: float
+    budget: float
+    cached: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    number: int = 0  # the query's number as the analyst sees it (1..n in charging order; 0 = unknown)
+    default_cost: bool = False  # no cost was named: the session's default was spent
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language notes on the answer (an AVG not shown, a negative count…), from released values only."""
+        return answer_notes(self.query, self.df)
+
+    def summary(self) -> str:
+        """The one-line cost summary shown under a cell's result."""
+        return display.result_summary(self)
+
+    def noise_description(self) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in self.noise.items())
+
+    def _repr_html_(self) -> str:
+        return display.result_html(self)
+
+    def __repr__(self) -> str:
+        return display.result_text(self)
+
+
+@dataclass
+class Preview:
+    """What a query would cost and do, computed without reading data or spending anything."""
+
+    query: Query
+    cost: float
+    currency: Currency
+    charge: Charge
+    affordable: float
+    overlapping: pd.DataFrame
+    noise: dict[str, Noise]
+    halfwidth: dict[str, float]
+    cached: bool
+    spent: float
+    budget: float
+
+    @property
+    def admissible(self) -> bool:
+        return self.charge.admissible
+
+    @property
+    def increase(self) -> float:
+        """How much the charged loss would grow, in the session's parameter."""
+        cur = self.currency
+        return cur.cost(self.charge.after) - cur.cost(self.charge.before)
+
+    def summary(self) -> str:
+        cur = self.currency
+        if self.cached:
+            return "dry run: this exact query was already answered; re-running it returns the stored answer for free"
+        verdict = "would be admitted" if self.admissible else "would be REFUSED (over budget)"
+        row = ", ".join(f"{k}={v!r}" for k, v in (self.charge.worst_row or {}).items()) or "any row"
+        return (
+            f"dry run ({cur.symbol}={self.cost:.4g}): {verdict}; charged loss {cur.cost(self.charge.before):.4g} → "
+            f"{cur.cost(self.charge.after):.4g} (+{self.increase:.4g}, {self.charge.charged_as}); overlaps "
+            f"{self.charge.overlaps} registered quer{'y' if self.charge.overlaps == 1 else 'ies'}; worst-case row "
+            f"after it: {row}; at most {cur.symbol}={self.affordable:.4g} is affordable on this query's region. "
+            "Nothing was spent and no data was read."
+        )
+
+    def _repr_html_(self) -> str:
+        noise = "; ".join(f"{k}: {v} (95% ±{self.halfwidth[k]:.4g})" for k, v in self.noise.items())
+        table = self.overlapping.to_html(index=False) if len(self.overlapping) else "<p>no overlapping queries</p>"
+        return f"<div><b>{html.escape(self.summary())}</b><br>noise: {html.escape(noise)}</div>{table}"
+
+    def __repr__(self) -> str:
+        return self.summary()
