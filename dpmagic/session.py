@@ -28,18 +28,17 @@ from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
+from dpmagic.costs import CostSpec, cache_key, parse_cost, resolve_cost
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import tidy
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
-from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release, units_of
+from dpmagic.release import ReleasePlan, plan_noise, release, units_of
 from dpmagic.results import Preview, QueryResult
 from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
-
-CostSpec = float | str | None
 
 
 class Session:
@@ -222,57 +221,23 @@ class Session:
         return parse_query(sql, self.schema)
 
     def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
-        """The cost as the user gave it: a number, ``"max"`` or None (default), in the session's parameter."""
-        given = {k: v for k, v in named.items() if v is not None}
-        if cost is not None:
-            given[self.currency.parameter] = cost
-        wrong = [k for k in given if k != self.currency.parameter]
-        if wrong:
-            raise BudgetError(
-                f"this session's budget is in {self.currency.parameter} ({self.currency.definition}); "
-                f"a cost in {wrong[0]} does not apply"
-            )
-        value = given.get(self.currency.parameter)
-        if isinstance(value, str):
-            if value.strip().lower() == "max":
-                return "max"
-            raise BudgetError(f"the query's {self.currency.parameter} must be a number or 'max', got {value!r}")
-        if value is not None:
-            return check_cost(value, f"the query's {self.currency.parameter}")
-        return None
+        return parse_cost(self.currency, cost, named)
 
     def _resolve(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> float:
-        """The numeric cost of a query (no data read): explicit, default, ``max`` (affordable) or accuracy-first."""
-        cur = self.currency
-        if ci is not None:
-            if spec is not None:
-                raise ConfigurationError(f"give either --ci or --{cur.parameter}, not both")
-            if min_rows is not None and (isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1):
-                raise ConfigurationError(f"--min-rows must be a positive whole number, got {min_rows!r}")
-            need = cost_for_target(q, self.schema, cur, ci, min_rows=min_rows, replace_one=self.neighbors == "replace")
-            left = self.affordable(q)
-            if need > left * (1.0 + 1e-9):
-                raise BudgetExceededError(
-                    f"refused: a 95% half-width of ±{ci:g} needs {cur.format(need)}, but at most "
-                    f"{cur.format(left)} is affordable on this query's region",
-                    hint="accept a wider interval, or ask about a region with more budget left",
-                )
-            return need
-        if spec == "max":
-            left = self.affordable(q)
-            if left <= self.budget.total * 1e-12:
-                raise BudgetExceededError(
-                    f"refused: no budget is left on this query's region ({cur.parameter} affordable: 0)",
-                    hint="ask about a part of the domain where the budget is not yet spent",
-                )
-            return left
-        if spec is None:
-            return self.default_cost
-        return float(spec)
+        return resolve_cost(
+            q,
+            spec,
+            ci=ci,
+            min_rows=min_rows,
+            budget=self.budget,
+            schema=self.schema,
+            replace_one=self.neighbors == "replace",
+            default_cost=self.default_cost,
+            affordable=lambda: self.affordable(q),
+        )
 
     def _cache_key(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> str:
-        cost = "default" if spec is None and ci is None else (f"ci={ci!r},min_rows={min_rows!r}" if ci else repr(spec))
-        return f"{q.key}|{self.currency.parameter}={cost}"
+        return cache_key(q, self.currency, spec, ci, min_rows)
 
     def _cached(self, key: str) -> QueryResult | None:
         hit = self._cache.get(key)
