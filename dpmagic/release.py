@@ -12,8 +12,10 @@ covers the true average with probability ≥ 95% whenever the true count is posi
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,7 +24,7 @@ from dpmagic.accountant.currency import Currency
 from dpmagic.backends.pandas import Cells
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
-from dpmagic.query.model import Query
+from dpmagic.query.model import Aggregate, Query
 from dpmagic.schema import NumericColumn, Schema
 
 __all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "ReleasePlan"]
@@ -36,6 +38,10 @@ class ReleasePlan:
     sums: dict[str, Noise]
     share_cost: float
     releases_per_cell: int
+    #: effective (clamped) column of each SUM key that is not a plain declared column
+    columns: dict[str, NumericColumn] = field(default_factory=dict)
+    #: plans of the non-basic aggregates (dpmagic.aggregates units), by alias
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_noise(
@@ -71,11 +77,13 @@ def plan_noise(
     needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
     count = noise_for(definition, cell_cost, spread, integer=True) if needs_count else None
     sums: dict[str, Noise] = {}
+    columns: dict[str, NumericColumn] = {}
     for agg in query.aggregates:
-        if agg.column is None or agg.column in sums:
+        if agg.column is None or not agg.is_basic or agg.sum_key in sums:
             continue
-        col = schema[agg.column]
-        assert isinstance(col, NumericColumn)
+        col = _effective_column(agg, schema)
+        if agg.clamp is not None:
+            columns[agg.sum_key] = col
         if col.is_int:
             if not replace_one:
                 sens = col.max_abs
@@ -85,12 +93,15 @@ def plan_noise(
                 sens = col.width
             if sens == 0:
                 sens = 1.0  # a constant column: any positive scale is private; keep the mechanism defined
-            sums[agg.column] = noise_for(definition, cell_cost, sens, integer=True)
+            sums[agg.sum_key] = noise_for(definition, cell_cost, sens, integer=True)
         else:
-            sums[agg.column] = float_sum_noise(
+            sums[agg.sum_key] = float_sum_noise(
                 definition, cell_cost, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
             )
-    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+    from dpmagic.aggregates import plan_extended
+
+    extra = plan_extended(query, schema, definition, share, replace_one=replace_one)
+    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k, columns=columns, extra=extra)
     for noise in [count, *sums.values()]:  # everything release() computes from the noise, before any charge
         if noise is not None:
             noise.ci_halfwidth(0.95)
@@ -111,12 +122,19 @@ def plan_halfwidth(
     widths: list[float] = []
     half = 1.0 - (1.0 - level) / 2.0
     for agg in query.aggregates:
-        if agg.func == "count":
+        if agg.func == "count_distinct":
+            widths.append(plan.extra[agg.alias].plan.ci_halfwidth(level))
+        elif not agg.is_basic:
+            raise ConfigurationError(
+                f"an accuracy target (--ci) is not available for {agg.func.upper()}: give a cost instead",
+                hint="use --epsilon / --rho / --mu",
+            )
+        elif agg.func == "count":
             assert plan.count is not None
             widths.append(plan.count.ci_halfwidth(level))
         elif agg.func == "sum":
             assert agg.column is not None
-            widths.append(plan.sums[agg.column].ci_halfwidth(level))
+            widths.append(plan.sums[agg.sum_key].ci_halfwidth(level))
         else:
             assert agg.column is not None and plan.count is not None
             if min_rows is None:
@@ -124,9 +142,8 @@ def plan_halfwidth(
                     "an accuracy target for AVG needs --min-rows N (min_rows=N): a public lower bound on the group size",
                     hint="add --min-rows N: the target then holds for groups of at least N rows",
                 )
-            col = schema[agg.column]
-            assert isinstance(col, NumericColumn)
-            hs, hc = plan.sums[agg.column].ci_halfwidth(half), plan.count.ci_halfwidth(half)
+            col = _effective_column(agg, schema)
+            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half), plan.count.ci_halfwidth(half)
             widths.append(math.inf if hc >= min_rows else (hs + col.max_abs * hc) / (min_rows - hc))
     return max(widths)
 
@@ -185,7 +202,7 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
         noisy_count = release_integer(cells.counts, plan.count).astype(float)
     noisy_sums: dict[str, np.ndarray] = {}
     for colname, noise in plan.sums.items():
-        col = schema[colname]
+        col = plan.columns.get(colname) or schema[colname]
         assert isinstance(col, NumericColumn)
         if col.is_int:
             noisy_sums[colname] = release_integer(cells.int_sums[colname], noise).astype(float)
@@ -193,29 +210,35 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
             noisy_sums[colname] = release_float_sum(
                 cells.float_values[colname], noise, float(col.lower), float(col.upper)
             )
+    if plan.extra:
+        from dpmagic.aggregates import release_extended
+
+        extended = release_extended(plan.extra, cells.extra, level)
     for agg in query.aggregates:
-        if agg.func == "count":
+        if not agg.is_basic:
+            v, lo_ci, hi_ci = extended[agg.alias]
+            out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
+        elif agg.func == "count":
             assert plan.count is not None and noisy_count is not None
             h = plan.count.ci_halfwidth(level)
             out[agg.alias] = noisy_count
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = noisy_count - h, noisy_count + h
         elif agg.func == "sum":
             assert agg.column is not None
-            h = plan.sums[agg.column].ci_halfwidth(level)
-            out[agg.alias] = noisy_sums[agg.column]
+            h = plan.sums[agg.sum_key].ci_halfwidth(level)
+            out[agg.alias] = noisy_sums[agg.sum_key]
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = (
-                noisy_sums[agg.column] - h,
-                noisy_sums[agg.column] + h,
+                noisy_sums[agg.sum_key] - h,
+                noisy_sums[agg.sum_key] + h,
             )
         else:
             assert agg.column is not None and plan.count is not None and noisy_count is not None
-            col = schema[agg.column]
-            assert isinstance(col, NumericColumn)
-            s, c = noisy_sums[agg.column], noisy_count
+            col = _effective_column(agg, schema)
+            s, c = noisy_sums[agg.sum_key], noisy_count
             lo_b, hi_b = float(col.lower), float(col.upper)
             avg = np.clip(s / np.maximum(c, 1.0), lo_b, hi_b)
             half_level = 1.0 - (1.0 - level) / 2.0
-            hs, hc = plan.sums[agg.column].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
+            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
             low, high = _ratio_interval(s, hs, c, hc, lo_b, hi_b)
             out[agg.alias] = avg
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
@@ -242,3 +265,15 @@ def _ratio_interval(
         low[ok] = np.clip(corners.min(axis=0), lo, hi)
         high[ok] = np.clip(corners.max(axis=0), lo, hi)
     return low, high
+
+
+def _effective_column(agg: Aggregate, schema: Schema) -> NumericColumn:
+    """The aggregated column with the analyst's clamp as its public bounds (SUM(CLAMP(x, lo, hi)))."""
+    col = schema[str(agg.column)]
+    assert isinstance(col, NumericColumn)
+    if agg.clamp is None:
+        return col
+    from dpmagic.aggregates import effective_bounds
+
+    lo, hi = effective_bounds(agg, schema)
+    return dataclasses.replace(col, lower=int(lo) if col.is_int else lo, upper=int(hi) if col.is_int else hi)

@@ -32,6 +32,7 @@ from dpmagic.backends.pandas import PandasBackend
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
 from dpmagic.query.model import Query
+from dpmagic.query.outputs import finish
 from dpmagic.query.sql import parse_query
 from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release
 from dpmagic.schema import OutOfRangePolicy, Schema
@@ -177,6 +178,7 @@ class Session:
         time_limit: float = 10.0,
         delta: float = 1e-6,
         neighbors: Neighbors = "add-remove",
+        table_names: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         if isinstance(schema, Schema):
             self.schema = schema
@@ -193,6 +195,8 @@ class Session:
             else check_cost(default_cost, f"the default {self.budget.currency.parameter}")
         )
         self.data = self.schema.validate(data, out_of_range=out_of_range)
+        #: the names FROM may use for the bound table (schema-qualified forms such as PUMS.PUMS included)
+        self.table_names = tuple(dict.fromkeys([self.schema.table, *(table_names or ())]))
         self.backend = PandasBackend(self.data, self.schema)
         if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
@@ -295,7 +299,7 @@ class Session:
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
         """Parse and validate ``sql`` against the schema (no data, no budget)."""
-        return parse_query(sql, self.schema)
+        return parse_query(sql, self.schema, tables=self.table_names)
 
     def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
         """The cost as the user gave it: a number, ``"max"`` or None (default), in the session's parameter."""
@@ -457,9 +461,7 @@ class Session:
                 self.results.append(hit)
                 self._emit("cached", entry=hit.entry_id)
                 return hit
-        cells = 1
-        for g in q.group_by:
-            cells *= self.schema[g].size  # type: ignore[union-attr]
+        cells = q.n_cells
         self._emit(
             "computing",
             message=f"checking the maximum overlap with {len(self.accountant)} registered queries"
@@ -478,8 +480,8 @@ class Session:
             raise
         # ---- charged and recorded: only now is the data read ----
         try:
-            evaluated = self.backend.evaluate(q)
-            df = release(q, evaluated, plan, self.schema)
+            evaluated = self.backend.evaluate(q, plan.extra) if plan.extra else self.backend.evaluate(q)
+            df = finish(q, release(q, evaluated, plan, self.schema))  # HAVING, ORDER BY, LIMIT ...: free
         except DPMagicError:
             raise
         except Exception as exc:  # the budget stays charged: never under-charge after data was read

@@ -8,12 +8,13 @@ perturbs.  It is called only after the accountant has charged the query.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dpmagic.query.model import Query
+from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.sets import Box, CategorySet, IntervalSet
 
@@ -28,6 +29,7 @@ class Cells:
     counts: np.ndarray  # int64, one per cell
     int_sums: dict[str, np.ndarray]  # exact integer sums per cell for int columns
     float_values: dict[str, list[np.ndarray]]  # the rows' values per cell for float columns
+    extra: dict[str, Any] = field(default_factory=dict)  # exact inputs of the dpmagic.aggregates units
 
 
 class PandasBackend:
@@ -69,16 +71,40 @@ class PandasBackend:
             self._codes[name] = codes
         return codes
 
-    def evaluate(self, query: Query) -> Cells:
-        """Exact per-cell COUNT and SUM inputs for ``query`` (cells = declared GROUP BY keys)."""
+    def filter_mask(self, f: Filter) -> np.ndarray:
+        """Boolean mask of the rows an exact filter (AND / OR / NOT of boxes) selects."""
+        if f.op == "box":
+            assert f.box is not None
+            return self.mask(f.box)
+        masks = [self.filter_mask(p) for p in f.parts]
+        if f.op == "and":
+            return np.logical_and.reduce(masks)
+        if f.op == "or":
+            return np.logical_or.reduce(masks)
+        return ~masks[0]
+
+    def _group_codes(self, g: GroupKey) -> np.ndarray:
+        """Each row's cell index along one GROUP BY key (its declared value or bin)."""
+        if g.sets is None:
+            return self._category_codes(g.column)
+        codes = np.full(len(self.df), -1, dtype=np.int64)
+        for i, s in enumerate(g.sets):
+            codes[self.mask(Box({g.column: s})) & (codes < 0)] = i
+        return codes
+
+    def evaluate(self, query: Query, units: dict[str, Any] | None = None) -> Cells:
+        """Exact per-cell COUNT and SUM inputs for ``query`` (cells = declared GROUP BY keys / bins)."""
         mask = self.mask(query.where)
-        group_cols = [self.schema[g] for g in query.group_by]
-        sizes = [c.size for c in group_cols if isinstance(c, CategoricalColumn)]
+        if query.filter is not None:
+            mask &= self.filter_mask(query.filter)
+        sizes = [g.size for g in query.groups]
         n_cells = int(np.prod(sizes)) if sizes else 1
-        if group_cols:
-            codes = [self._category_codes(g)[mask] for g in query.group_by]
+        if query.groups:
+            codes = [self._group_codes(g)[mask] for g in query.groups]
+            if any((c < 0).any() for c in codes):  # bins cover the declared domain: cannot happen
+                raise RuntimeError("a row fell outside every declared bin")
             cell = np.ravel_multi_index(codes, sizes) if codes else np.zeros(0, dtype=np.int64)
-            keys = list(itertools.product(*[c.values for c in group_cols]))  # type: ignore[union-attr]
+            keys = list(itertools.product(*[g.labels for g in query.groups]))
         else:
             cell = np.zeros(int(mask.sum()), dtype=np.int64)
             keys = [()]
@@ -88,16 +114,24 @@ class PandasBackend:
         order = np.argsort(cell, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for agg in query.aggregates:
-            if agg.column is None or agg.column in int_sums or agg.column in float_values:
+            key = agg.sum_key
+            if agg.column is None or not agg.is_basic or key in int_sums or key in float_values:
                 continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
             values = self.df[agg.column].to_numpy()[mask]
+            if agg.clamp is not None:
+                values = np.clip(values, agg.clamp[0], agg.clamp[1]).astype(values.dtype)
             if col.is_int:
                 sums = np.zeros(n_cells, dtype=object)
                 np.add.at(sums, cell, values.astype(object))  # exact Python integers: no overflow
-                int_sums[agg.column] = np.array([int(s) for s in sums], dtype=object)
+                int_sums[key] = np.array([int(s) for s in sums], dtype=object)
             else:
                 vals = values.astype(float)[order]
-                float_values[agg.column] = [vals[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
-        return Cells(keys=keys, counts=counts, int_sums=int_sums, float_values=float_values)
+                float_values[key] = [vals[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
+        extra: dict[str, Any] = {}
+        if units:
+            from dpmagic.aggregates import exact_extended
+
+            extra = exact_extended(units, lambda c: self.df[c].to_numpy()[mask], cell, n_cells)
+        return Cells(keys=keys, counts=counts, int_sums=int_sums, float_values=float_values, extra=extra)
