@@ -299,7 +299,9 @@ class Session:
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
         """Parse and validate ``sql`` against the schema (no data, no budget)."""
-        return parse_query(sql, self.schema, tables=self.table_names)
+        # a schema that declares no table name ("data", the default) accepts any one name in FROM
+        names = None if self.table_names == ("data",) else self.table_names
+        return parse_query(sql, self.schema, tables=names)
 
     def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
         """The cost as the user gave it: a number, ``"max"`` or None (default), in the session's parameter."""

@@ -142,9 +142,9 @@ BAD_QUERIES = [
     ("SELECT SUM(sex) FROM adult", {}, QueryTypeError),
     ("SELECT COUNT(*) FROM adult WHERE age = 'old'", {}, QueryTypeError),
     ("SELECT COUNT(*) FROM adult a JOIN adult b ON a.age = b.age", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult LIMIT 1", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE age > 30 OR sex = 'Male'", {}, UnsupportedQueryError),
-    ("SELECT age, COUNT(*) FROM adult GROUP BY age", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult LIMIT 1 OFFSET 1", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult WHERE age > fnlwgt", {}, UnsupportedQueryError),
+    ("SELECT fnlwgt, COUNT(*) FROM adult GROUP BY fnlwgt", {}, UnsupportedQueryError),
     ("DELETE FROM adult", {}, UnsupportedQueryError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": -1.0}, BudgetError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 0.0}, BudgetError),
@@ -155,9 +155,9 @@ BAD_QUERIES = [
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1.5}, BudgetExceededError),
     ("", {}, QueryError),
     ("SELECT MAX(age) FROM adult", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE lower(sex) = 'male'", {}, UnsupportedQueryError),
+    ("SELECT MIN(age) FROM adult", {}, UnsupportedQueryError),
     ("SELECT * FROM adult", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE \"native-country\" LIKE 'U%'", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM other_table", {}, UnsupportedQueryError),
 ]
 
 
