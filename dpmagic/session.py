@@ -160,6 +160,9 @@ class Session:
         a :class:`Ledger` or a path of a durable sqlite ledger file; ``None`` (default for the Python API) keeps
         it in memory for the life of the session.  The magics default to a durable file
         (:func:`~dpmagic.accountant.ledger.default_ledger_path`).
+    table_names:
+        further names FROM may give the bound table (the magics pass the notebook variable's name); the
+        schema's ``table`` and schema-qualified forms (``PUMS.PUMS``) are always accepted, other tables refused.
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and SUM sensitivities are upper − lower).
