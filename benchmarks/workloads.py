@@ -329,9 +329,7 @@ def box_to_sql(box: Box, table: str = "data") -> str:
         else:
             column = s.column
             if not s.intervals:
-                preds.append(
-                    f"{col} < {_sql_literal(float(column.lower))} AND {col} > {_sql_literal(float(column.upper))}"
-                )
+                preds.append(f"{col} < {_sql_literal(column.lower)} AND {col} > {_sql_literal(column.upper)}")
                 continue
             ranges = [_interval_sql(col, iv, column) for iv in s.intervals]
             if len(ranges) == 1:

@@ -5,6 +5,9 @@ analyses a query log for a data custodian (DESIGN.md §3.2): it needs only the p
 never the data, and reports the sequential sum, the maximum overlap (with a witness row), the clique and
 colouring bounds and the utility gain.  Exit status 0 on success; 2 with a one-line message on stderr for a
 bad schema or query.
+
+``dpmagic ledger show|verify|export|backup|keygen|init|set-budget|reset`` inspects and administers a ledger
+file (README, "The ledger" and "Threat model"); ``--key-file`` gives the custodian key of a keyed ledger.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -179,75 +183,142 @@ def _cmd_overlap(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_existing(path: str) -> Any:
+def _cli_key(args: argparse.Namespace) -> bytes | None:
+    """The custodian key: ``--key-file``, else ``$DPMAGIC_LEDGER_KEY`` / ``$DPMAGIC_LEDGER_KEY_FILE``."""
+    from dpmagic.accountant.ledger import key_from_env, load_key
+
+    if getattr(args, "key_file", None):
+        return load_key(args.key_file)
+    return key_from_env()
+
+
+def _open_existing(path: str, key: bytes | None) -> Any:
     from dpmagic.accountant.ledger import Ledger
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"no ledger file at {path}")
-    return Ledger(path)
+    return Ledger(path, key=key)
+
+
+def _resolve_key(ledger: Any, name: str) -> str | None:
+    """A ledger key given as itself or as the declared data-set id it belongs to (if unambiguous)."""
+    keys = ledger.ledger_keys()
+    if name in keys:
+        return name
+    matches = [k for k in keys if (ledger.opening(k) or {}).get("dataset") == name]
+    return matches[0] if len(matches) == 1 else None
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    from dpmagic.accountant.ledger import verify
+    from dpmagic.accountant import ledger as lg
+    from dpmagic.reports import dataset_label, export_ledger
 
     try:
+        if args.action == "keygen":
+            import secrets
+
+            target = Path(args.file).expanduser()
+            if target.exists():
+                raise FileExistsError(f"{target} already exists: a key file is never overwritten")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+            print(f"wrote a new custodian key to {target} (mode 600): keep it secret, never export it")
+            return 0
+        if args.action == "backup":
+            n = lg.backup(args.path, args.dest)
+            ok, problems = lg.verify(args.dest, _cli_key(args) if lg.is_keyed(args.dest) else None)
+            print(f"backed up {n} events to {args.dest}" + ("" if ok else f" (warning: {problems[0]})"))
+            return 0
+        key = _cli_key(args)
+        if args.action == "init":
+            if key is None:
+                raise ValueError("init needs the custodian key: --key-file FILE (see 'dpmagic ledger keygen')")
+            if Path(args.path).exists():
+                raise FileExistsError(f"{args.path} already exists: init starts a new keyed ledger")
+            lg.Ledger(args.path, key=key, create=True).close()
+            print(f"{args.path}: a new keyed ledger (HMAC-SHA256 chain); appending to it needs the custodian key")
+            return 0
         if args.action == "verify":
-            ok, problems = verify(args.path)
+            ok, problems = lg.verify(args.path, key)
             if ok:
-                print(f"{args.path}: hash chain intact")
+                if key is not None:
+                    note = "HMAC chain intact under the custodian key"
+                else:
+                    note = (
+                        "hash chain intact (unkeyed ledger: not tamper-evident, anyone who can write the file "
+                        "can rewrite it; see the README's threat model)"
+                    )
+                print(f"{args.path}: {note}")
                 return 0
             for p in problems:
                 print(f"{args.path}: {p}")
             return 1
-        ledger = _open_existing(args.path)
+        ledger = _open_existing(args.path, key)
         if args.action == "show":
-            for key in ledger.ledger_keys():
-                o = ledger.opening(key) or {}
-                entries = ledger.entries(key)
+            print(
+                f"ledger {args.path}: "
+                + (
+                    "keyed (HMAC-SHA256 chain; appending needs the custodian key)"
+                    if ledger.keyed
+                    else "unkeyed (SHA-256 chain: not tamper-evident)"
+                )
+            )
+            for k in ledger.ledger_keys():
+                o = ledger.opening(k) or {}
+                entries = ledger.entries(k)
                 spent = max((e.charged_after for e in entries), default=0.0)
                 print(
-                    f"key {key}: data set {o.get('dataset')!r} ({o.get('rows')} rows), {o.get('definition')} "
-                    f"budget {o.get('parameter')}={ledger.budget_of(key):g}, {len(entries)} counted queries, "
+                    f"key {k}: data set {dataset_label(o)!r}, {o.get('definition')} "
+                    f"budget {o.get('parameter')}={ledger.budget_of(k):g}, {len(entries)} counted queries, "
                     f"last charged weight {spent:.6g}"
                 )
                 for e in entries:
                     print(f"  #{e.id:<5} {e.cost:<8.4g} {e.bound:<12} {e.status:<8} {' '.join(e.sql.split())}")
             return 0
         if args.action == "export":
-            text = ledger.export(args.format)
+            text = export_ledger(ledger, args.format)
             if args.output:
                 Path(args.output).write_text(text, encoding="utf-8")
                 print(f"wrote {args.output}")
             else:
                 sys.stdout.write(text)
             return 0
-        # custodian actions: explicit confirmation
-        if args.key not in ledger.ledger_keys():
+        # custodian actions: the custodian key on a keyed ledger, and explicit confirmation
+        if ledger.keyed and key is None:
+            print(
+                f"dpmagic ledger: {args.path} is keyed: {args.action} needs the custodian key (--key-file FILE)",
+                file=sys.stderr,
+            )
+            return 2
+        resolved = _resolve_key(ledger, args.key)
+        if resolved is None:
             print(f"dpmagic ledger: no key {args.key!r} in {args.path} (see 'dpmagic ledger show')", file=sys.stderr)
             return 2
         what = (
-            f"reset the budget of key {args.key}"
+            f"reset the budget of key {resolved}"
             if args.action == "reset"
-            else f"set the budget of key {args.key} to {args.to:g}"
+            else f"set the budget of key {resolved} to {args.to:g}"
         )
         if not args.yes:
             if not sys.stdin.isatty():
                 print(f"dpmagic ledger: refusing to {what} without --yes (no terminal to confirm)", file=sys.stderr)
                 return 2
             answer = input(f"Type the key to confirm that you {what}: ").strip()
-            if answer != args.key:
+            if answer not in (resolved, args.key):
                 print("not confirmed; nothing changed", file=sys.stderr)
                 return 2
         if args.action == "reset":
-            ledger.reset(args.key, reason=args.reason)
+            ledger.reset(resolved, reason=args.reason)
         else:
             if not (args.to > 0 and math.isfinite(args.to)):
                 print("dpmagic ledger: --to must be a positive number", file=sys.stderr)
                 return 2
-            ledger.set_budget(args.key, args.to, reason=args.reason)
+            ledger.set_budget(resolved, args.to, reason=args.reason)
         print(f"recorded: {what}")
         return 0
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, DPMagicError) as exc:
         print(f"dpmagic ledger: {exc}", file=sys.stderr)
         return 2
 
@@ -286,9 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds for the exact search (default 60)")
     p.set_defaults(func=_cmd_overlap)
 
-    lg = sub.add_parser("ledger", help="inspect, verify, export or (custodian) change a dpmagic ledger file")
+    lg = sub.add_parser(
+        "ledger", help="inspect, verify, export, back up or (custodian) key and change a dpmagic ledger file"
+    )
     lsub = lg.add_subparsers(dest="action", required=True)
-    v = lsub.add_parser("verify", help="check the hash chain (exit 1 if broken)")
+    key_help = "custodian key file (default: $DPMAGIC_LEDGER_KEY_FILE or $DPMAGIC_LEDGER_KEY)"
+    v = lsub.add_parser("verify", help="check the chain (exit 1 if broken); with --key-file, the HMAC chain")
     v.add_argument("path")
     sh = lsub.add_parser("show", help="list keys, budgets and charged queries")
     sh.add_argument("path")
@@ -296,16 +370,25 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("path")
     ex.add_argument("--format", choices=["csv", "json", "html"], default="csv")
     ex.add_argument("--output", "-o", default=None)
+    bk = lsub.add_parser("backup", help="copy a (live) ledger consistently with sqlite's online backup API")
+    bk.add_argument("path", help="the ledger file")
+    bk.add_argument("dest", help="the new copy (never overwritten)")
+    kg = lsub.add_parser("keygen", help="custodian: write a new random key file (mode 600)")
+    kg.add_argument("file")
+    it = lsub.add_parser("init", help="custodian: start a new keyed (HMAC-chained) ledger file")
+    it.add_argument("path")
     sb = lsub.add_parser("set-budget", help="custodian: raise or lower a key's budget (recorded in the ledger)")
     sb.add_argument("path")
-    sb.add_argument("--key", required=True)
+    sb.add_argument("--key", required=True, help="the ledger key, or the data set's declared id")
     sb.add_argument("--to", type=float, required=True)
     rs = lsub.add_parser("reset", help="custodian: reset a key's budget (recorded; earlier charges stop counting)")
     rs.add_argument("path")
-    rs.add_argument("--key", required=True)
+    rs.add_argument("--key", required=True, help="the ledger key, or the data set's declared id")
     for sp in (sb, rs):
         sp.add_argument("--yes", action="store_true", help="confirm without a prompt")
         sp.add_argument("--reason", default="", help="why (kept in the ledger)")
+    for sp in (v, sh, ex, bk, it, sb, rs):
+        sp.add_argument("--key-file", default=None, help=key_help)
     lg.set_defaults(func=_cmd_ledger)
 
     al = sub.add_parser("autoload", help="opt in or out of loading the extension in every IPython kernel")

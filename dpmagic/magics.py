@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import html
 import re
+import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,13 +22,15 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
-from traitlets import Bool, Float, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from dpmagic.accountant.ledger import default_ledger_path
+from dpmagic.display import BOUND_LABELS, bound_header_html, budget_line_html, budget_line_text, clean, fmt
 from dpmagic.errors import ConfigurationError, DPMagicError
+from dpmagic.postprocess import POSTPROCESS_OPTIONS
 from dpmagic.schema import Schema
-from dpmagic.session import Session
+from dpmagic.session import EmptyRegionWarning, Session, empty_region_message
 
 __all__ = ["DPMagic", "current_session"]
 
@@ -69,16 +73,32 @@ _SELECT = re.compile(r"\bselect\b", re.I)
 class DPMagic(Magics, Configurable):
     """Differentially private queries on a DataFrame, inside a hard budget."""
 
-    default_bound = Unicode("exact", help="Bound charged by new sessions: exact, clique, chromatic or sequential.").tag(
-        config=True
-    )
+    default_bound = CaselessStrEnum(
+        ["exact", "clique", "chromatic", "sequential"],
+        default_value="exact",
+        help="Bound charged by new sessions: exact, clique, chromatic or sequential.",
+    ).tag(config=True)
     time_limit = Float(
         10.0, help="Seconds the exact overlap search may take before the proven upper bound is charged."
     ).tag(config=True)
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
     widget = Bool(True, help="Display the live budget panel when %dpsession binds a session.").tag(config=True)
-    default_definition = Unicode(
-        "pure", help="Privacy definition of a bare --budget number: pure (ε), zcdp (ρ) or gdp (μ)."
+    panel = CaselessStrEnum(
+        ["side", "inline", "none"],
+        default_value="side",
+        help="Where the live budget panel goes: 'side' (JupyterLab's side panel via the sidecar package, so it "
+        "stays in sight; falls back to 'inline' without sidecar), 'inline' (under the %dpsession cell) or 'none'. "
+        "Where widgets cannot render (terminal IPython) a text panel is printed.",
+    ).tag(config=True)
+    postprocess = Unicode(
+        "",
+        help="Free post-processing of every answer (noisy values and declared bounds only, no charge): a comma "
+        "list of 'integer' (counts as whole numbers) and 'nonnegative' (counts and non-negative SUMs clipped at 0).",
+    ).tag(config=True)
+    default_definition = CaselessStrEnum(
+        ["pure", "zcdp", "gdp"],
+        default_value="pure",
+        help="Privacy definition of a bare --budget number: pure (ε), zcdp (ρ) or gdp (μ).",
     ).tag(config=True)
     default_budget = Unicode("", help="Budget used when %dpsession gets no --budget, e.g. 'epsilon=1.0'.").tag(
         config=True
@@ -88,6 +108,21 @@ class DPMagic(Magics, Configurable):
         help="Ledger file for new sessions ('' = $DPMAGIC_LEDGER or ~/.local/share/dpmagic/ledger.sqlite; "
         "'memory' = not durable, for demos and tests).",
     ).tag(config=True)
+
+    @validate("time_limit")
+    def _check_time_limit(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not (value > 0 and value < float("inf")):
+            raise TraitError(f"DPMagic.time_limit must be a positive number of seconds, got {value!r}")
+        return value
+
+    @validate("postprocess")
+    def _check_postprocess(self, proposal: Any) -> str:
+        options = [o.strip().lower() for o in proposal["value"].split(",") if o.strip()]
+        wrong = [o for o in options if o not in ("integer", "nonnegative")]
+        if wrong:
+            raise TraitError(f"DPMagic.postprocess: unknown option {wrong[0]!r}; use 'integer' and/or 'nonnegative'")
+        return ",".join(options)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         Magics.__init__(self, shell=shell)
@@ -117,6 +152,12 @@ class DPMagic(Magics, Configurable):
         help="Ledger file (default: DPMagic.ledger, else ~/.local/share/dpmagic/ledger.sqlite); 'memory' for a throw-away one.",
     )
     @argument("--delta", type=float, default=1e-6, help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions.")
+    @argument(
+        "--panel",
+        choices=["side", "inline", "none"],
+        default=None,
+        help="Where the budget panel goes (default: DPMagic.panel = side, JupyterLab's side panel).",
+    )
     @line_magic
     @_friendly
     def dpsession(self, line: str) -> None:
@@ -150,13 +191,41 @@ class DPMagic(Magics, Configurable):
         )
         _STATE["session"] = session
         cur = session.currency
-        if self.widget:
-            display(panel_of(session))
+        where = args.panel or self.panel
+        if self.widget and where != "none":
+            self._show_panel(session, where)
         print(
-            f"dpmagic session: {len(session.data):,} rows of {session.schema.table!r}, budget "
+            f"dpmagic session: table {session.schema.table!r}"
+            + (f" (data set {session.schema.dataset!r})" if session.schema.dataset else "")
+            + f", budget "
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
             f"{cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
         )
+
+    def _show_panel(self, session: Session, where: str) -> None:
+        """The panel in the side panel (sidecar), inline, or as text where widgets cannot render."""
+        if where not in ("side", "inline"):
+            raise ConfigurationError(f"DPMagic.panel must be 'side', 'inline' or 'none', not {where!r}")
+        view = panel_view(session)
+        if getattr(self.shell, "kernel", None) is None:  # terminal IPython: no widget frontend
+            print(view)
+            return
+        if where == "side":
+            try:
+                from sidecar import Sidecar
+            except ImportError:  # optional: without it the panel stays under this cell
+                where = "inline"
+            else:
+                if session.sidecar is None:
+                    session.sidecar = Sidecar(title=f"dpmagic budget — {session.schema.table}", anchor="split-right")
+                with session.sidecar:
+                    display(view)
+                print(
+                    "dpmagic: the live budget panel is in JupyterLab's side panel (right); a budget line follows "
+                    "every answer (%dpsession ... --panel inline keeps the panel here)"
+                )
+                return
+        display(view)
 
     def _budget_spec(self, given: str | None) -> str:
         spec = _unquote(given) if given else self.default_budget
@@ -195,6 +264,12 @@ class DPMagic(Magics, Configurable):
         "--fresh", action="store_true", help="Draw (and charge) anew even if this exact query was answered before."
     )
     @argument("--out", "-o", default=None, help="Assign the answer's DataFrame to this variable (same as 'name <<').")
+    @argument(
+        "--nonneg",
+        action="store_true",
+        help="Free post-processing: clip counts (and SUMs of non-negative columns) and their intervals at 0.",
+    )
+    @argument("--integer", action="store_true", help="Free post-processing: counts as whole numbers.")
     @line_cell_magic
     @_friendly
     def dpquery(self, line: str, cell: str | None = None) -> Any:
@@ -226,12 +301,29 @@ class DPMagic(Magics, Configurable):
         target = args.out or target
         session = current_session()
         costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
+        # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
+        empty = empty_region_message(session.parse(sql))
+        if empty is not None:
+            print(f"⚠ warning: {empty}", file=sys.stderr, flush=True)
         if args.dry_run:
-            preview = session.preview(sql, ci=args.ci, min_rows=args.min_rows, **costs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", EmptyRegionWarning)
+                preview = session.preview(sql, ci=args.ci, min_rows=args.min_rows, **costs)
             if target is not None and self.shell is not None:
                 self.shell.user_ns[target] = preview
             return preview
-        result = session.query(sql, ci=args.ci, min_rows=args.min_rows, fresh=args.fresh, **costs)
+        options = [o.strip() for o in self.postprocess.split(",") if o.strip()]
+        options += [o for o, on in (("nonnegative", args.nonneg), ("integer", args.integer)) if on]
+        bad = [o for o in options if o not in POSTPROCESS_OPTIONS]
+        if bad:
+            raise ConfigurationError(
+                f"DPMagic.postprocess: unknown option(s) {bad}; choose from {', '.join(POSTPROCESS_OPTIONS)}"
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", EmptyRegionWarning)  # already said above, before the charge
+            result = session.query(
+                sql, ci=args.ci, min_rows=args.min_rows, fresh=args.fresh, postprocess=tuple(options), **costs
+            )
         if target is not None:
             if self.shell is not None:
                 self.shell.user_ns[target] = result.df
@@ -260,7 +352,7 @@ class DPMagic(Magics, Configurable):
         if args.afford:
             return round(session.affordable(_unquote(args.afford)), 10)  # drop float-slack digits from the display
         if args.widget:
-            display(panel_of(session))
+            self._show_panel(session, "inline")
             return None
         summary = budget_summary(session)
         if args.json:
@@ -294,12 +386,20 @@ class DPMagic(Magics, Configurable):
 
 
 def panel_of(session: Session) -> Any:
-    """The session's one live budget panel (created on first use)."""
+    """The session's one live budget panel widget (created on first use)."""
     from dpmagic.widgets import BudgetWidget
 
     if session.panel is None:
         session.panel = BudgetWidget(session)
     return session.panel.widget
+
+
+def panel_view(session: Session) -> Any:
+    """The panel to display: the live widget, with a text panel as its ``text/plain`` (terminal IPython)."""
+    from dpmagic.widgets import PanelView
+
+    panel_of(session)
+    return PanelView(session.panel)
 
 
 def _unquote(text: str) -> str:
@@ -326,16 +426,18 @@ def budget_summary(session: Session) -> dict[str, Any]:
     """Spent, remaining, the four bounds and the (ε, δ) equivalent, in the session's parameter."""
     cur = session.currency
     eps, delta = session.approx_dp()
-    return {
+    total = session.budget.total
+    bounds = {k: clean(v, total) if isinstance(v, float) else v for k, v in session.bounds_summary().items()}
+    return {  # rounded for display (float leftovers such as 1e-14 dropped); the charge keeps the exact values
         "definition": cur.definition,
         "parameter": cur.parameter,
-        "budget": session.budget.total,
-        "spent": session.spent,
-        "remaining": session.remaining,
+        "budget": total,
+        "spent": clean(session.spent, total),
+        "remaining": clean(session.remaining, total),
         "bound": session.bound,
         "queries": len(session.accountant),
-        "approx_dp": {"epsilon": eps, "delta": delta},
-        "bounds": session.bounds_summary(),
+        "approx_dp": {"epsilon": clean(eps, total), "delta": delta},
+        "bounds": bounds,
     }
 
 
@@ -350,29 +452,47 @@ class BudgetReport:
 
     def __repr__(self) -> str:
         s, b = self.summary, self.summary["bounds"]
-        sym = self.session.currency.symbol
         head = (
-            f"dpmagic budget: {s['spent']:.4g} of {s['budget']:.4g} {sym} charged ({s['bound']} bound), "
-            f"{s['remaining']:.4g} left, {s['queries']} queries\n"
-            f"bounds: sequential {b['sequential']:.4g}, colouring {b['chromatic']:.4g}, clique {b['clique']:.4g}, "
-            f"maximum overlap {b['overlap_upper']:.4g}{'' if b['overlap_exact'] else ' (upper bound)'}; "
-            f"saving vs sequential {100 * b['saving']:.1f}%"
+            f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; {s['queries']} queries "
+            f"({s['bound']} bound)\n"
+            f"bounds: {BOUND_LABELS['sequential'][0]} {b['sequential']:.4g}, {BOUND_LABELS['chromatic'][0]} "
+            f"{b['chromatic']:.4g}, {BOUND_LABELS['clique'][0]} {b['clique']:.4g}, {BOUND_LABELS['overlap'][0]} "
+            f"{b['overlap_upper']:.4g}{'' if b['overlap_exact'] else ' (upper bound)'}; "
+            f"saving vs adding up {100 * b['saving']:.1f}%"
         )
-        frame = self.session.ledger_frame()
+        frame = numbered_frame(self.session)
         return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
 
 
 def budget_html(session: Session, summary: dict[str, Any]) -> str:
     cur = session.currency
     b = summary["bounds"]
+    total = summary["budget"]
     exact = "exact" if b["overlap_exact"] else f"in [{b['overlap_lower']:.4g}, {b['overlap_upper']:.4g}]"
-    rows = session.ledger_frame()
+    rows = numbered_frame(session)
     table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
-    return (
-        f"<div><b>dpmagic budget</b>: {summary['spent']:.4g} of {summary['budget']:.4g} {html.escape(cur.symbol)} "
-        f"charged ({html.escape(summary['bound'])} bound), {summary['remaining']:.4g} left; "
-        f"{summary['queries']} queries.<br>"
-        f"bounds ({html.escape(cur.parameter)}): sequential {b['sequential']:.4g} · colouring {b['chromatic']:.4g} · "
-        f"clique {b['clique']:.4g}{'' if b['clique_exact'] else ' (not exact)'} · maximum overlap {b['overlap_upper']:.4g} "
-        f"({exact}); saving vs sequential {100 * b['saving']:.1f}%</div>{table}"
+    cells = [
+        ("sequential", fmt(b["sequential"], total)),
+        ("chromatic", fmt(b["chromatic"], total)),
+        ("clique", fmt(b["clique"], total) + ("" if b["clique_exact"] else " (not exact)")),
+        ("overlap", f"{fmt(b['overlap_upper'], total)} ({exact})"),
+    ]
+    bounds = (
+        "<table class='dpmagic-bounds'><tr>"
+        + "".join(bound_header_html(k) for k, _ in cells)
+        + "<th>saving</th></tr><tr>"
+        + "".join(f"<td>{v}</td>" for _, v in cells)
+        + f"<td>{100 * b['saving']:.1f}%</td></tr></table>"
     )
+    return (
+        f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, {summary['queries']} queries, "
+        f"in {html.escape(cur.parameter)}){budget_line_html(summary['spent'], total, cur)}{bounds}</div>{table}"
+    )
+
+
+def numbered_frame(session: Session) -> Any:
+    """The ledger frame with the queries numbered 1..n (as in the answers, the panel and the plots)."""
+    frame = session.ledger_frame()
+    frame = frame.drop(columns=["id"])
+    frame.insert(0, "#", range(1, len(frame) + 1))
+    return frame

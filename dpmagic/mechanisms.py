@@ -1,11 +1,25 @@
-"""Noise mechanisms: OpenDP's exact samplers, calibrated to a cost in the session's currency.
+"""Noise mechanisms: OpenDP's exact integer samplers, calibrated to a cost in the session's currency.
 
-* Counts and sums over ``int`` columns are integers: pure ε-DP uses the **discrete Laplace** mechanism
-  (scale b = Δ/ε), zCDP and GDP use the **discrete Gaussian** (σ = Δ/√(2ρ), resp. σ = Δ/μ).
-* Sums over ``float`` columns go through OpenDP's ``make_sum`` (which accounts for floating-point rounding
-  in its sensitivity) chained with OpenDP's exact float Laplace / Gaussian samplers.
-* Sensitivities under add/remove-one neighbours: COUNT 1; SUM over a column declared ``[lower, upper]``
-  (values clamped to it) max(|lower|, |upper|).
+Every release is an exact **integer** vector (one entry per GROUP BY cell) perturbed by OpenDP's discrete
+Laplace (pure ε-DP, scale b = Δ₁/ε) or discrete Gaussian (ρ-zCDP, σ = Δ₂/√(2ρ); μ-GDP, σ exactly calibrated
+per cell by :func:`discrete_gaussian_gdp_sigma`).  The sensitivities Δ come from :mod:`dpmagic.sensitivity`.
+
+* COUNT and SUM over ``int`` columns are integers already.
+* SUM over a ``float`` column is computed on a public grid: each clamped value x is quantised to
+  q(x) = rint(x / u) for a power of two u (:func:`float_unit`), and the integers q are summed exactly.  A power
+  of two makes x / u exact in binary floating point and q monotone, so the values q of the rows in the box lie
+  in [q(lo), q(hi)] and the float SUM becomes an integer SUM with the same sensitivity analysis (brute-force
+  tested).  u is chosen from the declared bounds and the noise scale so that the quantisation error of up to
+  :data:`MAX_ROWS` rows, MAX_ROWS·u/2 ≤ 2⁻²¹σ, is negligible; it is added to the reported interval.  Unlike
+  OpenDP's unsized float ``make_sum`` (which keeps at most 2²⁰ rows) every row counts, and unlike a float
+  accumulation the sum is exact, so the sensitivity needs no floating-point slack.
+* Large sensitivities (≥ 2²¹ units under pure/zCDP; σ_continuous > 300 units under GDP, where the exact
+  calibration's lattice would be huge) are released on a coarser grid of k units: the exact sum s is rounded
+  to ⌊s/k + 1/2⌋ (a data-independent post-processing, sensitivity ⌈Δ/k⌉ per cell), noised in grid units and
+  scaled back; the rounding error k·u/2 is added to the interval.
+* The rounded exact sum is clamped to ±2⁶² grid units before noise: clamping to a public range is 1-Lipschitz
+  (no more sensitivity), keeps OpenDP's i64 arithmetic total whatever the data, and an interval side whose
+  true value may have been clamped is reported as infinite.
 
 Every release carries its noise scale and a 95% confidence interval computed from the noise distribution
 itself (exact tail sums for the discrete distributions).  No numpy random generator is ever used for noise.
@@ -14,6 +28,7 @@ itself (exact tail sums for the discrete distributions).  No numpy random genera
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -23,42 +38,61 @@ import opendp.prelude as dp
 from scipy.stats import norm
 
 from dpmagic.accountant.currency import Definition
+from dpmagic.sensitivity import Sensitivity
 
 dp.enable_features("contrib")
 
 __all__ = [
+    "MAX_ROWS",
+    "SUM_CLAMP",
     "Noise",
     "NoiseKind",
+    "calibrate",
     "discrete_gaussian_gdp_excess",
     "discrete_gaussian_gdp_sigma",
     "float_sum_noise",
+    "float_unit",
     "gdp_noise",
     "noise_for",
+    "quantise",
     "release_float_sum",
     "release_integer",
 ]
 
 NoiseKind = Literal["discrete_laplace", "laplace", "discrete_gaussian", "gaussian"]
 
+#: Most rows a backend may hold: exact summation uses 21-bit limbs summed in float64 (exact below 2⁵³), and the
+#: float quantisation error bound MAX_ROWS·u/2 relies on it.
+MAX_ROWS = 2**32
+#: The exact (rounded) sum is clamped to ±SUM_CLAMP grid units before noise (see the module docstring).
+SUM_CLAMP = 2**62
+
 
 @dataclass(frozen=True)
 class Noise:
-    """A calibrated noise distribution: its family, scale (b or σ) and the sensitivity it covers."""
+    """A calibrated noise distribution: its family, scale (b or σ, in grid units) and the sensitivity it covers.
+
+    ``sensitivity`` is in the answer's units (L1 for Laplace, L2 for zCDP's Gaussian, per cell for GDP).  The
+    exact sum is computed in units of ``unit`` (1, or a float column's quantum), rounded to a grid of
+    ``factor`` units (``granularity`` = factor·unit in the answer's units), and noised in grid units;
+    ``rounding`` bounds the deterministic error of quantisation and rounding (in the answer's units).
+    """
 
     kind: NoiseKind
     scale: float
     sensitivity: float
-    #: GDP releases on a grid: the value is rounded to a multiple of ``granularity`` before integer noise
-    #: (in grid units) is added, so the released error is granularity · noise + a rounding error ≤ granularity/2.
     granularity: float = 1.0
+    unit: float = 1.0
+    factor: int = 1
+    rounding: float = 0.0
+    #: how many cells one neighbouring step can change, when GDP's μ is split over them (1 otherwise)
+    cells: int = 1
+    #: the sensitivity in grid units the scale is calibrated to (L1 / L2 / per cell; 0: ``sensitivity``)
+    calibrated: float = 0.0
 
     @property
     def is_discrete(self) -> bool:
         return self.kind.startswith("discrete")
-
-    @property
-    def _rounding(self) -> float:
-        return 0.0 if self.granularity == 1.0 else self.granularity / 2.0
 
     @property
     def variance(self) -> float:
@@ -70,12 +104,17 @@ class Noise:
         return math.sqrt(self.variance)
 
     def ci_halfwidth(self, level: float = 0.95) -> float:
-        """Smallest h with P(|error| ≤ h) ≥ level (exact for the discrete distributions; grid rounding added)."""
-        return self.granularity * _halfwidth(self.kind, self.scale, level) + self._rounding
+        """Smallest h with P(|error| ≤ h) ≥ level (exact for the discrete distributions; rounding added)."""
+        return self.granularity * _halfwidth(self.kind, self.scale, level) + self.rounding
 
     def tail(self, h: float) -> float:
-        """P(|error| > h) (an upper bound when a grid rounding is involved)."""
-        return _tail(self.kind, self.scale, (h - self._rounding) / self.granularity)
+        """P(|error| > h) (an upper bound when a rounding is involved)."""
+        return _tail(self.kind, self.scale, (h - self.rounding) / self.granularity)
+
+    @property
+    def clamp(self) -> float:
+        """The public bound (answer units) the exact value is clamped to before noise."""
+        return SUM_CLAMP * self.granularity
 
     def __str__(self) -> str:
         name = {"discrete_laplace": "discrete Laplace", "laplace": "Laplace"}.get(
@@ -102,16 +141,111 @@ def _check_scale(noise: Noise, cost: float) -> Noise:
     return noise
 
 
+def _check_mu(mu: float) -> None:
+    from dpmagic.errors import BudgetError
+
+    if not mu >= GDP_MIN_MU:
+        raise BudgetError(
+            f"a μ of {mu:.3g} per release is too small to be useful (below {GDP_MIN_MU:g}: noise of more than "
+            f"{1 / GDP_MIN_MU:.0e} times the sensitivity)"
+        )
+    if not mu <= GDP_MAX_MU:
+        raise BudgetError(
+            f"a μ of {mu:.3g} per release is too large: the exact calibration of the discrete Gaussian covers "
+            f"μ ≤ {GDP_MAX_MU:g} (μ = {GDP_MAX_MU:g} is already ε > 100 at δ = 1e-6: no meaningful privacy)",
+            hint=f"ask with a smaller μ (at most {GDP_MAX_MU:g} per release; AVG and GROUP BY under replace-one "
+            "split a query's μ over several releases)",
+        )
+
+
+def _sigma_estimate(definition: Definition, cost: float, sens: Sensitivity) -> float:
+    """The continuous noise scale for ``sens`` (in its units): a guide for choosing grids, not a calibration."""
+    d = float(sens.or_one().delta(definition))
+    if definition == "pure":
+        return d / cost
+    if definition == "zcdp":
+        return d / math.sqrt(2.0 * cost)
+    return d * math.sqrt(sens.or_one().max_cells) / cost
+
+
+def float_unit(definition: Definition, cost: float, sens: Sensitivity, max_abs: float) -> float:
+    """The quantum u (a power of two) of a float SUM whose sensitivity in the column's units is ``sens``.
+
+    u ≈ σ·2⁻⁵², so that the quantisation error of up to MAX_ROWS = 2³² rows, 2³¹·u, is at most 2⁻²¹σ; and
+    u ≥ max|value|·2⁻⁶², so that every quantised value fits an int64 (then the bound is reported as it is).
+    """
+    sigma = _sigma_estimate(definition, cost, sens)
+    e = math.floor(math.log2(sigma)) - 52 if sigma > 0 and math.isfinite(sigma) else 0
+    if max_abs > 0:
+        e = max(e, math.ceil(math.log2(max_abs)) - 62)
+    return math.ldexp(1.0, min(max(e, -1000), 1000))
+
+
+def quantise(values: np.ndarray, unit: float, lower: float, upper: float) -> np.ndarray:
+    """rint(clamp(x) / unit) as int64: exact (``unit`` is a power of two) and non-decreasing in x."""
+    x = np.clip(np.asarray(values, dtype=np.float64), lower, upper)
+    return np.rint(x / unit).astype(np.int64)
+
+
+def _to_units(unit: float):  # type: ignore[no-untyped-def]
+    return lambda v: int(np.rint(float(v) / unit))
+
+
+def _grid_factor(definition: Definition, delta: float, cost: float, cells: int) -> int:
+    """The coarse grid k (in units) a release of sensitivity ``delta`` (in units) is rounded to."""
+    if definition == "gdp":
+        cont = delta * math.sqrt(cells) / cost
+        if cont <= 300.0 and float(delta).is_integer():
+            return 1
+        return max(1, math.ceil(cont / _GRID_UNITS))
+    if delta < 2.0**21:
+        return 1
+    return 2 ** (math.floor(math.log2(delta)) - 20)
+
+
+def calibrate(definition: Definition, cost: float, sens: Sensitivity, *, unit: float = 1.0, bias: float = 0.0) -> Noise:
+    """The integer noise that makes a release of sensitivity ``sens`` (in units of ``unit``) cost ``cost``.
+
+    ``cost`` is the release's ε, ρ or μ.  Pure: discrete Laplace, b = Δ₁/ε; zCDP: discrete Gaussian,
+    σ = Δ₂/√(2ρ) (Canonne, Kamath & Steinke 2020, Thm. 14); GDP: each of the at most k cells one step changes
+    gets an exactly calibrated discrete Gaussian for μ/√k at the largest single change Δ∞.  Large
+    sensitivities are rounded to a grid first (:meth:`Sensitivity.coarsen`).  ``bias`` is a deterministic error
+    bound of the exact value (float quantisation) added to the interval.
+    """
+    sens = sens.or_one()
+    cells = sens.max_cells if definition == "gdp" else 1
+    if definition == "gdp":
+        _check_mu(cost / math.sqrt(cells))
+    delta = sens.delta(definition)
+    k = _grid_factor(definition, float(delta), cost, cells)
+    dk = sens.coarsen(k).delta(definition)
+    if definition == "pure":
+        kind, scale = "discrete_laplace", dk / cost
+    elif definition == "zcdp":
+        kind, scale = "discrete_gaussian", dk / math.sqrt(2.0 * cost)
+    else:
+        kind, scale = "discrete_gaussian", discrete_gaussian_gdp_sigma(cost / math.sqrt(cells), int(dk))
+    rounding = (k * unit / 2.0 if k > 1 else 0.0) + bias
+    noise = Noise(kind, scale, float(delta) * unit, k * unit, unit, k, rounding, cells, float(dk))  # type: ignore[arg-type]
+    return _check_scale(noise, cost)
+
+
 def noise_for(definition: Definition, cost: float, sensitivity: float, *, integer: bool) -> Noise:
-    """The noise that makes a query of ``sensitivity`` cost ``cost`` (ε, ρ or μ) under ``definition``."""
+    """The noise that makes a one-cell query of ``sensitivity`` cost ``cost`` (ε, ρ or μ) under ``definition``.
+
+    ``integer=False`` gives the continuous Laplace / Gaussian (for planning illustrations; releases are integer).
+    """
     if sensitivity <= 0:
         raise ValueError("sensitivity must be positive")
+    if integer:
+        return calibrate(definition, cost, Sensitivity(((sensitivity,),)))
     if definition == "pure":
-        noise = Noise("discrete_laplace" if integer else "laplace", sensitivity / cost, sensitivity)
+        noise = Noise("laplace", sensitivity / cost, sensitivity)
     elif definition == "zcdp":
-        noise = Noise("discrete_gaussian" if integer else "gaussian", sensitivity / math.sqrt(2.0 * cost), sensitivity)
+        noise = Noise("gaussian", sensitivity / math.sqrt(2.0 * cost), sensitivity)
     else:
-        noise = gdp_noise(cost, sensitivity, integer_values=integer)
+        _check_mu(cost)
+        noise = Noise("gaussian", sensitivity / cost, sensitivity)
     return _check_scale(noise, cost)
 
 
@@ -129,71 +263,51 @@ def _integer_measurement(kind: NoiseKind, scale: float) -> dp.Measurement:
     raise ValueError(f"{kind} is not an integer mechanism")
 
 
-def release_integer(values: np.ndarray, noise: Noise) -> np.ndarray:
-    """Add OpenDP discrete Laplace / Gaussian noise to each exact integer in ``values``.
+def _on_grid(values: Sequence[int] | np.ndarray, noise: Noise) -> list[int]:
+    """Round exact integer values (in units) to the noise's grid, ⌊v/k + 1/2⌋, and clamp to ±SUM_CLAMP."""
+    k = noise.factor
+    out = []
+    for v in values:
+        r = int(v) if k == 1 else (2 * int(v) + k) // (2 * k)
+        out.append(min(max(r, -SUM_CLAMP), SUM_CLAMP))
+    return out
 
-    With a grid (GDP releases of large sums), each value is first rounded to the nearest multiple of the
-    granularity g, integer noise is added in grid units, and the result is scaled back by g.
+
+def release_integer(values: Sequence[int] | np.ndarray, noise: Noise) -> np.ndarray:
+    """Add OpenDP discrete Laplace / Gaussian noise to each exact integer in ``values`` (in the noise's units).
+
+    Each value is rounded to the grid of ``noise.factor`` units and clamped to ±SUM_CLAMP grid units, integer
+    noise is added in grid units, and the result is scaled back to the answer's units (× granularity).  Total:
+    no input makes it raise.
     """
-    meas = _integer_measurement(noise.kind, noise.scale)
     if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    g = noise.granularity
-    if g == 1.0:
-        return np.asarray(meas([int(v) for v in values]), dtype=np.int64)
-    gi = int(g)
-    lattice = [(2 * int(v) + gi) // (2 * gi) for v in values]  # exact round-half-up of v / g
-    return np.asarray(meas(lattice), dtype=np.float64) * g
-
-
-@lru_cache(maxsize=128)
-def _float_sum_measurement(kind: NoiseKind, scale: float, lower: float, upper: float) -> dp.Measurement:
-    domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
-    summed = dp.t.make_sum(domain, dp.symmetric_distance())
-    if kind == "laplace":
-        return summed >> dp.m.then_laplace(scale=scale)
-    if kind == "gaussian":
-        return summed >> dp.m.then_gaussian(scale=scale)
-    raise ValueError(f"{kind} is not a float mechanism")
+        return np.zeros(0, dtype=np.float64)
+    meas = _integer_measurement(noise.kind, noise.scale)
+    return np.asarray(meas(_on_grid(values, noise)), dtype=np.float64) * noise.granularity
 
 
 def float_sum_noise(definition: Definition, cost: float, lower: float, upper: float, *, d_in: int = 1) -> Noise:
-    """Noise for a float SUM, using OpenDP's own sensitivity of ``make_sum`` (it includes rounding error).
+    """Noise for a float SUM over the whole declared range, with no GROUP BY.
 
-    ``d_in`` is the symmetric distance between neighbours: 1 for add/remove-one, 2 for replace-one.
+    ``d_in`` = 1: add/remove-one neighbours; 2: replace-one (the box is the whole domain, so the change is at
+    most upper − lower).  Queries use :func:`dpmagic.release.plan_noise`, which accounts for WHERE and GROUP BY.
     """
-    domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
-    sens = float(dp.t.make_sum(domain, dp.symmetric_distance()).map(d_in))
+    from dpmagic.sensitivity import Coverage, patterns
+
+    cov = Coverage(False, True, 1)
+    real = patterns(lower, upper, cov, replace_one=d_in == 2)
     if definition == "gdp":
-        return _check_scale(gdp_noise(cost, sens, integer_values=False), cost)
-    noise = noise_for(definition, cost, sens, integer=False)  # refuses scales beyond MAX_SCALE
-    # Make sure OpenDP's own privacy map agrees that the chain costs at most `cost`.
-    meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
-    target = cost
-    scale = noise.scale
-    for _ in range(60):
-        if float(meas.map(d_in)) <= target:
-            break
-        scale *= 1.0 + 1e-9
-        meas = _float_sum_measurement(noise.kind, scale, lower, upper)
-    return Noise(noise.kind, scale, sens)
+        _check_mu(cost)
+    unit = float_unit(definition, cost, real, max(abs(lower), abs(upper)))
+    to = _to_units(unit)
+    sens = patterns(to(lower), to(upper), cov, replace_one=d_in == 2)
+    return calibrate(definition, cost, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
 
 
 def release_float_sum(groups: list[np.ndarray], noise: Noise, lower: float, upper: float) -> np.ndarray:
-    """OpenDP's float ``make_sum`` followed by its exact float Laplace / Gaussian, one release per group.
-
-    GDP releases (``discrete_gaussian`` noise on a grid): OpenDP's ``make_sum`` computes the sum, which is
-    rounded to the grid and perturbed with OpenDP's discrete Gaussian in grid units.
-    """
-    if noise.kind == "discrete_gaussian":
-        domain = dp.vector_domain(dp.atom_domain(bounds=(float(lower), float(upper))))
-        summed = dp.t.make_sum(domain, dp.symmetric_distance())
-        meas = _integer_measurement(noise.kind, noise.scale)
-        g = noise.granularity
-        lattice = [math.floor(float(summed([float(x) for x in grp])) / g + 0.5) for grp in groups]
-        return np.asarray(meas(lattice), dtype=np.float64) * g if groups else np.zeros(0)
-    meas = _float_sum_measurement(noise.kind, noise.scale, lower, upper)
-    return np.array([float(meas([float(x) for x in g])) for g in groups], dtype=float)
+    """One release per group of float values: quantised to the noise's unit, summed exactly, noised."""
+    sums = [int(quantise(g, noise.unit, lower, upper).astype(object).sum()) for g in groups]
+    return release_integer(sums, noise)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -210,12 +324,15 @@ def release_float_sum(groups: list[np.ndarray], noise: Noise, lower: float, uppe
 # at the interval ends and at ε*.  Tails beyond 40σ are below the smallest double and count as 0.
 #
 # Large sensitivities would make that lattice huge; such sums are rounded to a grid g first (a
-# data-independent post-processing of the exact sum whose sensitivity becomes ⌈Δ/g⌉ + 1 grid units), with g
+# data-independent post-processing of the exact sum whose sensitivity becomes ⌈Δ/g⌉ grid units), with g
 # chosen so that about 200 grid units make one standard deviation: the rounding error g/2 is then < 1% of σ.
 
 _GRID_UNITS = 200.0
 #: Smallest μ per release: below it σ > 10⁴·Δ and the exact calibration's lattice (≈ 80/μ points) grows large.
 GDP_MIN_MU = 1e-4
+#: Largest μ per release: beyond it the GDP curve's ε range leaves double precision (e^ε overflows) and the
+#: exact calibration cannot be computed; μ = 16 is already (ε ≈ 200, δ = 1e-6)-DP.
+GDP_MAX_MU = 16.0
 
 
 def _gdp_delta(mu: float, eps: np.ndarray) -> np.ndarray:
@@ -306,29 +423,21 @@ def discrete_gaussian_gdp_sigma(mu: float, sensitivity: int) -> float:
     return hi * (1.0 + 1e-6)
 
 
-def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool) -> Noise:
-    """μ-GDP noise for a release of ``sensitivity``: OpenDP's discrete Gaussian, exactly calibrated.
-
-    Integer values with σ_continuous = Δ/μ ≤ 300 are perturbed directly; larger (or float) values are first
-    rounded to a grid g ≈ σ_continuous / 200, where the sensitivity is ⌈Δ/g⌉ + 1 grid units.
-    """
-    if not mu >= GDP_MIN_MU:
-        from dpmagic.errors import BudgetError
-
-        raise BudgetError(
-            f"a μ of {mu:.3g} per release is too small to be useful (below {GDP_MIN_MU:g}: noise of more than "
-            f"{1 / GDP_MIN_MU:.0e} times the sensitivity)"
-        )
-    cont = sensitivity / mu
-    if integer_values and cont <= 300.0 and float(sensitivity).is_integer():
-        return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(float(mu), int(sensitivity)), sensitivity)
-    g = float(max(1, math.ceil(cont / _GRID_UNITS))) if integer_values else cont / _GRID_UNITS
-    units = int(math.ceil(sensitivity / g * (1.0 + 1e-12))) + 1
-    return Noise("discrete_gaussian", discrete_gaussian_gdp_sigma(float(mu), units), sensitivity, g)
+def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool = True) -> Noise:
+    """μ-GDP noise for a one-cell integer release of ``sensitivity``: OpenDP's discrete Gaussian, exactly
+    calibrated (:func:`calibrate`; σ_continuous = Δ/μ > 300 is released on a grid g ≈ σ_continuous / 200)."""
+    if not integer_values:
+        raise ValueError("dpmagic releases integers: float sums are quantised first (float_sum_noise)")
+    return calibrate("gdp", mu, Sensitivity(((sensitivity,),)))
 
 
 # --------------------------------------------------------------------------------------------------
 # distribution facts (for confidence intervals and accuracy planning)
+
+
+#: Above this σ the discrete Gaussian's tails and half-widths use the continuous bound of CKS20 Prop. 25
+#: (safe, and tight to one unit) instead of summing its ~24σ probabilities.
+_DG_LARGE = 1000.0
 
 
 def _dlap_alpha(scale: float) -> float:
@@ -345,6 +454,8 @@ def _variance(kind: NoiseKind, scale: float) -> float:
         if 1.0 - a < 1e-9:
             return 2.0 * scale * scale
         return 2.0 * a / (1.0 - a) ** 2
+    if scale > _DG_LARGE:  # Var ≤ σ² (Canonne, Kamath & Steinke 2020, Cor. 9), equal to within e^{-2π²σ²}
+        return scale * scale
     # discrete Gaussian: Σ k² p(k) by direct summation over the effective support
     k, p = _dgauss_pmf(scale)
     return float(np.sum(k * k * p))
@@ -371,6 +482,8 @@ def _tail(kind: NoiseKind, scale: float, h: float) -> float:
         a = _dlap_alpha(scale)
         # P(X > h) = α^{h+1} / (1 + α) for the discrete Laplace with P(k) ∝ α^|k|
         return 2.0 * a ** (hk + 1) / (1.0 + a)
+    if scale > _DG_LARGE:  # P[X ≥ m] ≤ P[N(0, σ²) ≥ m − 1] for integers m ≥ 1 (CKS20, Prop. 25): an upper bound
+        return min(1.0, float(2.0 * norm.sf(hk / scale)))
     k, p = _dgauss_pmf(scale)
     return float(p[np.abs(k) > hk].sum())
 
@@ -395,6 +508,8 @@ def _halfwidth(kind: NoiseKind, scale: float, level: float) -> float:
         while _tail(kind, scale, h) > miss:
             h += 1
         return float(h)
+    if scale > _DG_LARGE:  # the smallest integer h with the tail bound above ≤ miss (≥ the exact half-width)
+        return float(math.ceil(scale * norm.ppf(1.0 - miss / 2.0)))
     k, p = _dgauss_pmf(scale)
     center = len(k) // 2
     cum = p[center] + 2.0 * np.cumsum(p[center + 1 :])

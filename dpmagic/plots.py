@@ -13,6 +13,7 @@ import networkx as nx
 import numpy as np
 from matplotlib.figure import Figure
 
+from dpmagic.display import fmt, query_numbers
 from dpmagic.errors import ConfigurationError
 from dpmagic.overlap import overlap_adjacency
 from dpmagic.session import Session
@@ -20,12 +21,48 @@ from dpmagic.session import Session
 __all__ = ["plot_graph", "plot_budget", "plot_map"]
 
 
+def _layout(g: nx.Graph) -> dict[int, np.ndarray]:
+    """Lay out each connected component on its own and pack them in a grid, largest first.
+
+    One spring layout of the whole graph pushes isolated queries to the edge and squeezes every connected
+    query into a small ball; laying out components separately keeps each one readable.  O(n²) per component.
+    """
+    comps = sorted(nx.connected_components(g), key=lambda c: (-len(c), min(c)))
+    big = [c for c in comps if len(c) > 1]
+    singles = sorted(v for c in comps if len(c) == 1 for v in c)
+    pos: dict[int, np.ndarray] = {}
+    x0 = 0.0
+    for comp in big:  # connected components side by side, each in a box proportional to √size
+        size = math.sqrt(len(comp))
+        sub = g.subgraph(comp)
+        p = nx.spring_layout(sub, seed=1, k=1.5 / math.sqrt(len(comp)))
+        arr = np.array(list(p.values()))
+        lo, hi = arr.min(axis=0), arr.max(axis=0)
+        span = np.where(hi - lo > 0, hi - lo, 1.0)
+        for v, xy in p.items():
+            pos[v] = np.array([x0, 0.0]) + (xy - lo) / span * size
+        x0 += size + 0.6
+    width = max(x0 - 0.6, 1.0)
+    if singles:  # isolated queries in a row (or rows) below
+        per_row = max(1, int(math.ceil(width / 0.5)))
+        for j, v in enumerate(singles):
+            r, c = divmod(j, per_row)
+            pos[v] = np.array([c * 0.5 if len(singles) > 1 else width / 2, -0.8 - 0.5 * r])
+    return pos
+
+
 def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     """The query graph (an edge when two queries can touch the same row), vertices coloured by the colouring
-    bound, the maximum-overlap set drawn with thick red borders (seed 000 §5, Fig. 8)."""
+    bound, the maximum-overlap set drawn with thick red borders (seed 000 §5, Fig. 8).
+
+    Vertices are numbered 1..n like everywhere else; each connected component is laid out on its own, isolated
+    queries in a row below; a legend explains colours, sizes and borders in plain words.
+    """
+    from matplotlib.lines import Line2D
+
     engine = session.accountant.engine
     n = len(engine)
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.set_axis_off()
     if n == 0:
         ax.set_title("no queries yet")
@@ -37,10 +74,10 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     g.remove_edges_from(nx.selfloop_edges(g))
     colors = engine.coloring()
     members = set(engine.overlap_members())
-    ids = [session.accountant.entry_id(i) for i in range(n)]
-    pos = nx.spring_layout(g, seed=1, k=1.5 / math.sqrt(n))
+    pos = _layout(g)
     cmap = plt.get_cmap("tab20")
     node_colors = [cmap(int(c) % 20) if c >= 0 else (0.85, 0.85, 0.85, 1.0) for c in colors]
+    wmax = max(float(engine.weights.max()), 1e-12)
     nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.3)
     nx.draw_networkx_nodes(
         g,
@@ -49,18 +86,70 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
         node_color=node_colors,
         edgecolors=["#c62828" if i in members else "#333333" for i in range(n)],
         linewidths=[3.0 if i in members else 0.5 for i in range(n)],
-        node_size=[120 + 600 * float(wt) / max(engine.weights.max(), 1e-12) for wt in engine.weights],
+        node_size=[120 + 600 * float(wt) / wmax for wt in engine.weights],
     )
     if n <= 60:
-        nx.draw_networkx_labels(g, pos, labels={i: str(ids[i]) for i in range(n)}, ax=ax, font_size=8)
+        numbers = query_numbers(session)
+        acc = session.accountant
+        labels = {i: str(numbers.get(acc.entry_id(i), i + 1)) for i in range(n)}
+        nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=8)
     b = session.bounds_summary()
     cur = session.currency
+    n_colours = int(colors.max()) + 1 if colors.max() >= 0 else 0
+    total = session.budget.total
     ax.set_title(
-        f"query graph: {n} queries, {int(colors.max()) + 1 if colors.max() >= 0 else 0} colours; "
-        f"χ={b['chromatic']:.3g}, ω={b['clique']:.3g}, γ={b['overlap_upper']:.3g} {cur.symbol}\n"
-        "red border: the queries covering the worst-case row",
+        f"query graph: {n} queries in {n_colours} groups of disjoint queries\n"
+        f"all added up {fmt(b['sequential'], total, '.3g')}, by groups {fmt(b['chromatic'], total, '.3g')}, "
+        f"one person's worst case {fmt(b['overlap_upper'], total, '.3g')} {cur.symbol}",
         fontsize=9,
     )
+    wmin = float(engine.weights.min())
+    handles = [
+        Line2D([], [], color="#999999", alpha=0.6, label="line: the two queries can touch the same person"),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            markerfacecolor=cmap(0),
+            markeredgecolor="#333",
+            markersize=8,
+            label=f"colour: group of disjoint queries ({n_colours} groups; 'colouring')",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            markerfacecolor="white",
+            markeredgecolor="#c62828",
+            markeredgewidth=2.5,
+            markersize=9,
+            label="red border: the queries covering the worst-case row",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            markerfacecolor="#ccc",
+            markeredgecolor="#333",
+            markersize=4,
+            label=f"size: cost (smallest {cur.cost(wmin):.3g} {cur.symbol})",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            linestyle="",
+            markerfacecolor="#ccc",
+            markeredgecolor="#333",
+            markersize=11,
+            label=f"size: cost (largest {cur.cost(wmax):.3g} {cur.symbol})",
+        ),
+    ]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), fontsize=7.5, ncol=2, frameon=False)
+    ax.margins(0.08)
     fig.tight_layout()
     return _done(fig)
 
@@ -85,16 +174,33 @@ def plot_budget(session: Session) -> Figure:
 
 
 def plot_map(session: Session, first: str, second: str) -> Figure:
-    """Heat map of the current load per (first, second) cell (maximised over the other columns)."""
+    """Heat map of the current load per (first, second) cell (maximised over the other columns).
+
+    Each cell is labelled with its load (when the grid has at most 400 cells); the colour bar is as tall as the
+    axes, with a short label.
+    """
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
     frame = session.budget_map(first, second)
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * frame.shape[1] + 3), max(3.0, 0.35 * frame.shape[0] + 2)))
-    im = ax.imshow(frame.to_numpy(), cmap="viridis", vmin=0.0, vmax=session.budget.total, aspect="auto")
+    total = session.budget.total
+    fig, ax = plt.subplots(figsize=(max(5.5, 0.6 * frame.shape[1] + 3), max(3.2, 0.4 * frame.shape[0] + 2)))
+    values = frame.to_numpy(dtype=float)
+    im = ax.imshow(values, cmap="viridis", vmin=0.0, vmax=total, aspect="auto")
     ax.set_xticks(range(frame.shape[1]), [str(c) for c in frame.columns], rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(frame.shape[0]), [str(r) for r in frame.index], fontsize=8)
     ax.set_xlabel(second)
     ax.set_ylabel(first)
-    fig.colorbar(im, ax=ax, label=f"charged {session.currency.parameter} (max over other columns)")
-    ax.set_title("where the budget has gone", fontsize=10)
+    if values.size <= 400:
+        for (r, c), v in np.ndenumerate(values):
+            dark = v < 0.6 * total
+            ax.text(
+                c, r, fmt(v, total, ".2g"), ha="center", va="center", fontsize=7, color="white" if dark else "black"
+            )
+    cax = make_axes_locatable(ax).append_axes("right", size="4%", pad=0.1)
+    bar = fig.colorbar(im, cax=cax)
+    bar.set_label(f"charged {session.currency.symbol}", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
+    ax.set_title(f"where the budget has gone (max over the other columns; budget {fmt(total, total)})", fontsize=9)
     fig.tight_layout()
     return _done(fig)
 

@@ -1,18 +1,25 @@
 """Turning exact cell aggregates into a noisy, released answer.
 
 Cost split (documented policy): a query charged cost c releases, in every GROUP BY cell, one noisy value per
-COUNT or SUM and two per AVG (a noisy SUM and a noisy COUNT).  The query's additive weight w = weight(c) is
-divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  The
-cells of a GROUP BY are disjoint, so they compose in parallel and each cell gets the full per-release share.
+COUNT, SUM or COUNT(DISTINCT), two per AVG (a noisy SUM and a noisy COUNT), three per VAR / STDDEV and one per
+quantile (the units of :mod:`dpmagic.aggregates`).  The query's additive weight w = weight(c) is
+divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  Each
+release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.sensitivity`):
+under add/remove-one a row touches one cell, so every cell gets the full per-release share; under replace-one
+two cells can change, which the L1 / L2 sensitivity (or GDP's per-cell split) accounts for.
 
-AVG is post-processing: noisy SUM / max(noisy COUNT, 1), clamped into the column's declared bounds.  Its
-95% interval is the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it
-covers the true average with probability ≥ 95% whenever the true count is positive.
+AVG is post-processing (:func:`dpmagic.postprocess.ratio_estimate`): noisy SUM / noisy COUNT, clamped into the
+column's declared bounds, and NaN where the noisy count's interval reaches below one row.  Its 95% interval is
+the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it covers the true
+average with probability ≥ 95% whenever the true count is positive; never zero-width.
+
+An analyst's clamp (``SUM(CLAMP(x, lo, hi))``, :attr:`~dpmagic.query.model.Aggregate.clamp`) is a different sum:
+it has its own release, keyed by :attr:`~dpmagic.query.model.Aggregate.sum_key`, whose sensitivity follows the
+clamped bounds (:func:`dpmagic.sensitivity.release_sensitivity` with ``clamp``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +28,17 @@ import numpy as np
 import pandas as pd
 
 from dpmagic.accountant.currency import Currency
+from dpmagic.aggregates import plan_extended, release_extended
+from dpmagic.aggregates.common import effective_bounds
 from dpmagic.backends.pandas import Cells
 from dpmagic.errors import BudgetError, ConfigurationError
-from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
-from dpmagic.query.model import Aggregate, Query
+from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, release_integer
+from dpmagic.postprocess import ratio_estimate
+from dpmagic.query.model import Query
 from dpmagic.schema import NumericColumn, Schema
+from dpmagic.sensitivity import release_sensitivity
 
-__all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "ReleasePlan"]
+__all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "units_of", "ReleasePlan", "effective_bounds"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +49,7 @@ class ReleasePlan:
     sums: dict[str, Noise]
     share_cost: float
     releases_per_cell: int
-    #: effective (clamped) column of each SUM key that is not a plain declared column
-    columns: dict[str, NumericColumn] = field(default_factory=dict)
-    #: plans of the non-basic aggregates (dpmagic.aggregates units), by alias
+    #: plans of the non-basic aggregates (:mod:`dpmagic.aggregates` units), by alias
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -49,59 +58,57 @@ def plan_noise(
 ) -> ReleasePlan:
     """Calibrate the noise of each release of ``query`` for a total cost ``cost`` (data-independent).
 
-    Sensitivities (L1 for Laplace, L2 for Gaussian noise; M = max(|lower|, |upper|)):
+    Every sensitivity comes from :func:`dpmagic.sensitivity.release_sensitivity` (derived from the neighbouring
+    relation and the query's box; brute-force tested).  With M = max|v| and W = max v − min v over the summed
+    column's values inside the WHERE box:
 
-    ==========================  ===================  ==========================================================
-    release                     add/remove one       replace one (bounded DP, seed 001)
-    ==========================  ===================  ==========================================================
-    COUNT, no GROUP BY          1                    1
-    COUNT per GROUP BY cell     1                    2 (L1) / √2 (L2): one cell −1, another +1 (GDP: μ/√2 per cell)
-    SUM, no GROUP BY            M                    upper − lower
-    SUM per GROUP BY cell       M                    max(upper − lower, 2M) (L1) / max(upper − lower, √2·M) (L2)
-    float SUM (OpenDP)          make_sum.map(1)      make_sum.map(2) (a change = a removal and an addition)
-    ==========================  ===================  ==========================================================
+    ===========================  ==============  ==================================================================
+    release                      add/remove one  replace one (bounded DP, seed 001)
+    ===========================  ==============  ==================================================================
+    COUNT, no GROUP BY           1               1 (a replaced row can leave the box; 0 → 1 if the box is everything)
+    COUNT per GROUP BY cell      1               2 (L1) / √2 (L2): one cell −1, another +1 (GDP: 1 per cell at μ/√2)
+    SUM, no GROUP BY             M               max(W, M); W if the box is the whole domain (no row can leave it)
+    SUM per GROUP BY cell        M               max(W, 2M) (L1) / max(W, √2·M) (L2) (GDP: max(W, M) at μ/√2)
+    float SUM                    as SUM, on the column's quantum u (:func:`~dpmagic.mechanisms.float_unit`)
+    SUM(CLAMP(x, a, b))          as SUM, with the values (and so M and W) clamped into [a, b]
+    ===========================  ==============  ==================================================================
 
-    Under μ-GDP the discrete Gaussian is calibrated exactly (:func:`~dpmagic.mechanisms.gdp_noise`), which needs
-    slightly more noise than the continuous Gaussian's σ = Δ/μ.
+    (A GROUP BY whose box holds a single cell behaves as no GROUP BY.)  Under μ-GDP the discrete Gaussian is
+    calibrated exactly (:func:`~dpmagic.mechanisms.calibrate`), which needs slightly more noise than the
+    continuous Gaussian's σ = Δ/μ.
     """
     k = query.releases_per_cell
     share = currency.cost(currency.weight(cost) / k)
     definition = currency.definition
-    grouped = bool(query.group_by) and replace_one
-    # Under replace-one a GROUP BY changes two cells.  Laplace: L1 sensitivity 2 per unit shift.  zCDP: L2
-    # sensitivity √2.  GDP: each cell is a μ/√2-GDP release (two compose to μ: Dong, Roth & Su 2019, Cor. 3.3).
-    if grouped and definition == "gdp":
-        cell_cost, spread = share / math.sqrt(2.0), 1.0
-    else:
-        cell_cost, spread = share, (2.0 if definition == "pure" else math.sqrt(2.0)) if grouped else 1.0
     needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
-    count = noise_for(definition, cell_cost, spread, integer=True) if needs_count else None
+    count = None
+    if needs_count:
+        count = calibrate(definition, share, release_sensitivity(query, schema, None, replace_one=replace_one))
     sums: dict[str, Noise] = {}
-    columns: dict[str, NumericColumn] = {}
     for agg in query.aggregates:
         if agg.column is None or not agg.is_basic or agg.sum_key in sums:
             continue
-        col = _effective_column(agg, schema)
-        if agg.clamp is not None:
-            columns[agg.sum_key] = col
+        col = schema[agg.column]
+        assert isinstance(col, NumericColumn)
+        clamp = agg.clamp
         if col.is_int:
-            if not replace_one:
-                sens = col.max_abs
-            elif grouped:
-                sens = max(col.width, spread * col.max_abs)
-            else:
-                sens = col.width
-            if sens == 0:
-                sens = 1.0  # a constant column: any positive scale is private; keep the mechanism defined
-            sums[agg.sum_key] = noise_for(definition, cell_cost, sens, integer=True)
+            sens = release_sensitivity(query, schema, agg.column, replace_one=replace_one, clamp=clamp)
+            sums[agg.sum_key] = calibrate(definition, share, sens)
         else:
-            sums[agg.sum_key] = float_sum_noise(
-                definition, cell_cost, float(col.lower), float(col.upper), d_in=2 if replace_one else 1
+            real = release_sensitivity(query, schema, agg.column, replace_one=replace_one, clamp=clamp)
+            lo, hi = effective_bounds(agg, schema)
+            unit = float_unit(definition, share, real, max(abs(lo), abs(hi)))
+            sens = release_sensitivity(
+                query,
+                schema,
+                agg.column,
+                replace_one=replace_one,
+                clamp=clamp,
+                to_units=lambda v, u=unit: int(np.rint(v / u)),
             )
-    from dpmagic.aggregates import plan_extended
-
+            sums[agg.sum_key] = calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
     extra = plan_extended(query, schema, definition, share, replace_one=replace_one)
-    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k, columns=columns, extra=extra)
+    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k, extra=extra)
     for noise in [count, *sums.values()]:  # everything release() computes from the noise, before any charge
         if noise is not None:
             noise.ci_halfwidth(0.95)
@@ -142,9 +149,10 @@ def plan_halfwidth(
                     "an accuracy target for AVG needs --min-rows N (min_rows=N): a public lower bound on the group size",
                     hint="add --min-rows N: the target then holds for groups of at least N rows",
                 )
-            col = _effective_column(agg, schema)
+            lo, hi = effective_bounds(agg, schema)
             hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half), plan.count.ci_halfwidth(half)
-            widths.append(math.inf if hc >= min_rows else (hs + col.max_abs * hc) / (min_rows - hc))
+            m = max(abs(lo), abs(hi))
+            widths.append(math.inf if hc >= min_rows else (hs + m * hc) / (min_rows - hc))
     return max(widths)
 
 
@@ -193,26 +201,30 @@ def cost_for_target(
 
 
 def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, level: float = 0.95) -> pd.DataFrame:
-    """Draw the noise and assemble the answer: one row per declared GROUP BY key."""
+    """Draw the noise and assemble the answer: one row per declared GROUP BY key.
+
+    ``cells`` holds exact integer aggregates in each release's units (:meth:`PandasBackend.evaluate` with
+    :func:`units_of`), and the exact inputs of the :mod:`dpmagic.aggregates` units (``cells.extra``).  An interval side is infinite where the exact value may have been clamped before noise
+    (|exact| ≥ the noise's public clamp, :data:`~dpmagic.mechanisms.SUM_CLAMP` grid units).
+    """
     out: dict[str, object] = {}
-    for i, g in enumerate(query.group_by):
+    for i, g in enumerate(query.group_by):  # public declared keys / bin labels
         out[g] = [key[i] for key in cells.keys]
     noisy_count = None
     if plan.count is not None:
-        noisy_count = release_integer(cells.counts, plan.count).astype(float)
-    noisy_sums: dict[str, np.ndarray] = {}
-    for colname, noise in plan.sums.items():
-        col = plan.columns.get(colname) or schema[colname]
-        assert isinstance(col, NumericColumn)
-        if col.is_int:
-            noisy_sums[colname] = release_integer(cells.int_sums[colname], noise).astype(float)
-        else:
-            noisy_sums[colname] = release_float_sum(
-                cells.float_values[colname], noise, float(col.lower), float(col.upper)
-            )
-    if plan.extra:
-        from dpmagic.aggregates import release_extended
+        noisy_count = release_integer(cells.counts, plan.count)
+    noisy_sums = {name: release_integer(cells.sums[name], noise) for name, noise in plan.sums.items()}
 
+    def interval(x: np.ndarray, noise: Noise, lev: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        h = noise.ci_halfwidth(lev)
+        clipped_high = x + h >= noise.clamp  # post-processing of the noisy value only
+        clipped_low = x - h <= -noise.clamp
+        low = np.where(clipped_low, -np.inf, x - h)
+        high = np.where(clipped_high, np.inf, x + h)
+        return low, high, clipped_low | clipped_high
+
+    extended: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if plan.extra:
         extended = release_extended(plan.extra, cells.extra, level)
     for agg in query.aggregates:
         if not agg.is_basic:
@@ -220,60 +232,29 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
             out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
         elif agg.func == "count":
             assert plan.count is not None and noisy_count is not None
-            h = plan.count.ci_halfwidth(level)
             out[agg.alias] = noisy_count
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = noisy_count - h, noisy_count + h
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(noisy_count, plan.count, level)
         elif agg.func == "sum":
             assert agg.column is not None
-            h = plan.sums[agg.sum_key].ci_halfwidth(level)
-            out[agg.alias] = noisy_sums[agg.sum_key]
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = (
-                noisy_sums[agg.sum_key] - h,
-                noisy_sums[agg.sum_key] + h,
-            )
+            x = noisy_sums[agg.sum_key]
+            out[agg.alias] = x
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(x, plan.sums[agg.sum_key], level)
         else:
             assert agg.column is not None and plan.count is not None and noisy_count is not None
-            col = _effective_column(agg, schema)
             s, c = noisy_sums[agg.sum_key], noisy_count
-            lo_b, hi_b = float(col.lower), float(col.upper)
-            avg = np.clip(s / np.maximum(c, 1.0), lo_b, hi_b)
+            lo_b, hi_b = effective_bounds(agg, schema)  # the declared bounds, or the analyst's clamp
             half_level = 1.0 - (1.0 - level) / 2.0
             hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
-            low, high = _ratio_interval(s, hs, c, hc, lo_b, hi_b)
+            avg, low, high = ratio_estimate(s, hs, c, hc, lo_b, hi_b)  # NaN where the noisy count is too small
+            # an interval side whose true value may have been clamped (overflow guard): the whole declared range
+            unsure = interval(s, plan.sums[agg.sum_key], half_level)[2] | interval(c, plan.count, half_level)[2]
+            low[unsure], high[unsure] = lo_b, hi_b
             out[agg.alias] = avg
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
     return pd.DataFrame(out)
 
 
-def _ratio_interval(
-    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Range of S/C over [s ± hs] × [c ± hc] (C ≥ 1), clamped to [lo, hi]; the whole range if C may be < 1."""
-    c_lo = c - hc
-    low = np.full(len(s), lo, dtype=float)
-    high = np.full(len(s), hi, dtype=float)
-    ok = c_lo >= 1.0
-    if ok.any():
-        corners = np.stack(
-            [
-                (s[ok] - hs) / c_lo[ok],
-                (s[ok] - hs) / (c[ok] + hc),
-                (s[ok] + hs) / c_lo[ok],
-                (s[ok] + hs) / (c[ok] + hc),
-            ]
-        )
-        low[ok] = np.clip(corners.min(axis=0), lo, hi)
-        high[ok] = np.clip(corners.max(axis=0), lo, hi)
-    return low, high
-
-
-def _effective_column(agg: Aggregate, schema: Schema) -> NumericColumn:
-    """The aggregated column with the analyst's clamp as its public bounds (SUM(CLAMP(x, lo, hi)))."""
-    col = schema[str(agg.column)]
-    assert isinstance(col, NumericColumn)
-    if agg.clamp is None:
-        return col
-    from dpmagic.aggregates import effective_bounds
-
-    lo, hi = effective_bounds(agg, schema)
-    return dataclasses.replace(col, lower=int(lo) if col.is_int else lo, upper=int(hi) if col.is_int else hi)
+def units_of(plan: ReleasePlan) -> dict[str, float]:
+    """The quantum each summed column (by :attr:`~dpmagic.query.model.Aggregate.sum_key`) is computed in (1 for
+    int columns)."""
+    return {name: noise.unit for name, noise in plan.sums.items()}

@@ -2,19 +2,25 @@
 
 The JSON format is DESIGN.md §3.1::
 
-    {"table": "adult", "privacy_unit": "one row",
+    {"dataset": "adult-2026-v1", "table": "adult", "privacy_unit": "one row",
      "columns": {"age": {"type": "int", "lower": 17, "upper": 90},
                  "sex": {"type": "categorical", "values": ["Female", "Male"]}}}
 
 A :class:`Schema` can also be built in Python (:meth:`Schema.from_dataframe` takes the categories of pandas
 ``Categorical`` columns as declared values and explicit bounds for numeric ones).  :meth:`Schema.validate`
 checks a DataFrame against the declared domain when a session binds it.
+
+The optional ``dataset`` is the custodian's identity of the data set: a session's budget (its ledger key)
+belongs to that id, whatever rows are bound under it.  Without it the identity is derived from the
+*canonical* domain only (:meth:`Schema.domain_fingerprint`), so two data sets with the same domain share one
+budget unless the custodian gives them different ids.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +42,9 @@ __all__ = [
 ]
 
 OutOfRangePolicy = Literal["error", "clamp"]
+
+#: The value range of an ``int`` column: declared bounds must lie in it (the data are held as int64).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class UnsafeInferenceWarning(UserWarning):
@@ -79,23 +88,12 @@ class CategoricalColumn:
         """
         lookup = self.__dict__.get("_lookup")
         if lookup is None:  # built on first use; a frozen dataclass, so set through __dict__
-            vals, k = self.values, len(self.values)
-            kinds = set(map(type, vals))
-            strs: dict[str, int] = {}
-            nums: dict[float | int, int] = {}
-            if all(issubclass(t, str) for t in kinds):
-                strs = dict(zip(vals, range(k)))
-            else:
-                if not any(issubclass(t, str) for t in kinds):  # all numbers: the first of equal floats wins
-                    try:
-                        nums = dict(zip(map(float, reversed(vals)), range(k - 1, -1, -1)))
-                    except OverflowError:  # an int beyond float range: the slow path keys it exactly
-                        nums = {}
-                if not nums:
-                    strs = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
-                    for i in range(k - 1, -1, -1):
-                        if not isinstance(vals[i], str):
-                            nums[_number_key(vals[i])] = i  # type: ignore[index]
+            vals = self.values
+            # Python numbers as dict keys compare exactly by value (3 == 3.0, but 2**53 + 1 != 2.0**53), so
+            # int categories beyond 2^53 (or beyond float range) stay distinct; the declared values are
+            # pairwise unequal (checked on construction), so no two keys collide.
+            strs: dict[str, int] = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
+            nums: dict[float | int, int] = {v: i for i, v in enumerate(vals) if not isinstance(v, str)}
             lookup = self.__dict__["_lookup"] = (strs, nums)
         if isinstance(value, str):
             return lookup[0].get(str(value))
@@ -110,7 +108,13 @@ class CategoricalColumn:
 
 @dataclass(frozen=True)
 class NumericColumn:
-    """An ``int`` or ``float`` column with inclusive declared bounds ``lower <= x <= upper``."""
+    """An ``int`` or ``float`` column with inclusive declared bounds ``lower <= x <= upper``.
+
+    On an ``int`` column the bounds are stored as exact Python ints within the int64 range (a whole float
+    such as ``1.6e18`` becomes the integer it denotes), and every layer — value sets, the overlap engine's
+    keys, the backend's row masks — compares int values exactly, also beyond 2^53 (e.g. nanosecond
+    timestamps).
+    """
 
     name: str
     kind: Literal["int", "float"]
@@ -121,10 +125,29 @@ class NumericColumn:
         if self.kind not in ("int", "float"):
             raise SchemaError(f"column {self.name!r}: numeric type must be 'int' or 'float', not {self.kind!r}")
         for label, b in (("lower", self.lower), ("upper", self.upper)):
-            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+            if isinstance(b, bool) or not isinstance(b, (int, float)):
                 raise SchemaError(f"column {self.name!r}: {label!r} must be a finite number, got {b!r}")
-            if self.kind == "int" and float(b) != int(b):
-                raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
+            if isinstance(b, float) and not math.isfinite(b):
+                raise SchemaError(f"column {self.name!r}: {label!r} must be a finite number, got {b!r}")
+            if self.kind == "int":
+                if isinstance(b, float) and not b.is_integer():
+                    raise SchemaError(f"column {self.name!r}: {label!r} of an int column must be whole, got {b!r}")
+                # exact Python ints from here on: a bound like 1.6e18 is the integer that double denotes
+                exact = int(b)
+                if not INT64_MIN <= exact <= INT64_MAX:
+                    raise SchemaError(
+                        f"column {self.name!r}: {label!r} {exact} of an int column is outside the int64 range "
+                        f"[{INT64_MIN}, {INT64_MAX}]",
+                        hint="int columns hold 64-bit integers; declare a float or categorical column instead",
+                    )
+                object.__setattr__(self, label, exact)
+            elif isinstance(b, int):
+                try:
+                    float(b)
+                except OverflowError:
+                    raise SchemaError(
+                        f"column {self.name!r}: {label!r} {b} of a float column is beyond the double range"
+                    ) from None
         if self.lower > self.upper:
             raise SchemaError(f"column {self.name!r}: lower bound {self.lower!r} is above upper bound {self.upper!r}")
 
@@ -134,13 +157,13 @@ class NumericColumn:
 
     @property
     def max_abs(self) -> float:
-        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM."""
-        return float(max(abs(self.lower), abs(self.upper)))
+        """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(max(abs(self.lower), abs(self.upper)))
 
     @property
     def width(self) -> float:
-        """upper - lower: the replace-one sensitivity of a clamped SUM."""
-        return float(self.upper - self.lower)
+        """upper - lower: the replace-one sensitivity of a clamped SUM (rounded up to a double)."""
+        return _float_up(self.upper - self.lower)
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = (int(self.lower), int(self.upper)) if self.is_int else (self.lower, self.upper)
@@ -150,15 +173,34 @@ class NumericColumn:
 Column = CategoricalColumn | NumericColumn
 
 
+def _float_up(x: float | int) -> float:
+    """The least double >= ``x``: an exact int beyond 2^53 never rounds down (a sensitivity stays an upper
+    bound)."""
+    f = float(x)
+    return math.nextafter(f, math.inf) if f < x else f
+
+
 def _number_key(value: Any) -> float | int | None:
-    """A number's identity for category lookup: its float value (``3 == 3.0``), or the int itself when it
-    is beyond float range; None for anything that is not a number."""
-    try:
-        return float(value)
-    except OverflowError:
-        return int(value) if isinstance(value, int) else None
-    except (TypeError, ValueError):
+    """A number's identity for category lookup: the Python number itself (numpy scalars unwrapped), which
+    dict lookup compares exactly by value (``3 == 3.0``; ints beyond 2^53 or beyond float range stay
+    exact); None for anything that is not a real number (booleans included)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
+    return value  # type: ignore[return-value]
+
+
+def _canonical_number(v: Any) -> str:
+    """A number's exact value as text, the same for ``0``, ``0.0`` and ``np.int64(0)``: ``"0"``, ``"-3/4"``."""
+    from fractions import Fraction
+
+    return str(Fraction(v.item() if isinstance(v, np.generic) else v))
+
+
+def _canonical_value(v: Any) -> str:
+    """A category's canonical text: ``s:`` + a string, or ``n:`` + an exact number (so ``"1"`` differs from ``1``)."""
+    return f"s:{v}" if isinstance(v, str) else f"n:{_canonical_number(v)}"
 
 
 def _column_from_dict(name: str, spec: Any) -> Column:
@@ -184,10 +226,16 @@ class Schema:
     columns: Mapping[str, Column]
     table: str = "data"
     privacy_unit: str = "one row"
+    #: the custodian's identity of the data set (``"dataset"`` in the JSON); the budget belongs to it
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
+        if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset.strip()):
+            raise SchemaError(
+                f"the schema's 'dataset' must be a non-empty string (the data set's id), got {self.dataset!r}"
+            )
         for name, col in self.columns.items():
             if col.name != name:
                 raise SchemaError(f"column key {name!r} does not match its column name {col.name!r}")
@@ -206,7 +254,10 @@ class Schema:
         table = data.get("table", "data")
         if not isinstance(table, str):
             raise SchemaError("the schema's 'table' must be a string")
-        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")))
+        dataset = data.get("dataset")
+        if dataset is not None and not isinstance(dataset, str):
+            raise SchemaError(f"the schema's 'dataset' must be a string (the data set's id), got {dataset!r}")
+        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")), dataset=dataset)
 
     @classmethod
     def from_json(cls, source: str | Path) -> Schema:
@@ -233,13 +284,14 @@ class Schema:
         *,
         categories: Mapping[str, Iterable[Any]] | None = None,
         table: str = "data",
+        dataset: str | None = None,
         unsafe_infer: bool = False,
     ) -> Schema:
         """Declare a schema for ``df`` without reading its rows.
 
         Categorical columns take their declared values from the pandas ``Categorical`` dtype (its
         categories, a public declaration) or from ``categories``; numeric columns need explicit
-        ``bounds={"age": (17, 90)}``.  With ``unsafe_infer=True`` anything not declared is read from the
+        ``bounds={"age": (17, 90)}``; ``dataset`` is the data set's id (see the module docstring).  With ``unsafe_infer=True`` anything not declared is read from the
         rows, with an :class:`UnsafeInferenceWarning`: the resulting domain leaks information and the
         privacy guarantee no longer holds for those columns.
         """
@@ -283,7 +335,7 @@ class Schema:
                 UnsafeInferenceWarning,
                 stacklevel=2,
             )
-        return cls(columns, table=table)
+        return cls(columns, table=table, dataset=dataset)
 
     # -- access -----------------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Column:
@@ -303,17 +355,46 @@ class Schema:
         return list(self.columns)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "privacy_unit": self.privacy_unit,
-            "columns": {name: col.to_dict() for name, col in self.columns.items()},
-        }
+        out: dict[str, Any] = {} if self.dataset is None else {"dataset": self.dataset}
+        out.update(
+            {
+                "table": self.table,
+                "privacy_unit": self.privacy_unit,
+                "columns": {name: col.to_dict() for name, col in self.columns.items()},
+            }
+        )
+        return out
 
     def fingerprint(self) -> str:
-        """A stable hash of the declared domain (used to key ledgers)."""
+        """A stable hash of the whole declaration (id, table name, privacy unit and domain, as written)."""
         import hashlib
 
         blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def canonical_domain(self) -> list[Any]:
+        """The declared domain and nothing else, in a canonical form.
+
+        Columns sorted by name; numbers written exactly and by value (``0`` and ``0.0`` are one number, an int
+        beyond float range stays exact); a categorical column's values sorted (their order means nothing);
+        the ``int``/``float``/``categorical`` type of each column kept.  Free text (``table``,
+        ``privacy_unit``, ``description``, ``dataset``) is left out.  O(Σ k log k) for k values per column.
+        """
+        out: list[Any] = []
+        for name in sorted(self.columns):
+            col = self.columns[name]
+            if isinstance(col, CategoricalColumn):
+                vals = sorted({_canonical_value(v) for v in col.values})
+                out.append([name, "categorical", vals])
+            else:
+                out.append([name, col.kind, _canonical_number(col.lower), _canonical_number(col.upper)])
+        return out
+
+    def domain_fingerprint(self) -> str:
+        """SHA-256 of :meth:`canonical_domain`: the identity of a data set that declares no ``dataset`` id."""
+        import hashlib
+
+        blob = json.dumps(self.canonical_domain(), separators=(",", ":"), ensure_ascii=True).encode()
         return hashlib.sha256(blob).hexdigest()
 
     # -- validation ---------------------------------------------------------------------------------------
@@ -345,7 +426,12 @@ class Schema:
         for name, col in self.columns.items():
             series = out[name]
             if series.isna().any():
-                raise DataValidationError(f"column {name!r} has missing values; the declared domain has none")
+                raise DataValidationError(
+                    f"column {name!r} has missing values; the declared domain has none",
+                    hint=f"drop those rows (df.dropna(subset=[{name!r}])), impute a value inside the declared "
+                    f"domain (df[{name!r}].fillna(...)), or declare a sentinel category such as 'unknown' in the "
+                    "schema and fill the gaps with it",
+                )
             if isinstance(col, CategoricalColumn):
                 out[name] = _validate_categorical(col, series)
             else:
@@ -372,11 +458,11 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
 def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         raise DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values")
+    if col.is_int:
+        return _validate_int(col, series, policy)
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
         raise DataValidationError(f"column {col.name!r} has non-finite values")
-    if col.is_int and not np.all(arr == np.round(arr)):
-        raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
     outside = (arr < col.lower) | (arr > col.upper)
     if outside.any():
         if policy == "error":
@@ -386,6 +472,37 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
                 hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
             )
         arr = np.clip(arr, col.lower, col.upper)
-    if col.is_int:
-        return pd.Series(arr.astype(np.int64), index=series.index)
     return pd.Series(arr, index=series.index)
+
+
+def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+    """An int column's values as exact int64 (never through a double: 2^53 + 1 stays 2^53 + 1)."""
+    lo, hi = int(col.lower), int(col.upper)
+    if pd.api.types.is_integer_dtype(series):
+        unsigned = pd.api.types.is_unsigned_integer_dtype(series)
+        arr = series.to_numpy(dtype=np.uint64 if unsigned else np.int64)
+        # numpy compares an integer array with a Python int exactly (bounds lie within int64)
+        below, above = arr < lo, arr > hi
+    else:
+        raw = series.to_numpy(dtype=float)
+        if not np.isfinite(raw).all():
+            raise DataValidationError(f"column {col.name!r} has non-finite values")
+        if not np.all(raw == np.round(raw)):
+            raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
+        # whole doubles in [-2^63, 2^63) convert to int64 exactly; the rest lie outside every int bound
+        below = raw < -(2.0**63)
+        above = raw >= 2.0**63
+        arr = np.where(below | above, 0.0, raw).astype(np.int64)
+        below |= arr < lo
+        above |= arr > hi
+    outside = below | above
+    if outside.any() and policy == "error":
+        n = int(outside.sum())
+        raise DataValidationError(
+            f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
+            hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
+        )
+    out = np.where(above, 0, arr).astype(np.int64)  # uint64 above int64's range is "above" (0 is a placeholder)
+    out[below] = lo
+    out[above] = hi
+    return pd.Series(out, index=series.index)

@@ -17,27 +17,29 @@ import dataclasses
 import hashlib
 import html
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from dpmagic import display
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
+from dpmagic.postprocess import answer_notes, tidy
 from dpmagic.query.model import Query
 from dpmagic.query.outputs import finish
 from dpmagic.query.sql import parse_query
-from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release
+from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release, units_of
 from dpmagic.schema import OutOfRangePolicy, Schema
 
-__all__ = ["Session", "QueryResult", "Preview"]
+__all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
 
 CostSpec = float | str | None
 
@@ -53,40 +55,32 @@ class QueryResult:
     charge: Charge
     noise: dict[str, Noise]
     entry_id: int
+    #: seconds spent before the data was read (parsing, planning, overlap check): never data-dependent
     seconds: float
     spent: float
     budget: float
     cached: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    number: int = 0  # the query's number as the analyst sees it (1..n in charging order; 0 = unknown)
+    default_cost: bool = False  # no cost was named: the session's default was spent
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language notes on the answer (an AVG not shown, a negative count…), from released values only."""
+        return answer_notes(self.query, self.df)
 
     def summary(self) -> str:
         """The one-line cost summary shown under a cell's result."""
-        cur = self.currency
-        if self.cached:
-            return (
-                f"re-run: the stored answer of query #{self.entry_id}, charged nothing; "
-                f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used (use --fresh for a new draw)"
-            )
-        n = self.charge.overlaps
-        overlaps = f"overlaps {n} quer{'y' if n == 1 else 'ies'}"
-        charged = cur.cost(self.charge.after) - cur.cost(self.charge.before)
-        return (
-            f"+{self.cost:.2f} {cur.symbol} asked, +{charged:.2f} charged ({self.charge.charged_as}); {overlaps}; "
-            f"{self.spent:.2f} of {self.budget:.2f} {cur.symbol} used"
-        )
+        return display.result_summary(self)
 
     def noise_description(self) -> str:
         return "; ".join(f"{k}: {v}" for k, v in self.noise.items())
 
     def _repr_html_(self) -> str:
-        table = self.df.to_html(index=False, float_format=lambda x: f"{x:,.2f}")
-        return (
-            f"{table}<div style='color:#555;font-size:0.9em;margin-top:4px'>{html.escape(self.summary())}"
-            f"<br>noise: {html.escape(self.noise_description())}; 95% intervals in *_ci_low / *_ci_high</div>"
-        )
+        return display.result_html(self)
 
     def __repr__(self) -> str:
-        return f"{self.df.to_string(index=False)}\n{self.summary()}"
+        return display.result_text(self)
 
 
 @dataclass
@@ -148,7 +142,8 @@ class Session:
     schema:
         a :class:`Schema`, a path to its JSON file, or its parsed JSON object.
     budget:
-        ``"epsilon=1.0"`` (pure DP), ``"rho=0.5"`` (zCDP), ``"mu=1.0"`` (GDP), a dict, or a :class:`Budget`.
+        ``"epsilon=1.0"`` (pure DP), ``"rho=0.5"`` (zCDP), ``"mu=1.0"`` (GDP), a dict, a :class:`Budget`, or a
+        bare number (ε of pure DP, as ``%dpsession --budget 1``).
     bound:
         which upper bound on the maximum overlap is charged: ``exact`` (default), ``clique``, ``chromatic``
         or ``sequential``.
@@ -165,14 +160,15 @@ class Session:
         schema's ``table`` and schema-qualified forms (``PUMS.PUMS``) are always accepted, other tables refused.
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
-        row is changed; the charged loss is the worst *pair* of rows and SUM sensitivities are upper − lower).
+        row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
+        :mod:`dpmagic.sensitivity`).
     """
 
     def __init__(
         self,
         data: pd.DataFrame,
         schema: Schema | str | Path | Mapping[str, Any],
-        budget: str | Budget | dict[str, float],
+        budget: str | float | Budget | dict[str, float],
         *,
         bound: ChargeBound = "exact",
         default_cost: float | None = None,
@@ -189,6 +185,8 @@ class Session:
             self.schema = Schema.from_dict(schema)
         else:
             self.schema = Schema.from_json(schema)
+        if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+            budget = {"epsilon": budget}  # a bare number is ε of pure DP, as `%dpsession --budget 1`
         self.budget = parse_budget(budget, delta=delta)
         if bound not in CHARGE_BOUNDS:
             raise ConfigurationError(f"unknown bound {bound!r}: choose one of {', '.join(CHARGE_BOUNDS)}")
@@ -204,8 +202,7 @@ class Session:
         if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
         self.ledger = ledger
-        self.fingerprint = data_fingerprint(self.data)
-        self.ledger_key = hashlib.sha256(f"{self.schema.fingerprint()}|{self.fingerprint}".encode()).hexdigest()[:24]
+        self.ledger_key = ledger_key(self.schema)
         self._open_ledger(neighbors)
         self.accountant = Accountant(
             self.budget,
@@ -220,16 +217,27 @@ class Session:
         self._cache: dict[str, QueryResult] = {}
         self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self.panel: Any = None  # the live budget widget, once the magics display it
+        self.sidecar: Any = None  # JupyterLab side panel holding it (sidecar package), if used
 
     def _open_ledger(self, neighbors: str) -> None:
         """Record the first binding of this data set, or check that this binding matches the recorded one.
 
-        The ledger key is the data set's identity (schema and rows); its privacy definition, budget and
-        neighbouring relation are fixed by its first binding.  Binding the same data with another definition
-        or budget would hand out a fresh budget for the same people, so it is refused: changing the budget is
-        a custodian action (``dpmagic ledger set-budget`` / ``reset``), recorded in the ledger.
+        The ledger key is the data set's identity: the schema's declared ``dataset`` id, else its canonical
+        domain (:func:`ledger_key`) — never the bound rows, so dropping, duplicating or editing a row, or
+        editing the schema's free text, cannot hand out a fresh budget for the same people.  Its privacy
+        definition, budget and neighbouring relation are fixed by its first binding; binding it with another
+        definition or budget is refused: changing the budget is a custodian action (``dpmagic ledger
+        set-budget`` / ``reset``), recorded in the ledger.  Nothing computed from the rows (no hash, no row
+        count) is written: the ledger file and its exports are not private data.
         """
         cur = self.currency
+        domain = self.schema.domain_fingerprint()
+        if not self.ledger.can_append:
+            raise ConfigurationError(
+                f"the ledger at {self.ledger.path} is keyed by its custodian: a session charging it needs the "
+                "custodian key",
+                hint="the custodian provides it to the kernel: $DPMAGIC_LEDGER_KEY_FILE",
+            )
         with self.ledger.transaction():
             opening = self.ledger.opening(self.ledger_key)
             if opening is None:
@@ -237,10 +245,9 @@ class Session:
                     self.ledger_key,
                     "open",
                     {
-                        "dataset": self.schema.table,
-                        "schema_fingerprint": self.schema.fingerprint(),
-                        "data_fingerprint": self.fingerprint,
-                        "rows": len(self.data),
+                        "dataset": self.schema.dataset,
+                        "table": self.schema.table,
+                        "domain": domain,
                         "definition": cur.definition,
                         "parameter": cur.parameter,
                         "budget": self.budget.total,
@@ -249,6 +256,12 @@ class Session:
                     },
                 )
                 return
+        if opening.get("domain") != domain:
+            raise ConfigurationError(
+                f"data set {self.schema.dataset!r} was first bound in this ledger with another domain (columns, "
+                "categories or bounds); its recorded charges are about that domain",
+                hint="bind the schema it was opened with, or have the custodian declare a new 'dataset' id",
+            )
         if opening["definition"] != cur.definition:
             raise BudgetError(
                 f"this data set's ledger is kept in {opening['parameter']} ({opening['definition']}); it cannot be "
@@ -381,7 +394,13 @@ class Session:
         if hit is None:
             return None
         return dataclasses.replace(
-            hit, df=hit.df.copy(), seconds=0.0, spent=self.spent, budget=self.budget.total, cached=True
+            hit,
+            df=hit.df.copy(),
+            seconds=0.0,
+            spent=self.spent,
+            budget=self.budget.total,
+            cached=True,
+            number=display.query_numbers(self).get(hit.entry_id, 0),
         )
 
     def affordable(self, sql_or_query: str | Query) -> float:
@@ -407,6 +426,7 @@ class Session:
         row would become the worst case, and its noise — without reading data or spending anything."""
         q = self.parse(sql)
         spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        warn_if_empty(q)
         cached = self._cached(self._cache_key(q, spec, ci, min_rows)) is not None
         c = self._resolve(q, spec, ci, min_rows)
         plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
@@ -445,13 +465,17 @@ class Session:
         ci: float | None = None,
         min_rows: int | None = None,
         fresh: bool = False,
+        postprocess: tuple[str, ...] | list[str] = (),
     ) -> QueryResult:
         """Answer one SQL query with noise, charging its cost first.
 
         ``epsilon`` / ``rho`` / ``mu`` (or ``cost``) is a number or ``"max"`` (everything affordable on the
         query's region); ``ci`` asks instead for the smallest cost whose 95% interval half-width is ≤ ``ci``
         (``min_rows`` is needed for AVG).  Re-running an identical query (same normalised SQL and cost option)
-        returns the stored answer and charges nothing, unless ``fresh=True``.
+        returns the stored answer and charges nothing, unless ``fresh=True``.  ``postprocess`` switches on free
+        post-processing of the released values (``"integer"``, ``"nonnegative"``: :func:`dpmagic.postprocess.tidy`).
+        A WHERE clause that matches no row of the declared domain raises an :class:`EmptyRegionWarning` before
+        anything is charged (the query is still answered: its true values are 0).
 
         Raises a :class:`~dpmagic.errors.DPMagicError` subclass, spending nothing, on bad SQL, a bad cost or
         an exhausted budget.
@@ -459,13 +483,16 @@ class Session:
         t0 = time.perf_counter()
         q = self.parse(sql)
         spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        tidy(pd.DataFrame(), q, self.schema, postprocess)  # unknown options fail here, before any charge
         key = self._cache_key(q, spec, ci, min_rows)
         if not fresh:
             hit = self._cached(key)
             if hit is not None:
+                hit.df = tidy(hit.df, q, self.schema, postprocess)
                 self.results.append(hit)
                 self._emit("cached", entry=hit.entry_id)
                 return hit
+        warn_if_empty(q)  # before charging: the WHERE box is empty on the declared domain (schema only)
         cells = q.n_cells
         self._emit(
             "computing",
@@ -484,30 +511,34 @@ class Session:
             self._emit("failed", message=str(exc))
             raise
         # ---- charged and recorded: only now is the data read ----
+        # Timing shown to the analyst stops here: it covers parsing, planning and the overlap check (public),
+        # never the data read or the noise, whose duration could depend on the rows.
+        seconds = time.perf_counter() - t0
         try:
-            evaluated = self.backend.evaluate(q, plan.extra) if plan.extra else self.backend.evaluate(q)
-            df = finish(q, release(q, evaluated, plan, self.schema))  # HAVING, ORDER BY, LIMIT ...: free
-        except DPMagicError:
-            raise
-        except Exception as exc:  # the budget stays charged: never under-charge after data was read
-            self._emit("failed", message="internal error; the query stays charged")
-            raise DPMagicError(
-                f"internal error while answering (the query stays charged, nothing was released): {exc}"
-            ) from exc
-        self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+            evaluated = self.backend.evaluate(q, units_of(plan), extended=plan.extra)
+            df = release(q, evaluated, plan, self.schema)
+            df = finish(q, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values
+            self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+        except Exception:
+            # After the data was read, no exception text may leave (it could carry an exact aggregate), and the
+            # message must not depend on the rows: one generic error, the budget stays charged, nothing released.
+            self._emit("failed", message=_POST_CHARGE_ERROR)
+            raise DPMagicError(_POST_CHARGE_ERROR) from None
         result = QueryResult(
             query=q,
-            df=df,
+            df=tidy(df, q, self.schema, postprocess),
             cost=c,
             currency=self.currency,
             charge=charge,
             noise=_noise_of(plan),
             entry_id=entry_id,
-            seconds=time.perf_counter() - t0,
+            seconds=seconds,
             spent=self.spent,
             budget=self.budget.total,
+            number=len(self.accountant),
+            default_cost=spec is None and ci is None,
         )
-        self._emit("charged", entry=entry_id, seconds=result.seconds)
+        self._emit("charged", entry=entry_id, number=result.number, seconds=result.seconds)
         self._cache[key] = result
         self.results.append(result)
         return result
@@ -578,18 +609,47 @@ class Session:
     def __repr__(self) -> str:
         cur = self.currency
         return (
-            f"<dpmagic.Session table={self.schema.table!r} rows={len(self.data)} "
+            f"<dpmagic.Session table={self.schema.table!r} "
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
             f"{len(self.accountant)} queries>"
         )
 
 
-def data_fingerprint(df: pd.DataFrame) -> str:
-    """A hash of the bound rows, independent of their order (the same people in any order are the same data)."""
-    rows = np.sort(pd.util.hash_pandas_object(df, index=False).to_numpy())
-    h = hashlib.sha256(",".join(map(str, df.columns)).encode())
-    h.update(rows.tobytes())
-    return h.hexdigest()
+#: The one message of any failure after a query was charged (data-independent by construction).
+_POST_CHARGE_ERROR = "internal error while answering: the query stays charged and nothing was released"
+
+
+def ledger_key(schema: Schema) -> str:
+    """The ledger key of a data set: from its declared ``dataset`` id, else from its canonical domain only.
+
+    Never from the rows: the budget protects the people of the data set, whatever frame is bound under its
+    id.  Without an id, two data sets with the same domain share one budget (conservative) unless the
+    custodian declares different ids.
+    """
+    identity = f"dataset|{schema.dataset}" if schema.dataset is not None else f"domain|{schema.domain_fingerprint()}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:24]
+
+
+class EmptyRegionWarning(UserWarning):
+    """A query's WHERE clause matches no row of the declared domain (found from the schema alone)."""
+
+
+def empty_region_message(q: Query) -> str | None:
+    """Why ``q``'s WHERE clause is empty on the declared domain (public: the query's box and the schema), or None."""
+    if not q.is_empty:
+        return None
+    cols = [c for c, s in q.where.constraints.items() if s.is_empty()]
+    return (
+        f"the WHERE clause matches no row of the declared domain (on {', '.join(map(repr, cols))}): every true "
+        "value is 0, so the answer will be pure noise — check the condition against the schema's declared "
+        "bounds and categories"
+    )
+
+
+def warn_if_empty(q: Query) -> None:
+    msg = empty_region_message(q)
+    if msg is not None:
+        warnings.warn(msg, EmptyRegionWarning, stacklevel=3)
 
 
 def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:

@@ -6,8 +6,9 @@ dpmagic represents it exactly:
 * :class:`CategorySet` — a subset of a categorical column's declared values, stored as a bit mask over
   their positions (one big-integer operation per set operation);
 * :class:`IntervalSet` — a union of disjoint intervals inside a numeric column's ``[lower, upper]``, with
-  correct open/closed ends.  On ``int`` columns every interval is normalised to closed integer ends, so
-  ``x > 4 AND x < 5`` is empty there.
+  correct open/closed ends.  On ``int`` columns every interval is normalised to closed ends that are exact
+  Python ints (never doubles, so values beyond 2^53 such as nanosecond timestamps keep their last digit),
+  and ``x > 4 AND x < 5`` is empty there; on ``float`` columns the ends are doubles.
 
 A conjunction of such predicates is a :class:`Box`: a product over columns of value sets, where a column
 that is not constrained is the whole domain (a tautology).  Two boxes overlap iff their sets intersect on
@@ -40,10 +41,14 @@ __all__ = [
 
 @dataclass(frozen=True, order=True)
 class Interval:
-    """One interval ``lo..hi``; ``lo_closed``/``hi_closed`` say whether each end belongs to it."""
+    """One interval ``lo..hi``; ``lo_closed``/``hi_closed`` say whether each end belongs to it.
 
-    lo: float
-    hi: float
+    Ends are Python numbers compared exactly (Python compares ints and floats by value, without rounding):
+    ints on int columns after :meth:`IntervalSet.of`, doubles on float columns, ``±inf`` for half-lines.
+    """
+
+    lo: float | int
+    hi: float | int
     lo_closed: bool = True
     hi_closed: bool = True
 
@@ -52,7 +57,7 @@ class Interval:
             return True
         return self.lo == self.hi and not (self.lo_closed and self.hi_closed)
 
-    def contains(self, x: float) -> bool:
+    def contains(self, x: float | int) -> bool:
         if x < self.lo or x > self.hi:
             return False
         if x == self.lo and not self.lo_closed:
@@ -65,8 +70,25 @@ class Interval:
         return f"{'[' if self.lo_closed else '('}{_num(self.lo)}, {_num(self.hi)}{']' if self.hi_closed else ')'}"
 
 
-def _num(x: float) -> str:
+def _num(x: float | int) -> str:
+    if isinstance(x, int):
+        return str(x)
     return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _as_float(x: float | int) -> float:
+    """``float(x)``, with a number beyond the double range mapped to ``±inf`` (it is clipped to the domain)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def _domain(column: NumericColumn) -> Interval:
+    """The declared ``[lower, upper]``: exact ints on an int column, doubles on a float column."""
+    if column.is_int:
+        return Interval(int(column.lower), int(column.upper), True, True)
+    return Interval(float(column.lower), float(column.upper), True, True)
 
 
 @dataclass(frozen=True)
@@ -79,10 +101,14 @@ class IntervalSet:
     # -- construction ---------------------------------------------------------------------------------
     @classmethod
     def of(cls, column: NumericColumn, intervals: Iterable[Interval]) -> IntervalSet:
-        """Normalise: clip to ``[lower, upper]``, integer ends on int columns, sort and merge."""
-        dom = Interval(float(column.lower), float(column.upper), True, True)
+        """Normalise: clip to ``[lower, upper]``, exact integer ends on int columns (an end given as a
+        double rounds inward exactly: ``x > 1.7e18`` starts at the int after that double), double ends on
+        float columns, sort and merge."""
+        dom = _domain(column)
         pieces: list[Interval] = []
         for iv in intervals:
+            if not column.is_int:
+                iv = Interval(_as_float(iv.lo), _as_float(iv.hi), iv.lo_closed, iv.hi_closed)
             iv = _intersect(iv, dom)
             if iv is None:
                 continue
@@ -91,7 +117,7 @@ class IntervalSet:
                 hi = math.floor(iv.hi) if iv.hi_closed else math.ceil(iv.hi) - 1
                 if lo > hi:
                     continue
-                iv = Interval(float(lo), float(hi), True, True)
+                iv = Interval(int(lo), int(hi), True, True)
             if not iv.is_empty():
                 pieces.append(iv)
         pieces.sort(key=lambda i: (i.lo, not i.lo_closed))
@@ -111,7 +137,7 @@ class IntervalSet:
 
     def is_full(self) -> bool:
         c = self.column
-        return self == IntervalSet.of(c, [Interval(float(c.lower), float(c.upper))])
+        return self == IntervalSet.of(c, [_domain(c)])
 
     def intersect(self, other: IntervalSet) -> IntervalSet:
         out = [iv for a in self.intervals for b in other.intervals if (iv := _intersect(a, b)) is not None]
@@ -123,17 +149,18 @@ class IntervalSet:
     def complement(self) -> IntervalSet:
         c = self.column
         out: list[Interval] = []
-        lo, lo_closed = float(c.lower), True
+        dom = _domain(c)
+        lo, lo_closed = dom.lo, True
         for iv in self.intervals:
             out.append(Interval(lo, iv.lo, lo_closed, not iv.lo_closed))
             lo, lo_closed = iv.hi, not iv.hi_closed
-        out.append(Interval(lo, float(c.upper), lo_closed, True))
+        out.append(Interval(lo, dom.hi, lo_closed, True))
         return IntervalSet.of(c, out)
 
     def overlaps(self, other: IntervalSet) -> bool:
         return any(_intersect(a, b) is not None for a in self.intervals for b in other.intervals)
 
-    def contains(self, x: float) -> bool:
+    def contains(self, x: float | int) -> bool:
         return any(iv.contains(x) for iv in self.intervals)
 
     def some_value(self) -> float | int:
@@ -285,7 +312,7 @@ def full_set(column: Column) -> ValueSet:
     """The tautology on ``column``: its whole declared domain."""
     if isinstance(column, CategoricalColumn):
         return CategorySet.full(column)
-    return IntervalSet.of(column, [Interval(float(column.lower), float(column.upper))])
+    return IntervalSet.of(column, [_domain(column)])
 
 
 def empty_set(column: Column) -> ValueSet:
@@ -383,6 +410,12 @@ def box_from_json(data: Mapping[str, Any], schema: Schema) -> Box:
         else:
             assert isinstance(col, NumericColumn)
             constraints[c] = IntervalSet.of(
-                col, [Interval(float(a), float(b), bool(lc), bool(hc)) for a, b, lc, hc in spec["intervals"]]
+                col,
+                [Interval(_json_number(a), _json_number(b), bool(lc), bool(hc)) for a, b, lc, hc in spec["intervals"]],
             )
     return Box(constraints)
+
+
+def _json_number(x: Any) -> float | int:
+    """A JSON interval end: ints stay exact ints (int columns beyond 2^53), anything else is a double."""
+    return x if isinstance(x, int) and not isinstance(x, bool) else float(x)

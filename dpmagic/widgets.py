@@ -5,7 +5,13 @@ The panel subscribes to its :class:`~dpmagic.session.Session`'s events, so it ch
 session's bound) and what remains as a progress bar; the four bounds side by side with the saving versus
 sequential composition; the (ε, δ) equivalent for zCDP and GDP sessions; the current worst-case row; and
 the queries, newest first, in a scrolling table that stays usable at hundreds of queries.  It turns amber at
-80% of the budget and red when a query was refused.
+80% of the budget, and red — saying "budget exhausted" — when nothing is left or a query was refused.
+Amounts are rounded for display only (float leftovers such as ``1.5e-14`` show as 0); queries are numbered
+1..n as everywhere else; the bounds carry plain labels with the technical name as a tooltip.
+
+In a kernel with the ``sidecar`` package the magics put the panel in JupyterLab's side panel, where it stays in
+sight however far the notebook scrolls; :class:`PanelView` shows a text panel where widgets cannot render
+(terminal IPython).
 
 CSS classes (a contract for the browser test): ``dpmagic-budget`` (the panel), ``dpmagic-progress`` (the bar),
 ``dpmagic-numbers``, ``dpmagic-bounds``, ``dpmagic-approx``, ``dpmagic-worst``, ``dpmagic-status``,
@@ -20,12 +26,11 @@ from typing import Any
 
 import ipywidgets as w
 
+from dpmagic.display import BOUND_LABELS, NEARLY_SPENT, bound_header_html, budget_state, fmt, query_numbers
 from dpmagic.session import Session
 
-__all__ = ["BudgetWidget", "NEARLY_SPENT"]
+__all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "panel_text"]
 
-#: Fraction of the budget from which the panel shows the "nearly spent" state.
-NEARLY_SPENT = 0.8
 _MAX_ROWS = 500  # rows rendered in the query table (the newest); the ledger keeps all of them
 
 
@@ -70,17 +75,14 @@ class BudgetWidget:
             self.status.value = _status("⏳ " + info.get("message", "computing the maximum overlap…"), "#555")
             return
         self.refresh()
+        number = query_numbers(self.session).get(info.get("entry", -1), info.get("entry"))
         if kind == "refused":
             self.progress.bar_style = "danger"
             self.status.value = _status("⛔ refused: " + info.get("message", ""), "#b00020")
         elif kind == "cached":
-            self.status.value = _status(
-                f"↺ re-run of query #{info.get('entry')}: stored answer, charged nothing", "#555"
-            )
+            self.status.value = _status(f"↺ re-run of query #{number}: stored answer, charged nothing", "#555")
         elif kind == "charged":
-            self.status.value = _status(
-                f"✓ query #{info.get('entry')} answered in {info.get('seconds', 0.0):.2f} s", "#2e7d32"
-            )
+            self.status.value = _status(f"✓ query #{number} answered in {info.get('seconds', 0.0):.2f} s", "#2e7d32")
         elif kind == "failed":
             self.status.value = _status("error: " + info.get("message", ""), "#b00020")
 
@@ -89,27 +91,36 @@ class BudgetWidget:
         s = self.session
         cur = s.currency
         spent, total = s.spent, s.budget.total
-        frac = spent / total if total > 0 else 0.0
+        state, frac = budget_state(spent, total)
         self.progress.max = total
         self.progress.value = min(spent, total)
-        self.progress.bar_style = "warning" if frac >= NEARLY_SPENT else "success"
-        nearly = " — <b>nearly spent</b>" if frac >= NEARLY_SPENT else ""
+        self.progress.bar_style = {"ok": "success", "nearly": "warning", "exhausted": "danger"}[state]
+        flag = {
+            "ok": "",
+            "nearly": " — <b style='color:#b26a00'>nearly spent</b>",
+            "exhausted": " — <b style='color:#b00020'>budget exhausted: a query on a fully charged region is refused</b>",
+        }[state]
         self.numbers.value = (
-            f"charged {spent:.2f} of {total:.2f} {cur.symbol} ({100 * frac:.0f}%), remaining {s.remaining:.2f} "
-            f"{cur.symbol} · {len(s.accountant)} queries · bound: {html.escape(s.accountant.charged_as)}{nearly}"
+            f"<span class='dpmagic-state' data-state='{state}'>charged {fmt(spent, total, '.2f')} of "
+            f"{fmt(total, total, '.2f')} {cur.symbol} ({100 * frac:.0f}%), remaining {fmt(s.remaining, total, '.2f')} "
+            f"{cur.symbol} · {len(s.accountant)} queries · bound: {html.escape(s.accountant.charged_as)}{flag}</span>"
         )
         b = s.bounds_summary()
         exact = "exact" if b["overlap_exact"] else f"in [{b['overlap_lower']:.3g}, {b['overlap_upper']:.3g}]"
         cells = [
-            ("sequential", f"{b['sequential']:.3g}"),
-            ("colouring", f"{b['chromatic']:.3g}"),
-            ("clique", f"{b['clique']:.3g}" + ("" if b["clique_exact"] else " (≤)")),
-            ("max overlap", f"{b['overlap_upper']:.3g} ({exact})"),
-            ("saving", f"{100 * b['saving']:.1f}%"),
+            (bound_header_html("sequential"), fmt(b["sequential"], total, ".3g")),
+            (bound_header_html("chromatic"), fmt(b["chromatic"], total, ".3g")),
+            (bound_header_html("clique"), fmt(b["clique"], total, ".3g") + ("" if b["clique_exact"] else " (≤)")),
+            (bound_header_html("overlap"), f"{fmt(b['overlap_upper'], total, '.3g')} ({exact})"),
+            (
+                "<th title='how much less than adding every cost up' style='padding:0 10px;text-align:left'>"
+                "saving</th>",
+                f"{100 * b['saving']:.1f}%",
+            ),
         ]
         self.bounds.value = (
             "<table style='border-collapse:collapse'><tr>"
-            + "".join(f"<th style='padding:0 10px;text-align:left'>{k}</th>" for k, _ in cells)
+            + "".join(k for k, _ in cells)
             + "</tr><tr>"
             + "".join(f"<td style='padding:0 10px'>{v}</td>" for _, v in cells)
             + "</tr></table>"
@@ -136,17 +147,74 @@ def _status(text: str, color: str) -> str:
 def _query_table(s: Session) -> str:
     entries = s.accountant.entries()
     cur = s.currency
+    total = s.budget.total
     rows = []
-    for e in reversed(entries[-_MAX_ROWS:]):
+    first = max(0, len(entries) - _MAX_ROWS)
+    for number, e in reversed(list(enumerate(entries[first:], first + 1))):
         sql = " ".join(e.sql.split())
+        short = sql if len(sql) <= 160 else sql[:159] + "…"
         rows.append(
-            f"<tr><td>{e.id}</td><td style='font-family:monospace'>{html.escape(sql[:160])}</td>"
-            f"<td>{e.cost:.3g}</td><td>{cur.cost(e.charged_after):.3g}</td><td>{html.escape(e.bound)}</td>"
+            f"<tr><td>{number}</td><td class='dpmagic-sql' title='{html.escape(sql, quote=True)}' "
+            f"style='font-family:monospace;word-break:normal;overflow-wrap:normal;white-space:normal'>"
+            f"{html.escape(short)}</td><td>{fmt(e.cost, total, '.3g')}</td>"
+            f"<td>{fmt(cur.cost(e.charged_after), total, '.3g')}</td><td>{html.escape(e.bound)}</td>"
             f"<td>{time.strftime('%H:%M:%S', time.localtime(e.created))}</td></tr>"
         )
     more = f"<div>… {len(entries) - _MAX_ROWS} older queries in the ledger</div>" if len(entries) > _MAX_ROWS else ""
     return (
-        "<div style='max-height:220px;overflow-y:auto;border-top:1px solid #eee'>"
-        "<table style='font-size:0.85em;width:100%'><tr style='white-space:nowrap'><th>#</th><th>SQL</th>"
-        f"<th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>{''.join(rows)}</table></div>{more}"
+        # ~15 rows in sight before scrolling; long SQL wraps between words, never inside an identifier
+        "<div style='max-height:420px;overflow-y:auto;overflow-x:auto;border-top:1px solid #eee'>"
+        "<table style='font-size:0.85em;width:100%;word-break:normal;line-height:1.25'><tr style='white-space:nowrap'><th>#</th>"
+        "<th style='text-align:left'>SQL</th><th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>"
+        f"{''.join(rows)}</table></div>{more}"
     )
+
+
+def panel_text(s: Session) -> str:
+    """The budget panel as plain text (terminal IPython, logs): same numbers, plain labels."""
+    from dpmagic.display import budget_line_text
+
+    cur = s.currency
+    total = s.budget.total
+    b = s.bounds_summary()
+    lines = [
+        f"dpmagic budget — {s.schema.table}, {cur.definition}",
+        budget_line_text(s.spent, total, cur),
+        f"{len(s.accountant)} queries · bound: {s.accountant.charged_as} · saving vs adding up: {100 * b['saving']:.1f}%",
+        "  ".join(
+            f"{BOUND_LABELS[k][0]}: {fmt(b[v], total, '.3g')}"
+            for k, v in (
+                ("sequential", "sequential"),
+                ("chromatic", "chromatic"),
+                ("clique", "clique"),
+                ("overlap", "overlap_upper"),
+            )
+        ),
+    ]
+    if cur.definition != "pure":
+        eps, delta = s.approx_dp()
+        lines.append(f"equivalent to ({eps:.3g}, {delta:.0e})-DP")
+    row = b["witness"]
+    lines.append("worst-case row: " + (", ".join(f"{k}={v!r}" for k, v in row.items()) if row else "—"))
+    entries = s.accountant.entries()
+    for number, e in list(enumerate(entries, 1))[-10:][::-1]:
+        lines.append(f"  #{number:<3} {fmt(e.cost, total, '.3g'):>7} {cur.symbol}  {' '.join(e.sql.split())[:90]}")
+    if len(entries) > 10:
+        lines.append(f"  … {len(entries) - 10} older queries (%dpbudget lists them all)")
+    return "\n".join(lines)
+
+
+class PanelView:
+    """What the magics display for the panel: the live widget in Jupyter, a text panel where widgets cannot
+    render (its ``text/plain`` is :func:`panel_text`, never the widget's raw ``VBox(...)`` repr)."""
+
+    def __init__(self, panel: BudgetWidget) -> None:
+        self.panel = panel
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = dict(self.panel.widget._repr_mimebundle_(**kwargs) or {})
+        bundle["text/plain"] = panel_text(self.panel.session)
+        return bundle
+
+    def __repr__(self) -> str:
+        return panel_text(self.panel.session)

@@ -26,8 +26,9 @@ if [ ! -x /usr/bin/chromium ]; then
   exit 1
 fi
 
-if ! python3 -c "import playwright.sync_api" 2>/dev/null; then
+. scripts/_python.sh   # the same Python as demo.sh / test.sh (a ./.venv on an OS-managed Python)
+if ! "$PY" -c "import playwright.sync_api" 2>/dev/null; then
   echo "e2e_setup: pip install playwright"
-  python3 -m pip install --quiet playwright
+  "$PY" -m pip install --quiet playwright
 fi
-echo "e2e_setup: $(/usr/bin/chromium --version 2>/dev/null | head -n 1); playwright $(python3 -m pip show playwright 2>/dev/null | sed -n 's/^Version: //p')"
+echo "e2e_setup: $(/usr/bin/chromium --version 2>/dev/null | head -n 1); playwright $("$PY" -m pip show playwright 2>/dev/null | sed -n 's/^Version: //p')"

@@ -1,4 +1,5 @@
-"""Execute a notebook in a real Jupyter kernel (nbclient) and print what each cell showed.
+"""Execute a notebook in a real Jupyter kernel (nbclient) and print each cell's source and what it showed
+(for a %%dpquery cell: its SQL, the answer, notes, the cost line, the noise line and the budget line).
 
 Usage: python scripts/run_notebook.py notebooks/quickstart.ipynb [--save executed.ipynb]
 """
@@ -22,7 +23,10 @@ def text_of(output: nbformat.NotebookNode) -> str:
     if output.output_type == "error":
         return f"{output.ename}: {output.evalue}\n"
     data = output.get("data", {})
+    plain = data.get("text/plain", "")
     if "application/vnd.jupyter.widget-view+json" in data:
+        if plain.startswith("dpmagic budget"):  # the panel's text form
+            return plain + "\n"
         return "[live budget panel: a widget, shown in JupyterLab]\n"
     if "image/png" in data:
         return "[figure]\n"
@@ -47,7 +51,10 @@ def main() -> int:
     for i, c in enumerate(nb.cells, 1):
         if c.cell_type != "code":
             continue
-        print(f"--- [{i}] {c.source.splitlines()[0] if c.source else ''}")
+        lines = c.source.splitlines() or [""]
+        print(f"--- [{i}] {lines[0]}")
+        for more in lines[1:]:  # the SQL of a %%dpquery cell, the rest of a code cell
+            print(f"          {more}")
         for o in c.get("outputs", []):
             sys.stdout.write(text_of(o))
     if args.save:

@@ -5,13 +5,32 @@
 #   3. the dedicated bad-input fuzz run (10,000 hypothesis cases; DPMAGIC_FUZZ_EXAMPLES changes that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet -e ".[test]"
-python3 -m ruff check dpmagic tests benchmarks scripts
-python3 -m ruff format --check dpmagic tests benchmarks scripts
+. scripts/_python.sh
+"$PY" -m pip install --quiet -e ".[test]"
+"$PY" -m ruff check dpmagic tests benchmarks scripts
+"$PY" -m ruff format --check dpmagic tests benchmarks scripts
+
+# The browser test needs Debian's Chromium and the playwright package; without them it is skipped — say so loudly.
+browser_missing=""
+chromium="${DPMAGIC_E2E_CHROMIUM:-/usr/bin/chromium}"
+[ -x "$chromium" ] || browser_missing="$chromium is missing"
+"$PY" -c "import playwright.sync_api" 2>/dev/null || browser_missing="${browser_missing:+$browser_missing; }the Python package playwright is missing"
+warn_browser() {
+  if [ -n "$browser_missing" ] && [ "${DPMAGIC_E2E_REQUIRED:-}" != "1" ]; then
+    {
+      echo
+      echo "!!! BROWSER TEST SKIPPED (tests/e2e/test_browser.py): $browser_missing."
+      echo "!!! The live budget panel and plots were NOT checked in a real browser."
+      echo "!!! Install what it needs with:  sudo bash scripts/e2e_setup.sh   (then re-run bash scripts/test.sh)"
+      echo
+    } >&2
+  fi
+}
+warn_browser
 
 run_pytest() {
   set +e
-  python3 -m pytest -q "$@"
+  "$PY" -m pytest -q "$@"
   local status=$?
   set -e
   if [ "$status" -eq 5 ]; then
@@ -23,3 +42,4 @@ run_pytest() {
 
 run_pytest "$@"
 run_pytest -m fuzz tests/test_fuzz.py
+warn_browser   # again at the end, where it cannot scroll out of sight

@@ -20,6 +20,8 @@ from dpmagic import BudgetError, BudgetExceededError, Session
 from dpmagic.accountant.ledger import Ledger, verify
 from dpmagic.cli import main as cli_main
 from dpmagic.overlap import OverlapEngine
+from dpmagic.reports import export_ledger
+from dpmagic.schema import Schema
 from dpmagic.sets import box_from_json
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -196,9 +198,13 @@ def test_rebinding_with_another_budget_or_definition_is_refused(tmp_path: Path, 
         Session(df, schema, "epsilon=2", ledger=path)
     with pytest.raises(BudgetError, match="cannot be re-bound under zcdp"):
         Session(df, schema, "rho=1", ledger=path)
-    # other data → another key, with a budget of its own
+    # other rows under the same declared data set → the same budget (audit issue 10, item 5: the budget
+    # belongs to the custodian's data-set id, not to a hash of the bound frame)
     other = Session(df.head(100), schema, "epsilon=1", ledger=path)
-    assert other.spent == 0.0
+    assert other.spent == 0.5
+    # a data set the custodian declares as another one → another key, with a budget of its own
+    renamed = Schema.from_dict({**schema.to_dict(), "dataset": "adult-other"})
+    assert Session(df.head(100), renamed, "epsilon=1", ledger=path).spent == 0.0
 
 
 def test_custodian_set_budget_and_reset(tmp_path: Path, adult, capsys) -> None:
@@ -233,10 +239,10 @@ def test_export_formats(tmp_path: Path, adult) -> None:
     s = Session(df, schema, "epsilon=1", ledger=path)
     s.query("SELECT sex, AVG(age) FROM adult WHERE race = 'Black' GROUP BY sex", epsilon=0.2)
     s.query('SELECT SUM("hours-per-week") FROM adult WHERE age BETWEEN 20 AND 30', epsilon=0.1)
-    rows = json.loads(s.ledger.export("json"))
+    rows = json.loads(export_ledger(s.ledger, "json"))
     assert len(rows) == 2 and rows[0]["predicates"] == "race ∈ {Black}" and "discrete_laplace" in rows[0]["noise"]
     assert rows[1]["predicates"] == "age ∈ [20, 30]"
-    csv_text = s.ledger.export("csv")
+    csv_text = export_ledger(s.ledger, "csv")
     assert csv_text.splitlines()[0].startswith("ledger_key,") and len(csv_text.splitlines()) == 3
     out = tmp_path / "report.html"
     assert cli_main(["ledger", "export", str(path), "--format", "html", "-o", str(out)]) == 0

@@ -323,7 +323,7 @@ def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], l
     col = schema[name]
     if not isinstance(col, NumericColumn):
         return list(col.values), [CategorySet(col, 1 << i) for i in range(col.size)]
-    keys: set[tuple[float, int]] = {(float(col.lower), 0), (float(col.upper), 2)}
+    keys: set[tuple[float | int, int]] = {(col.lower, 0), (col.upper, 2)}  # exact ints on int columns
     for b in boxes:
         s = b.get(name)
         if isinstance(s, IntervalSet):

@@ -16,16 +16,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
 from scipy.optimize import brentq
 from scipy.stats import norm
 
 from dpmagic.errors import BudgetError
 
-__all__ = ["Definition", "Currency", "Budget", "CURRENCIES", "currency_for", "parse_budget"]
+__all__ = ["Definition", "Parameter", "Currency", "Budget", "CURRENCIES", "currency_for", "parse_budget"]
 
-Definition = Literal["pure", "zcdp", "gdp"]
+
+class Definition(StrEnum):
+    """A privacy definition.  A ``StrEnum``: ``Definition.PURE == "pure"``, so it serialises as its name."""
+
+    PURE = "pure"  #: pure ε-differential privacy
+    ZCDP = "zcdp"  #: ρ-zero-concentrated DP (Bun & Steinke 2016)
+    GDP = "gdp"  #: μ-Gaussian DP (Dong, Roth & Su 2022)
+
+
+class Parameter(StrEnum):
+    """The cost parameter of a definition, as analysts write it (``--epsilon``, ``--rho``, ``--mu``)."""
+
+    EPSILON = "epsilon"
+    RHO = "rho"
+    MU = "mu"
 
 
 @dataclass(frozen=True)
@@ -33,24 +47,24 @@ class Currency:
     """How one privacy definition measures, composes and reports cost."""
 
     definition: Definition
-    parameter: Literal["epsilon", "rho", "mu"]
+    parameter: Parameter
     symbol: str
 
     def weight(self, cost: float) -> float:
         """The additive weight of a mechanism with this cost parameter (ε, ρ, or μ²)."""
-        return cost * cost if self.definition == "gdp" else cost
+        return cost * cost if self.definition is Definition.GDP else cost
 
     def cost(self, weight: float) -> float:
         """Inverse of :meth:`weight`."""
-        return math.sqrt(weight) if self.definition == "gdp" else weight
+        return math.sqrt(weight) if self.definition is Definition.GDP else weight
 
     def approx_dp(self, weight: float, delta: float) -> float:
         """ε of the (ε, δ)-DP guarantee implied by a total additive weight."""
         if weight <= 0:
             return 0.0
-        if self.definition == "pure":
+        if self.definition is Definition.PURE:
             return weight
-        if self.definition == "zcdp":
+        if self.definition is Definition.ZCDP:
             return weight + 2.0 * math.sqrt(weight * math.log(1.0 / delta))
         return gdp_epsilon(math.sqrt(weight), delta)
 
@@ -59,9 +73,9 @@ class Currency:
 
 
 CURRENCIES: dict[Definition, Currency] = {
-    "pure": Currency("pure", "epsilon", "ε"),
-    "zcdp": Currency("zcdp", "rho", "ρ"),
-    "gdp": Currency("gdp", "mu", "μ"),
+    Definition.PURE: Currency(Definition.PURE, Parameter.EPSILON, "ε"),
+    Definition.ZCDP: Currency(Definition.ZCDP, Parameter.RHO, "ρ"),
+    Definition.GDP: Currency(Definition.GDP, Parameter.MU, "μ"),
 }
 _BY_PARAMETER = {c.parameter: c for c in CURRENCIES.values()}
 

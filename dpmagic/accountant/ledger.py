@@ -1,11 +1,12 @@
-"""The durable, tamper-evident record of what sessions have charged and released (sqlite3, WAL).
+"""The durable record of what sessions have charged and released (sqlite3), hash-chained or HMAC-chained.
 
 One ledger file (a custodian-chosen path; :func:`default_ledger_path` otherwise) holds an append-only log of
-*events*, each hash-chained to the previous one.  Events belong to a *ledger key*: the identity of a data set
-(fingerprints of its schema and of the bound rows) and a privacy definition.  Kinds:
+*events*, each chained to the previous one.  Events belong to a *ledger key*: the identity of a data set (the
+schema's declared ``dataset`` id, else its canonical domain — never the rows) and a privacy definition.  Kinds:
 
 ============  ================================================================================================
-``open``      first binding of a key: data set, fingerprints, definition, budget, δ, neighbouring relation
+``open``      first binding of a key: data-set id, table name, domain fingerprint, definition, budget, δ,
+              neighbouring relation (nothing computed from the rows: no row hash, no row count)
 ``charge``    one admitted query: SQL, coverage, cost, weight, the bound charged — committed *before* any row
               is read (invariant 2); its ``seq`` is the query's entry id
 ``release``   the noisy answer of a charge, appended after release
@@ -17,22 +18,32 @@ Guarantees:
 
 * **Ordering.** :meth:`Ledger.append` inside :meth:`Ledger.transaction` commits before returning; a crash
   between a charge and its release leaves the budget charged and the answer unreleased.
+* **In the main file.** The file is in WAL mode with ``synchronous=FULL`` (a commit is durable when it
+  returns), and every commit that wrote a charge (or an opening, budget or reset) is checkpointed into ``ledger.sqlite``
+  before the transaction returns (:meth:`Ledger._copy_to_main_file`): a charge never sits only in
+  ``ledger.sqlite-wal``, so a plain copy of the file taken between queries holds every charge (the noisy
+  answer of the last one may follow with the next checkpoint; losing it in a copy spends nothing).  ``dpmagic ledger backup`` (sqlite's online
+  backup API) copies a live ledger consistently at any moment.
 * **Concurrency.** :meth:`Ledger.transaction` is ``BEGIN IMMEDIATE``: one writer at a time.  The accountant
   reads every event appended by other processes *inside* that transaction before it decides, so two kernels
   bound to the same key can never together overspend.
-* **Tamper evidence.** ``hash = sha256(prev | seq | key | kind | created | body)``; :func:`verify` recomputes the
-  chain and checks that sequence numbers are contiguous and that the head recorded in ``meta`` matches, so an
-  edited, deleted or reordered event is detected.
+* **Chain.** Unkeyed: ``hash = sha256(prev | seq | key | kind | created | body)``.  :func:`verify` detects
+  *accidental* edits, deletions and reorderings, but the function is public: anyone who can write the file
+  can delete events and recompute the chain, so an unkeyed ledger is **not tamper-evident**.
+  Keyed (a custodian key, :func:`load_key`): ``hash = HMAC-SHA256(key, …)`` over the same fields, the head
+  record carries its own MAC, and ``meta`` records that the ledger is keyed (with a key-check value).  Without
+  the key nobody can append, re-chain, truncate, reset or change a budget undetected; every process that
+  appends (a kernel charging queries, a custodian's ``set-budget``) needs the key, and a keyed ledger is
+  verified whenever it is opened with the key.  Restoring an entire earlier copy of the file (a rollback) cannot
+  be detected from the file alone: the custodian can compare the head printed by ``dpmagic ledger verify``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import hashlib
-import html
-import io
+import hmac
 import json
 import os
 import sqlite3
@@ -43,17 +54,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpmagic.errors import ConfigurationError
+
 __all__ = [
+    "KEY_ENV",
+    "KEY_FILE_ENV",
+    "load_key",
+    "key_from_env",
     "Ledger",
     "LedgerEntry",
     "LedgerEvent",
     "EntryFold",
     "default_ledger_path",
     "verify",
+    "backup",
+    "is_keyed",
     "GENESIS",
 ]
 
 GENESIS = "0" * 64
+
+#: the custodian key itself (text, at least :data:`MIN_KEY_BYTES` bytes) …
+KEY_ENV = "DPMAGIC_LEDGER_KEY"
+#: … or the path of a file holding it (``dpmagic ledger keygen FILE`` writes one)
+KEY_FILE_ENV = "DPMAGIC_LEDGER_KEY_FILE"
+MIN_KEY_BYTES = 16
+_KEY_CHECK = b"dpmagic ledger key check v1"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -79,9 +105,48 @@ def default_ledger_path() -> Path:
     return base / "dpmagic" / "ledger.sqlite"
 
 
-def _hash(prev: str, seq: int, key: str, kind: str, created: float, body: str) -> str:
+def load_key(path: str | Path) -> bytes:
+    """Read a custodian key file (surrounding whitespace ignored); one clear error if it is missing or short."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigurationError(f"no custodian key file at {p}", hint="create one with: dpmagic ledger keygen FILE")
+    return _check_key(p.read_bytes().strip(), f"the key in {p}")
+
+
+def _check_key(key: bytes, what: str) -> bytes:
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigurationError(
+            f"{what} is too short ({len(key)} bytes; at least {MIN_KEY_BYTES})",
+            hint="use a random key: dpmagic ledger keygen FILE",
+        )
+    return key
+
+
+def key_from_env() -> bytes | None:
+    """The custodian key from ``$DPMAGIC_LEDGER_KEY`` or the file named by ``$DPMAGIC_LEDGER_KEY_FILE``."""
+    text = os.environ.get(KEY_ENV)
+    if text:
+        return _check_key(text.strip().encode(), f"${KEY_ENV}")
+    path = os.environ.get(KEY_FILE_ENV)
+    if path:
+        return load_key(path)
+    return None
+
+
+def _key_check_value(key: bytes) -> str:
+    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()
+
+
+def _hash(prev: str, seq: int, key: str, kind: str, created: float, body: str, mac_key: bytes | None = None) -> str:
+    """The chain value of one event: SHA-256 (unkeyed ledger) or HMAC-SHA256 under the custodian key."""
     blob = f"{prev}|{seq}|{key}|{kind}|{created!r}|{body}".encode()
-    return hashlib.sha256(blob).hexdigest()
+    if mac_key is None:
+        return hashlib.sha256(blob).hexdigest()
+    return hmac.new(mac_key, blob, hashlib.sha256).hexdigest()
+
+
+def _head_mac(mac_key: bytes, seq: int, digest: str) -> str:
+    return hmac.new(mac_key, f"head|{seq}|{digest}".encode(), hashlib.sha256).hexdigest()
 
 
 def _dumps(obj: Any) -> str:
@@ -137,23 +202,102 @@ class LedgerEntry:
 
 
 class Ledger:
-    """An append-only, hash-chained event log in sqlite (a file in WAL mode, or in memory)."""
+    """An append-only, chained event log in sqlite (a file, or in memory); keyed if its custodian made it so.
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    ``key``: the custodian key (bytes); by default :func:`key_from_env`.  Opening a *keyed* ledger with the key
+    checks the key and verifies the whole chain (O(events) HMACs), refusing a ledger that was altered; without
+    the key it can be read but nothing can be appended.  With a key, a ledger file is only created when
+    ``create=True`` (``dpmagic ledger init``): a kernel never silently starts a fresh keyed ledger in place of a
+    deleted one.
+    """
+
+    #: sqlite journal mode of ledger files (see the module docstring; ``benchmarks/bench_ledger.py``)
+    journal_mode = "WAL"
+    #: checkpoint the WAL into the main file after every commit that wrote a charge, an opening, a budget or a
+    #: reset (``False``: only for the benchmark)
+    checkpoint_every_commit = True
+
+    def __init__(self, path: str | Path | None = None, *, key: bytes | None = None, create: bool = False) -> None:
         if path is not None and str(path) in ("", ":memory:", "memory"):
             path = None
         self.path = None if path is None else Path(path).expanduser()
+        if key is None:
+            key = key_from_env()
+        elif not isinstance(key, bytes):
+            raise ConfigurationError("a custodian key must be bytes (use load_key(FILE))")
+        else:
+            key = _check_key(key, "the custodian key")
         if self.path is not None:
+            existed = self.path.is_file() and self.path.stat().st_size > 0
+            if key is not None and not existed and not create:
+                raise ConfigurationError(
+                    f"no ledger at {self.path}: with a custodian key, a ledger is created only by the custodian "
+                    "(dpmagic ledger init)",
+                    hint=f"dpmagic ledger init {self.path} --key-file KEY",
+                )
             self.path.parent.mkdir(parents=True, exist_ok=True)
         target = ":memory:" if self.path is None else str(self.path)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=60.0)
         self._depth = 0
-        if self.path is not None:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+        self._checkpoint = False
+        self._budget_written = False
         self._conn.execute("PRAGMA busy_timeout=60000")
+        if self.path is not None:
+            mode = str(self._conn.execute(f"PRAGMA journal_mode={self.journal_mode}").fetchone()[0]).upper()
+            self._checkpoint = mode == "WAL" and self.checkpoint_every_commit
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA secure_delete=ON")  # an overwritten head record leaves no trace
         self._conn.executescript(_SCHEMA)
+        self._key: bytes | None = None
+        auth = self._auth()
+        if auth is None and key is not None:
+            with self.transaction():
+                if self._auth() is None:
+                    if self._conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                        raise ConfigurationError(
+                            f"the ledger at {self.path or ':memory:'} was started without a custodian key; its "
+                            "history is not authenticated, so it cannot be used with a key",
+                            hint="start a keyed ledger with: dpmagic ledger init NEW_PATH --key-file KEY",
+                        )
+                    self._conn.execute(
+                        "INSERT INTO meta (key, value) VALUES ('auth', ?)",
+                        (_dumps({"mac": "hmac-sha256", "check": _key_check_value(key)}),),
+                    )
+            auth = self._auth()
+        if auth is not None and key is not None:
+            if not hmac.compare_digest(str(auth.get("check", "")), _key_check_value(key)):
+                raise ConfigurationError(
+                    f"the custodian key does not match the ledger at {self.path or ':memory:'}",
+                    hint="use the key this ledger was created with (dpmagic ledger init)",
+                )
+            self._key = key
+            rows = self._conn.execute(
+                "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
+            ).fetchall()
+            problems = _check_chain(rows, self._meta_json("head"), auth, key)
+            if problems:
+                raise ConfigurationError(
+                    f"the keyed ledger at {self.path} was altered ({problems[0]}); it is not used",
+                    hint=f"the custodian should investigate: dpmagic ledger verify {self.path} --key-file KEY",
+                )
+
+    def _meta_json(self, name: str) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def _auth(self) -> dict[str, Any] | None:
+        return self._meta_json("auth")
+
+    @property
+    def can_append(self) -> bool:
+        """False for a keyed ledger opened without its custodian key (it can be read, not written)."""
+        return self._key is not None or not self.keyed
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the ledger's chain is an HMAC chain under a custodian key (read from the file)."""
+        return self._auth() is not None
 
     @property
     def durable(self) -> bool:
@@ -180,6 +324,7 @@ class Ledger:
                         raise
                     time.sleep(0.05)
             self._depth = 1
+            self._budget_written = False
             try:
                 yield
             except BaseException:
@@ -189,6 +334,19 @@ class Ledger:
                 self._conn.execute("COMMIT")
             finally:
                 self._depth = 0
+            if self._checkpoint and self._budget_written:
+                self._copy_to_main_file()
+
+    def _copy_to_main_file(self) -> None:
+        """Checkpoint the WAL into the main database file, so that the file alone holds every committed event.
+
+        ``PASSIVE`` first (it never waits, and completes unless another process is reading an older snapshot);
+        if frames remain, ``FULL``, which waits (bounded by the busy timeout) for such readers.  Called after
+        the commit, outside the write lock: the event is already durable in the WAL (``synchronous=FULL``).
+        """
+        busy, log, done = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if log != done:
+            self._conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
 
     # -- writing ------------------------------------------------------------------------------------------
     def append(self, key: str, kind: str, body: dict[str, Any]) -> int:
@@ -198,18 +356,31 @@ class Ledger:
     def append_event(self, key: str, kind: str, body: dict[str, Any]) -> LedgerEvent:
         """Append one chained event and return it as stored."""
         with self.transaction():
+            mac_key = None
+            if self._auth() is not None:  # read inside the transaction: a custodian may have keyed it since
+                if self._key is None:
+                    raise ConfigurationError(
+                        f"the ledger at {self.path or ':memory:'} is keyed by its custodian: recording a {kind} "
+                        "needs the custodian key",
+                        hint=f"set ${KEY_FILE_ENV} (or pass --key-file to the dpmagic ledger command)",
+                    )
+                mac_key = self._key
             row = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (1, GENESIS) if row is None else (int(row[0]) + 1, str(row[1]))
             created = time.time()
             text = _dumps(body)
-            digest = _hash(prev, seq, key, kind, created, text)
+            digest = _hash(prev, seq, key, kind, created, text, mac_key)
             self._conn.execute(
                 "INSERT INTO events (seq, ledger_key, kind, created, body, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (seq, key, kind, created, text, prev, digest),
             )
-            self._conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)", (_dumps({"seq": seq, "hash": digest}),)
-            )
+            head: dict[str, Any] = {"seq": seq, "hash": digest}
+            if mac_key is not None:
+                head["mac"] = _head_mac(mac_key, seq, digest)
+            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)", (_dumps(head),))
+            # every event that counts toward a budget is checkpointed into the main file at commit; a release
+            # (the answer of a charge already there) follows with the next one
+            self._budget_written = self._budget_written or kind != "release"
         return LedgerEvent(seq, key, kind, created, json.loads(text), prev, digest)
 
     # -- reading ---------------------------------------------------------------------------------------
@@ -226,6 +397,14 @@ class Ledger:
                 "WHERE ledger_key = ? AND seq > ? ORDER BY seq",
                 (key, after),
             ).fetchall()
+        if self._key is not None:  # a keyed ledger read with its key: no event without the custodian's MAC
+            for r in rows:
+                if not hmac.compare_digest(_hash(r[5], r[0], r[1], r[2], r[3], r[4], self._key), str(r[6])):
+                    raise ConfigurationError(
+                        f"event {r[0]} of the keyed ledger at {self.path} does not carry the custodian's MAC: "
+                        "the file was altered; nothing more is recorded",
+                        hint=f"the custodian should investigate: dpmagic ledger verify {self.path} --key-file KEY",
+                    )
         return [LedgerEvent(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6]) for r in rows]
 
     def ledger_keys(self) -> list[str]:
@@ -270,42 +449,6 @@ class Ledger:
         return self.append(key, "reset", {"by": "custodian", "reason": reason})
 
     # -- export ----------------------------------------------------------------------------------------------
-    def export(self, fmt: str) -> str:
-        """All charges of every key as ``csv``, ``json`` or a self-contained ``html`` report."""
-        rows = []
-        for key in self.ledger_keys():
-            opening = self.opening(key) or {}
-            for e in entries_from_events(self.events(key), keep_reset=True):
-                rows.append(
-                    {
-                        "ledger_key": key,
-                        "dataset": opening.get("dataset", ""),
-                        "definition": opening.get("definition", ""),
-                        "id": e.id,
-                        "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.created)),
-                        "sql": " ".join(e.sql.split()),
-                        "predicates": _coverage_text(e.coverage),
-                        "cost": e.cost,
-                        "weight": e.weight,
-                        "bound": e.bound,
-                        "charged_after": e.charged_after,
-                        "noise": _noise_text(e.details),
-                        "status": e.status,
-                        "counted": not e.extra.get("reset", False),
-                    }
-                )
-        if fmt == "json":
-            return json.dumps(rows, indent=2)
-        if fmt == "csv":
-            buf = io.StringIO()
-            fields = list(rows[0]) if rows else ["ledger_key", "id", "sql", "cost"]
-            w = csv.DictWriter(buf, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
-            return buf.getvalue()
-        if fmt == "html":
-            return _html_report(self, rows)
-        raise ValueError(f"unknown export format {fmt!r}: use csv, json or html")
 
 
 class EntryFold:
@@ -362,8 +505,58 @@ def entries_from_events(events: list[LedgerEvent], *, keep_reset: bool = False) 
     return list(fold.entries.values())
 
 
-def verify(path: str | Path) -> tuple[bool, list[str]]:
-    """Recompute the hash chain of a ledger file: (intact?, list of problems)."""
+def _check_chain(
+    rows: list[tuple[Any, ...]], head: dict[str, Any] | None, auth: dict[str, Any] | None, key: bytes | None
+) -> list[str]:
+    """Problems of a chain of event rows against its head record (empty if intact).  O(events)."""
+    problems: list[str] = []
+    mac_key: bytes | None = None
+    if key is not None:
+        if auth is None:
+            return [
+                "this ledger has no custodian key record: it is not keyed (or its key record was removed and its "
+                "chain recomputed), so it is not the custodian's keyed ledger"
+            ]
+        if not hmac.compare_digest(str(auth.get("check", "")), _key_check_value(key)):
+            return ["the given key is not this ledger's custodian key"]
+        mac_key = key
+    prev = GENESIS
+    expected_seq = 1
+    for seq, lkey, kind, created, body, prev_stored, digest in rows:
+        if seq != expected_seq:
+            problems.append(f"event {expected_seq} is missing (next is {seq}): deleted or reordered")
+        if prev_stored != prev:
+            problems.append(f"event {seq}: its link to the previous event is broken (deleted, inserted or reordered)")
+        if not hmac.compare_digest(_hash(prev_stored, seq, lkey, kind, created, body, mac_key), str(digest)):
+            problems.append(
+                f"event {seq} ({kind}): its content does not match its "
+                + ("MAC (edited, or re-chained without the custodian key)" if mac_key else "hash (edited)")
+            )
+        prev = digest
+        expected_seq = seq + 1
+    if head is not None:
+        last = rows[-1] if rows else None
+        if last is None or head.get("seq") != last[0] or head.get("hash") != last[6]:
+            problems.append(
+                f"the ledger's head is event {head.get('seq')}, but the log ends elsewhere: events were removed"
+            )
+        elif mac_key is not None and not hmac.compare_digest(
+            str(head.get("mac", "")), _head_mac(mac_key, int(head["seq"]), str(head["hash"]))
+        ):
+            problems.append("the ledger's head record does not carry the custodian's MAC: events were removed")
+    elif rows:
+        problems.append("the ledger's head record is missing")
+    return problems
+
+
+def verify(path: str | Path, key: bytes | None = None) -> tuple[bool, list[str]]:
+    """Recompute the chain of a ledger file: (intact?, list of problems).
+
+    With ``key`` (the custodian key) the file must be a keyed ledger under that key and every MAC must match:
+    any deletion, edit, reordering, truncation or re-chaining by someone without the key is detected.  A keyed
+    ledger checked without the key reports that its MACs were not checked.  An unkeyed ledger's SHA-256 chain
+    only detects accidental changes (anyone can recompute it).
+    """
     p = Path(path)
     if not p.is_file():
         return False, [f"{p} does not exist"]
@@ -372,74 +565,50 @@ def verify(path: str | Path) -> tuple[bool, list[str]]:
         rows = conn.execute(
             "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
         ).fetchall()
-        head_row = conn.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         conn.close()
     except sqlite3.DatabaseError as exc:
         return False, [f"not a readable dpmagic ledger: {exc}"]
-    problems: list[str] = []
-    prev = GENESIS
-    expected_seq = 1
-    for seq, key, kind, created, body, prev_stored, digest in rows:
-        if seq != expected_seq:
-            problems.append(f"event {expected_seq} is missing (next is {seq}): deleted or reordered")
-        if prev_stored != prev:
-            problems.append(f"event {seq}: its link to the previous event is broken (deleted, inserted or reordered)")
-        if _hash(prev_stored, seq, key, kind, created, body) != digest:
-            problems.append(f"event {seq} ({kind}): its content does not match its hash (edited)")
-        prev = digest
-        expected_seq = seq + 1
-    if head_row is not None:
-        head = json.loads(head_row[0])
-        last = rows[-1] if rows else None
-        if last is None or head["seq"] != last[0] or head["hash"] != last[6]:
-            problems.append(
-                f"the ledger's head is event {head['seq']}, but the log ends elsewhere: events were removed"
-            )
-    elif rows:
-        problems.append("the ledger's head record is missing")
+    head = json.loads(meta["head"]) if "head" in meta else None
+    auth = json.loads(meta["auth"]) if "auth" in meta else None
+    if key is not None:
+        key = _check_key(key, "the custodian key")
+    problems = _check_chain(rows, head, auth, key)
+    if auth is not None and key is None:
+        problems.append("this ledger is keyed: its MACs can only be checked with the custodian key (--key-file)")
     return (not problems), problems
 
 
-def _coverage_text(coverage: dict[str, Any]) -> str:
-    if not coverage:
-        return "whole domain"
-    parts = []
-    for c, spec in sorted(coverage.items()):
-        if "values" in spec:
-            parts.append(f"{c} ∈ {{{', '.join(map(str, spec['values']))}}}")
-        else:
-            ivs = [f"{'[' if lc else '('}{lo:g}, {hi:g}{']' if hc else ')'}" for lo, hi, lc, hc in spec["intervals"]]
-            parts.append(f"{c} ∈ {' ∪ '.join(ivs) or '∅'}")
-    return " AND ".join(parts)
+def is_keyed(path: str | Path) -> bool:
+    """Whether the ledger file at ``path`` records a custodian key (False if unreadable)."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+        row = conn.execute("SELECT 1 FROM meta WHERE key = 'auth'").fetchone()
+        conn.close()
+    except sqlite3.DatabaseError:
+        return False
+    return row is not None
 
 
-def _noise_text(details: dict[str, Any]) -> str:
-    parts = []
-    if "count_noise" in details:
-        n = details["count_noise"]
-        parts.append(f"count: {n['kind']} scale {n['scale']:.4g}")
-    for col, n in details.get("sum_noise", {}).items():
-        parts.append(f"sum({col}): {n['kind']} scale {n['scale']:.4g}")
-    return "; ".join(parts)
+def backup(src: str | Path, dest: str | Path) -> int:
+    """Copy a (possibly live) ledger file consistently with sqlite's online backup API; returns its events.
 
-
-def _html_report(ledger: Ledger, rows: list[dict[str, Any]]) -> str:
-    ok = "intact" if ledger.path is None or verify(ledger.path)[0] else "BROKEN"
-    head = ["id", "time", "sql", "predicates", "cost", "bound", "charged_after", "noise", "status", "counted"]
-    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(str(r[h]))}</td>" for h in head) + "</tr>" for r in rows)
-    keys = "".join(
-        f"<li><code>{html.escape(k)}</code>: {html.escape(str((ledger.opening(k) or {}).get('dataset', '')))}, "
-        f"{html.escape(str((ledger.opening(k) or {}).get('definition', '')))} budget {ledger.budget_of(k)}</li>"
-        for k in ledger.ledger_keys()
-    )
-    return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>dpmagic ledger report</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;font-size:0.9em}}th{{background:#f0f0f0}}</style></head>
-<body><h1>dpmagic ledger report</h1>
-<p>File: <code>{html.escape(str(ledger.path or ":memory:"))}</code>; hash chain: <b>{ok}</b>; {len(rows)} charged queries.</p>
-<ul>{keys}</ul>
-<table><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>
-{body}
-</table></body></html>
-"""
+    Never overwrites ``dest``.  The copy is a self-contained file (rollback journal).
+    """
+    s, d = Path(src).expanduser(), Path(dest).expanduser()
+    if not s.is_file():
+        raise FileNotFoundError(f"no ledger file at {s}")
+    if d.exists():
+        raise FileExistsError(f"{d} already exists: a backup never overwrites a file")
+    d.parent.mkdir(parents=True, exist_ok=True)
+    source = sqlite3.connect(str(s), timeout=60.0)
+    target = sqlite3.connect(str(d))
+    try:
+        source.execute("PRAGMA busy_timeout=60000")
+        source.backup(target)
+        target.execute("PRAGMA journal_mode=DELETE")
+        n = int(target.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+    finally:
+        target.close()
+        source.close()
+    return n

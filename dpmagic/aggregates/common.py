@@ -1,4 +1,7 @@
-"""Calibration rules shared by the aggregate units (the same as :func:`dpmagic.release.plan_noise`).
+"""Shared helpers of the aggregate units: the public bounds of an aggregate, and the per-cell calibration of
+the quantile unit (whose cost comes from OpenDP's privacy map of the exponential mechanism, not from a
+sensitivity: the integer releases — COUNT(DISTINCT), VAR / STDDEV — take theirs from
+:mod:`dpmagic.sensitivity`, as :func:`dpmagic.release.plan_noise` does).
 
 A query's per-release cost ``share`` is spent on every GROUP BY cell in parallel (cells are disjoint).  Under
 replace-one neighbours a changed row may leave one cell and enter another, so two cells move:
@@ -18,7 +21,7 @@ from dpmagic.accountant.currency import Definition
 from dpmagic.query.model import Aggregate
 from dpmagic.schema import NumericColumn, Schema
 
-__all__ = ["CellCalibration", "calibration", "effective_bounds", "sum_sensitivity"]
+__all__ = ["CellCalibration", "calibration", "effective_bounds"]
 
 
 @dataclass(frozen=True)
@@ -38,23 +41,6 @@ def calibration(definition: Definition, share: float, *, replace_one: bool, grou
         return CellCalibration(definition, share / math.sqrt(2.0), 1.0, replace_one, True)
     spread = (2.0 if definition == "pure" else math.sqrt(2.0)) if two_cells else 1.0
     return CellCalibration(definition, share, spread, replace_one, two_cells)
-
-
-def sum_sensitivity(lo: float, hi: float, cal: CellCalibration) -> float:
-    """Sensitivity of Σ v over values v ∈ [lo, hi] (L1 under pure ε, L2 otherwise), per cell release.
-
-    * add/remove one row: one term appears or disappears, so max(|lo|, |hi|) = M;
-    * replace one row, no GROUP BY: one term changes by at most hi − lo;
-    * replace one row with GROUP BY: either one cell changes by ≤ hi − lo, or two cells change by ≤ M each
-      (their joint L1 is ≤ 2M, L2 ≤ √2·M), hence max(hi − lo, spread·M).
-    """
-    m = max(abs(lo), abs(hi))
-    width = hi - lo
-    if not cal.replace_one:
-        return m
-    if cal.grouped:
-        return max(width, cal.spread * m)
-    return width
 
 
 def effective_bounds(agg: Aggregate, schema: Schema) -> tuple[float, float]:

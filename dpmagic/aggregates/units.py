@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from dpmagic.aggregates import distinct, quantile, variance
 from dpmagic.aggregates.common import calibration, effective_bounds
 from dpmagic.query.model import Aggregate, Query
 from dpmagic.schema import NumericColumn, Schema
+from dpmagic.sensitivity import coverage_of, value_range
 
 __all__ = ["UnitPlan", "plan_extended", "exact_extended", "release_extended"]
 
@@ -45,28 +47,36 @@ def plan_extended(
 ) -> dict[str, UnitPlan]:
     """Plans of the query's non-basic aggregates, each release calibrated at ``share`` (no data read)."""
     cal = calibration(definition, share, replace_one=replace_one, grouped=bool(query.groups))
+    cov = coverage_of(query, schema)
     out: dict[str, UnitPlan] = {}
     for a in query.aggregates:
         if a.is_basic:
             continue
         if a.func == "count_distinct":
-            out[a.alias] = UnitPlan(a, distinct.plan(cal))
+            out[a.alias] = UnitPlan(a, distinct.plan(definition, share, cov, replace_one=replace_one))
             continue
         col = schema[str(a.column)]
         assert isinstance(col, NumericColumn)
-        lo, hi = effective_bounds(a, schema)
         if a.func in ("var", "stddev"):
-            out[a.alias] = UnitPlan(a, variance.plan(lo, hi, col.is_int, cal), lo, hi)
+            lo, hi = value_range(query, schema, str(a.column), a.clamp)  # the box's clamped value range
+            p = variance.plan(lo, hi, col.is_int, definition, share, cov, replace_one=replace_one)
+            out[a.alias] = UnitPlan(a, p, lo, hi)
         else:
+            lo, hi = effective_bounds(a, schema)
             assert a.param is not None
             out[a.alias] = UnitPlan(a, quantile.plan(lo, hi, col.is_int, a.param, cal), lo, hi)
     return out
 
 
-def exact_extended(units: dict[str, UnitPlan], column_values: Any, cell: np.ndarray, n_cells: int) -> dict[str, Any]:
-    """Exact inputs of each unit; ``column_values(name)`` gives the selected rows' values of a column."""
+def exact_extended(units: Mapping[str, UnitPlan], column_values: Any, cell: np.ndarray, n_cells: int) -> dict[str, Any]:
+    """Exact inputs of each unit.
+
+    ``column_values(name)`` gives a column's values on *every* row of the table and ``cell`` each row's cell,
+    ``n_cells`` for rows outside the WHERE filter (the discarded bin).  COUNT(DISTINCT) and VAR / STDDEV work
+    on every row; a quantile's input is the list of each cell's values (OpenDP's scorer takes them).
+    """
     out: dict[str, Any] = {}
-    counts = np.bincount(cell, minlength=n_cells)
+    counts = np.bincount(cell, minlength=n_cells + 1)
     order = np.argsort(cell, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(counts)])
     for alias, u in units.items():
@@ -82,7 +92,7 @@ def exact_extended(units: dict[str, UnitPlan], column_values: Any, cell: np.ndar
 
 
 def release_extended(
-    units: dict[str, UnitPlan], inputs: dict[str, Any], level: float = 0.95
+    units: Mapping[str, UnitPlan], inputs: Mapping[str, Any], level: float = 0.95
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(value, ci_low, ci_high) per unit."""
     out: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}

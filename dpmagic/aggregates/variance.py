@@ -1,100 +1,148 @@
 """VAR / VARIANCE / VAR_SAMP / VAR_POP and STDDEV / STD / STDEV / STDDEV_POP.
 
 Three noisy releases per cell, the cost split equally over them (as AVG splits its two): a COUNT n, a SUM
-S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public bounds [lo, hi] (declared,
-or the analyst's clamp) and c is their midpoint (an integer for int columns).  Centring makes the squares'
-range [0, max((lo − c)², (hi − c)²)] ≈ (hi − lo)²/4 instead of max(lo², hi²).  Sensitivities, per cell (the
-rules of :func:`dpmagic.aggregates.common.sum_sensitivity` on the releases' value ranges):
+S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public range [lo, hi] of the
+column's values in the WHERE box (declared bounds ∩ the box's set on the column, clamped by the analyst's
+clamp if any: :func:`dpmagic.sensitivity.value_range`) and c is its midpoint (an integer for int columns).
+Centring makes the squares' range [0, q], q = max((lo − c)², (hi − c)²) ≈ (hi − lo)²/4, instead of
+max(lo², hi²).
 
-* n: 1 (2 / √2 across two cells under replace-one);
-* S: values in [lo − c, hi − c];
-* Q: values in [0, q] with q = max((lo − c)², (hi − c)²): add/remove q, replace q (one square changes
-  within [0, q]), replace across cells max(q, spread·q).
+Each of n, S and Q is a sum over the rows of the box of a per-row value in a public range ([1, 1],
+[lo − c, hi − c], [0, q]), so its sensitivity is :func:`dpmagic.sensitivity.patterns` of that range over the
+query's coverage (add/remove: M; replace-one: W, M if a row can leave the box, (M, M) across two cells),
+and it is released exactly as :func:`dpmagic.release.plan_noise` releases a SUM: an exact integer sum over
+every row (rows outside the box go to a discarded bin; :func:`dpmagic.backends.pandas.exact_cell_sums`) with
+OpenDP's integer noise (:func:`dpmagic.mechanisms.calibrate`, :func:`~dpmagic.mechanisms.release_integer`).
+S and Q are exact int64 sums on int columns while their values fit (|x − c| ≤ 2⁶², (x − c)² ≤ 2⁶²); otherwise,
+and on float columns, each per-row value is clamped into its public range and quantised to a power-of-two
+quantum u (:func:`~dpmagic.mechanisms.float_unit`, :func:`~dpmagic.mechanisms.quantise`): the sensitivity is
+then that of the quantised range, brute-force tested in ``tests/test_aggregate_sensitivity.py``.
 
-Float columns use OpenDP's ``make_sum`` sensitivity (with its rounding allowance) for S and Q.  The variance
-is post-processing: var = (Q − S²/n) / (n − ddof) with n = max(noisy n, ddof + 1), clipped into
-[0, (hi − lo)²/4] (the largest variance of values in [lo, hi]); STDDEV is its square root.  No interval is
-stated (the ``_ci_low`` / ``_ci_high`` columns are NaN).
+The variance is post-processing: var = (Q − S²/n) / (n − ddof) with n = max(noisy n, ddof + 1), clipped
+into [0, (hi − lo)²/4] (the largest variance of values in [lo, hi]); STDDEV is its square root.  No interval
+is stated (the ``_ci_low`` / ``_ci_high`` columns are NaN).
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from dpmagic.aggregates.common import CellCalibration, sum_sensitivity
-from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
+from dpmagic.accountant.currency import Definition
+from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
+from dpmagic.sensitivity import Coverage, patterns
 
-__all__ = ["VariancePlan", "plan", "exact", "release", "center"]
+__all__ = ["VariancePlan", "SumPart", "plan", "exact", "release", "center"]
+
+#: Largest |per-row value| summed as an exact int64 (the limbs of exact_cell_sums need int64 values).
+_INT_LIMIT = 2**62
 
 
+@dataclass(frozen=True)
+class SumPart:
+    """One summed per-row value with its public range [a, b], summed exactly (``unit`` None) or quantised."""
+
+    noise: Noise
+    a: float
+    b: float
+    quantised: bool
+
+    def __str__(self) -> str:
+        return str(self.noise)
+
+
+@dataclass(frozen=True)
 class VariancePlan:
-    def __init__(
-        self, count: Noise, total: Noise, squares: Noise, lo: float, hi: float, c: float, is_int: bool
-    ) -> None:
-        self.count, self.total, self.squares = count, total, squares
-        self.lo, self.hi, self.c, self.is_int = lo, hi, c, is_int
-
-    @property
-    def q(self) -> float:
-        return max((self.lo - self.c) ** 2, (self.hi - self.c) ** 2)
+    count: Noise
+    total: SumPart
+    squares: SumPart
+    lo: float
+    hi: float
+    c: float
+    is_int: bool
 
 
 def center(lo: float, hi: float, is_int: bool) -> float:
-    c = (lo + hi) / 2.0
-    return float(math.floor(c)) if is_int else c
-
-
-def plan(lo: float, hi: float, is_int: bool, cal: CellCalibration) -> VariancePlan:
-    c = center(lo, hi, is_int)
-    q = max((lo - c) ** 2, (hi - c) ** 2)
-    count = noise_for(cal.definition, cal.cell_cost, cal.spread * 1.0, integer=True)
+    """The midpoint of [lo, hi] (rounded down to an integer on int columns: exact Python ints)."""
     if is_int:
-        s_sens = sum_sensitivity(lo - c, hi - c, cal) or 1.0
-        q_sens = sum_sensitivity(0.0, q, cal) or 1.0
-        total = noise_for(cal.definition, cal.cell_cost, s_sens, integer=True)
-        squares = noise_for(cal.definition, cal.cell_cost, q_sens, integer=True)
-    else:
-        d_in = 2 if cal.replace_one else 1
-        total = float_sum_noise(cal.definition, cal.cell_cost, lo - c, hi - c, d_in=d_in)
-        squares = float_sum_noise(cal.definition, cal.cell_cost, 0.0, max(q, 1e-300), d_in=d_in)
+        return (int(lo) + int(hi)) // 2
+    return (lo + hi) / 2.0
+
+
+def _part(
+    definition: Definition, share: float, cov: Coverage, a: float, b: float, exact_int: bool, *, replace_one: bool
+) -> SumPart:
+    if exact_int:
+        return SumPart(calibrate(definition, share, patterns(a, b, cov, replace_one=replace_one)), a, b, False)
+    a, b = float(a), float(b)
+    real = patterns(a, b, cov, replace_one=replace_one)
+    unit = float_unit(definition, share, real, max(abs(a), abs(b)))
+    sens = patterns(int(np.rint(a / unit)), int(np.rint(b / unit)), cov, replace_one=replace_one)
+    return SumPart(calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0), a, b, True)
+
+
+def plan(
+    lo: float, hi: float, is_int: bool, definition: Definition, share: float, cov: Coverage, *, replace_one: bool
+) -> VariancePlan:
+    """The three releases' noise for values in [lo, hi] (the box's clamped value range); no data read."""
+    c = center(lo, hi, is_int)
+    count = calibrate(definition, share, patterns(1, 1, cov, replace_one=replace_one))
+    sa, sb = lo - c, hi - c
+    q = max(sa * sa, sb * sb)
+    s_exact = is_int and max(abs(sa), abs(sb)) <= _INT_LIMIT
+    q_exact = is_int and q <= _INT_LIMIT
+    total = _part(definition, share, cov, sa, sb, s_exact, replace_one=replace_one)
+    squares = _part(
+        definition, share, cov, 0 if q_exact else 0.0, q if q_exact else float(q), q_exact, replace_one=replace_one
+    )
     return VariancePlan(count, total, squares, lo, hi, c, is_int)
 
 
-def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -> dict[str, object]:
-    """Per cell: n, and the clamped, centred values (exact integer sums for int columns)."""
-    x = np.clip(values.astype(float), p.lo, p.hi) - p.c
-    counts = np.bincount(cell, minlength=n_cells).astype(np.int64)
+def _values(part: SumPart, v: np.ndarray) -> np.ndarray:
+    """The int64 per-row values summed for ``part``: exact, or clamped into [a, b] and quantised."""
+    if part.quantised:
+        return quantise(v.astype(np.float64), part.noise.unit, part.a, part.b)
+    return v.astype(np.int64)
+
+
+def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -> dict[str, list[int]]:
+    """Per cell: exact n, S and Q (int; in the quantum of a quantised part).
+
+    ``values`` and ``cell`` cover *every* row of the table; ``cell == n_cells`` is the discarded bin (rows
+    outside the WHERE filter).  Values are clamped into [lo, hi] first (a no-op on the box's rows unless the
+    analyst clamped), so the work and the int64 arithmetic do not depend on the data.  O(rows).
+    """
+    from dpmagic.backends.pandas import exact_cell_sums
+
+    n = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64).tolist()
     if p.is_int:
-        xi = x.astype(np.int64).astype(object)
-        s = np.zeros(n_cells, dtype=object)
-        q = np.zeros(n_cells, dtype=object)
-        np.add.at(s, cell, xi)
-        np.add.at(q, cell, xi * xi)
-        return {"n": counts, "s": s, "q": q}
-    order = np.argsort(cell, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    xs = x[order]
-    groups = [xs[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
-    return {"n": counts, "groups": groups}
+        y = np.clip(values.astype(np.int64), np.int64(p.lo), np.int64(p.hi))
+        s_in = (y - np.int64(p.c)) if not p.total.quantised else (y.astype(np.float64) - float(p.c))
+        if p.squares.quantised:
+            q_in = (y.astype(np.float64) - float(p.c)) ** 2
+        else:
+            yc = y - np.int64(p.c)
+            q_in = yc * yc
+    else:
+        x = np.clip(values.astype(np.float64), p.lo, p.hi) - p.c
+        s_in, q_in = x, x * x
+    s = exact_cell_sums(cell, _values(p.total, s_in), n_cells)
+    q = exact_cell_sums(cell, _values(p.squares, q_in), n_cells)
+    return {"n": n, "s": s, "q": q}
 
 
 def release(
-    inputs: dict[str, object], p: VariancePlan, ddof: float, sqrt: bool
+    inputs: dict[str, list[int]], p: VariancePlan, ddof: float, sqrt: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    n = release_integer(np.asarray(inputs["n"]), p.count).astype(float)
-    if p.is_int:
-        s = release_integer(np.asarray(inputs["s"]), p.total).astype(float)
-        q = release_integer(np.asarray(inputs["q"]), p.squares).astype(float)
-    else:
-        groups = inputs["groups"]
-        assert isinstance(groups, list)
-        s = release_float_sum(groups, p.total, p.lo - p.c, p.hi - p.c)
-        q = release_float_sum([g * g for g in groups], p.squares, 0.0, max(p.q, 1e-300))
+    """The noisy variance (or standard deviation) per cell: post-processing of three integer releases."""
+    n = release_integer(inputs["n"], p.count)
+    s = release_integer(inputs["s"], p.total.noise)
+    q = release_integer(inputs["q"], p.squares.noise)
     nn = np.maximum(n, ddof + 1.0)
-    var = (q - s * s / nn) / (nn - ddof)
-    var = np.clip(var, 0.0, (p.hi - p.lo) ** 2 / 4.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        var = (q - s * s / nn) / (nn - ddof)
+    var = np.clip(np.nan_to_num(var, nan=0.0), 0.0, (float(p.hi) - float(p.lo)) ** 2 / 4.0)
     out = np.sqrt(var) if sqrt else var
     nan = np.full(len(out), np.nan)
     return out, nan, nan.copy()

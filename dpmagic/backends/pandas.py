@@ -8,17 +8,21 @@ perturbs.  It is called only after the accountant has charged the query.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dpmagic.errors import DataValidationError
+from dpmagic.mechanisms import MAX_ROWS, quantise
 from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.sensitivity import clamp_bounds
 from dpmagic.sets import Box, CategorySet, IntervalSet
 
-__all__ = ["PandasBackend", "Cells"]
+__all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
 
 
 @dataclass
@@ -27,15 +31,33 @@ class Cells:
 
     keys: list[tuple[object, ...]]
     counts: np.ndarray  # int64, one per cell
-    int_sums: dict[str, np.ndarray]  # exact integer sums per cell for int columns
-    float_values: dict[str, list[np.ndarray]]  # the rows' values per cell for float columns
+    sums: dict[str, list[int]]  # exact integer sums per cell, in the column's units (1, or a float quantum)
     extra: dict[str, Any] = field(default_factory=dict)  # exact inputs of the dpmagic.aggregates units
+
+
+def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:
+    """Exact Σ of int64 ``values`` per bin of ``cell`` (vectorised, no overflow, at most 2³² rows).
+
+    Each value is split into three 21-bit limbs of its two's complement, v = h·2⁴² + m·2²¹ + l with
+    0 ≤ l, m < 2²¹ and |h| ≤ 2²¹; each limb is summed per bin with a float64 ``bincount``, exact because every
+    partial sum is an integer below 2³²·2²¹ = 2⁵³.  O(rows + bins).
+    """
+    v = np.asarray(values, dtype=np.int64)
+    mask = np.int64(0x1FFFFF)
+    limbs = (v & mask, (v >> 21) & mask, v >> 42)
+    lo, mid, hi = (np.bincount(cell, weights=w.astype(np.float64), minlength=n_bins)[:n_bins] for w in limbs)
+    return [int(a) + (int(b) << 21) + (int(c) << 42) for a, b, c in zip(lo, mid, hi)]
 
 
 class PandasBackend:
     """Evaluates queries on a DataFrame already validated against ``schema``."""
 
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
+        if len(df) > MAX_ROWS:
+            raise DataValidationError(
+                f"the data has {len(df):,} rows; dpmagic sums at most {MAX_ROWS:,} rows exactly",
+                hint="split the table into parts of at most 2^32 rows",
+            )
         self.df = df
         self.schema = schema
         self._codes: dict[str, np.ndarray] = {}
@@ -44,7 +66,12 @@ class PandasBackend:
         return len(self.df)
 
     def mask(self, box: Box) -> np.ndarray:
-        """Boolean mask of the rows inside ``box``."""
+        """Boolean mask of the rows inside ``box``.
+
+        Int columns are validated int64 arrays and int intervals have exact Python-int ends, which numpy
+        compares exactly (no double round trip), so the mask agrees with :meth:`Box.contains_row` and the
+        overlap engine on every value, also beyond 2^53.
+        """
         m = np.ones(len(self.df), dtype=bool)
         if box.is_empty():
             return np.zeros(len(self.df), dtype=bool)
@@ -84,7 +111,7 @@ class PandasBackend:
         return ~masks[0]
 
     def _group_codes(self, g: GroupKey) -> np.ndarray:
-        """Each row's cell index along one GROUP BY key (its declared value or bin)."""
+        """Each row's cell index along one GROUP BY key (its declared value or bin; bins cover the domain)."""
         if g.sets is None:
             return self._category_codes(g.column)
         codes = np.full(len(self.df), -1, dtype=np.int64)
@@ -92,46 +119,60 @@ class PandasBackend:
             codes[self.mask(Box({g.column: s})) & (codes < 0)] = i
         return codes
 
-    def evaluate(self, query: Query, units: dict[str, Any] | None = None) -> Cells:
-        """Exact per-cell COUNT and SUM inputs for ``query`` (cells = declared GROUP BY keys / bins)."""
+    def evaluate(
+        self,
+        query: Query,
+        units: Mapping[str, float] | None = None,
+        *,
+        extended: Mapping[str, Any] | None = None,
+    ) -> Cells:
+        """Exact per-cell COUNT and SUMs of ``query`` (cells = declared GROUP BY keys / bins).
+
+        Float sums are computed as integers in the quantum ``units[agg.sum_key]`` (a power of two; see
+        :func:`dpmagic.mechanisms.quantise`); an analyst's clamp is applied to the values first, and its bounds
+        are the quantisation bounds.  ``extended`` holds the plans of the non-basic aggregates
+        (:func:`dpmagic.aggregates.plan_extended`, by alias), whose exact inputs go to ``Cells.extra``.  The work
+        is vectorised over *every* row of the frame (rows outside the WHERE filter go to a discarded bin), so it
+        does not depend on how many rows the box holds.
+        """
         mask = self.mask(query.where)
         if query.filter is not None:
             mask &= self.filter_mask(query.filter)
         sizes = [g.size for g in query.groups]
         n_cells = int(np.prod(sizes)) if sizes else 1
         if query.groups:
-            codes = [self._group_codes(g)[mask] for g in query.groups]
-            if any((c < 0).any() for c in codes):  # bins cover the declared domain: cannot happen
-                raise RuntimeError("a row fell outside every declared bin")
-            cell = np.ravel_multi_index(codes, sizes) if codes else np.zeros(0, dtype=np.int64)
+            codes = [self._group_codes(g) for g in query.groups]
+            # bins cover the declared domain; a row in none (impossible for validated data) is discarded
+            outside = np.logical_or.reduce([c < 0 for c in codes])
+            cell = np.ravel_multi_index([np.maximum(c, 0) for c in codes], sizes).astype(np.int64)
+            mask &= ~outside
             keys = list(itertools.product(*[g.labels for g in query.groups]))
         else:
-            cell = np.zeros(int(mask.sum()), dtype=np.int64)
+            cell = np.zeros(len(self.df), dtype=np.int64)
             keys = [()]
-        counts = np.bincount(cell, minlength=n_cells).astype(np.int64)
-        int_sums: dict[str, np.ndarray] = {}
-        float_values: dict[str, list[np.ndarray]] = {}
-        order = np.argsort(cell, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(counts)])
+        cell = np.where(mask, cell, n_cells)  # the discarded bin
+        counts = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64)
+        sums: dict[str, list[int]] = {}
         for agg in query.aggregates:
-            key = agg.sum_key
-            if agg.column is None or not agg.is_basic or key in int_sums or key in float_values:
+            if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
-            values = self.df[agg.column].to_numpy()[mask]
-            if agg.clamp is not None:
-                values = np.clip(values, agg.clamp[0], agg.clamp[1]).astype(values.dtype)
+            raw = self.df[agg.column].to_numpy()
+            lo, hi = clamp_bounds(col, agg.clamp)  # the declared bounds, or the analyst's clamp inside them
             if col.is_int:
-                sums = np.zeros(n_cells, dtype=object)
-                np.add.at(sums, cell, values.astype(object))  # exact Python integers: no overflow
-                int_sums[key] = np.array([int(s) for s in sums], dtype=object)
+                values = raw.astype(np.int64)
+                if agg.clamp is not None:
+                    values = np.clip(values, np.int64(lo), np.int64(hi))
             else:
-                vals = values.astype(float)[order]
-                float_values[key] = [vals[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
+                unit = (units or {}).get(agg.sum_key)
+                if unit is None:
+                    raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
+                values = quantise(raw, unit, float(lo), float(hi))  # clamped into [lo, hi], then quantised
+            sums[agg.sum_key] = exact_cell_sums(cell, values, n_cells)
         extra: dict[str, Any] = {}
-        if units:
+        if extended:
             from dpmagic.aggregates import exact_extended
 
-            extra = exact_extended(units, lambda c: self.df[c].to_numpy()[mask], cell, n_cells)
-        return Cells(keys=keys, counts=counts, int_sums=int_sums, float_values=float_values, extra=extra)
+            extra = exact_extended(extended, lambda c: self.df[c].to_numpy(), cell, n_cells)
+        return Cells(keys=keys, counts=counts, sums=sums, extra=extra)

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .graph import as_csr
+from .rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
 
@@ -35,7 +36,8 @@ DENSE_CLIQUE_MAX = 12_000
 
 @dataclass(frozen=True)
 class CliqueResult:
-    """``lower``: weight of ``members`` (a clique); ``upper``: proven bound; equal when ``exact``."""
+    """``lower``: weight of ``members`` (a clique, rounded down); ``upper``: proven bound (rounded up); they
+    meet within :data:`~.rounding.REL_TOL` when ``exact`` (equal for weights on a power-of-two lattice)."""
 
     lower: float
     upper: float
@@ -204,9 +206,14 @@ def max_weight_clique(
                 best, best_set = search.best, [int(vorder[i]) for i in search.best_set]
     finally:
         sys.setrecursionlimit(old_limit)
-    lower = math.fsum(w[best_set].tolist()) if best_set else 0.0
+    lower = sum_down(w[best_set].tolist()) if best_set else 0.0
+    # the search's sums and pruning comparisons are float64 sums of ≤ 2n non-negative weights: round the
+    # best clique (exact) or the frontier bound (timeout) up; a proven hint caps a timed-out search
+    grid = grid_of(w)
     if exact:
-        upper = lower
+        upper = proven_upper(max(best, lower), 2 * n + 2, grid=grid)
     else:
-        upper = min(max(upper, lower), max(upper_hint, lower))
+        upper = min(proven_upper(max(upper, best, lower), 2 * n + 2, grid=grid), upper_hint)
+    upper = max(upper, lower)
+    exact = exact and is_exact(lower, upper)
     return CliqueResult(lower, upper, exact, tuple(sorted(best_set)), time.perf_counter() - t0)

@@ -12,8 +12,12 @@ appending a query never re-encodes the others:
   a new predicate touches contiguous memory);
 * a numeric column keeps every query's union of intervals as padded arrays of *cut keys*
   ``start[q, j] <= x < end[q, j]`` over the ordered set of cuts (``K`` = the largest number of intervals
-  of any query on that column; padding slots are empty).  On an ``int`` column a cut is an integer
-  (``[lo, hi]`` is ``lo .. hi+1``); on a ``float`` column a cut is ``v + 0j`` ("just before v") or
+  of any query on that column; padding slots are empty).  On an ``int`` column a cut is an exact integer
+  (``[lo, hi]`` is ``lo .. hi+1``): held as a double only while every key of the declared domain is within
+  ±2^53 (where doubles are exact; above it ``hi + 1.0 == hi`` would drop the last value of every interval),
+  else in an ``int64`` array, or — only when the declared bounds touch the int64 limits so that ``upper + 1``
+  or the padding sentinels do not fit — in an object array of Python ints (:func:`_int_key_dtype`);
+  on a ``float`` column a cut is ``v + 0j`` ("just before v") or
   ``v + 1j`` ("just after v"), compared lexicographically, so open and closed ends are exact over the
   reals: ``[a, b)`` is ``a+0j .. b+0j`` and ``(a, b]`` is ``a+1j .. b+1j``.
 
@@ -141,15 +145,44 @@ class _CatStore:
         return words_intersect(xa, xb)
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_EXACT = 2**53  # every integer of magnitude <= 2^53 is a double
+
+
+def _int_key_dtype(column: NumericColumn) -> tuple[Any, Any, Any]:
+    """Key dtype and padding sentinels (start, end) of an int column's store; the keys are exact in all three.
+
+    * ``float64`` with ``(+inf, -inf)`` when every real key ``lower .. upper + 1`` lies in ``[-2^53, 2^53]``,
+      where every integer is a double (ordinary int columns: numpy compares doubles fastest);
+    * else ``int64`` with ``(INT64_MAX, INT64_MIN)`` when every real key lies strictly between them
+      (e.g. nanosecond timestamps);
+    * else (bounds touching the int64 limits) an object array of Python ints with ``(+inf, -inf)``
+      (Python compares ints with floats exactly).
+    """
+    lo, end = int(column.lower), int(column.upper) + 1
+    if lo >= -_EXACT and end <= _EXACT:
+        return np.float64, _INF, -_INF
+    if lo > _I64_MIN and end < _I64_MAX:
+        return np.int64, _I64_MAX, _I64_MIN
+    return object, _INF, -_INF
+
+
 class _NumStore:
-    """Padded interval cut keys of a numeric column (see module docstring)."""
+    """Padded interval cut keys of a numeric column (see module docstring).
+
+    Padding slots hold ``start = pad_start``, ``end = pad_end`` (``pad_start`` above and ``pad_end`` below
+    every real key), so they are empty and overlap nothing under the half-open tests ``s < E and S < e``.
+    """
 
     kind = "numeric"
 
     def __init__(self, column: NumericColumn, n: int, cap: int) -> None:
         self.column = column
         self.is_int = column.is_int
-        self.dtype = np.float64 if self.is_int else np.complex128
+        if self.is_int:
+            self.dtype, self.pad_start, self.pad_end = _int_key_dtype(column)
+        else:
+            self.dtype, self.pad_start, self.pad_end = np.complex128, _INF, -_INF
         lo, hi = self.domain_keys()
         self.K = 1
         self.start = np.full((cap, 1), lo, dtype=self.dtype)
@@ -160,12 +193,12 @@ class _NumStore:
     def domain_keys(self) -> tuple[Any, Any]:
         c = self.column
         if self.is_int:
-            return float(c.lower), float(c.upper) + 1.0
+            return int(c.lower), int(c.upper) + 1
         return complex(float(c.lower), 0.0), complex(float(c.upper), 1.0)
 
     def keys(self, iv: Interval) -> tuple[Any, Any]:
-        if self.is_int:
-            return float(iv.lo), float(iv.hi) + 1.0
+        if self.is_int:  # normalised int intervals have exact int ends
+            return int(iv.lo), int(iv.hi) + 1
         return complex(iv.lo, 0.0 if iv.lo_closed else 1.0), complex(iv.hi, 1.0 if iv.hi_closed else 0.0)
 
     def set_keys(self, vs: IntervalSet) -> tuple[np.ndarray, np.ndarray]:
@@ -177,16 +210,16 @@ class _NumStore:
     def resize(self, cap: int) -> None:
         lo, hi = self.domain_keys()
         old = self.start.shape[0]
-        self.start = _grow(self.start, cap, 0, _INF)
-        self.end = _grow(self.end, cap, 0, -_INF)
+        self.start = _grow(self.start, cap, 0, self.pad_start)
+        self.end = _grow(self.end, cap, 0, self.pad_end)
         self.start[old:, 0] = lo
         self.end[old:, 0] = hi
         self.constrained = _grow(self.constrained, cap, 0, False)
         self.single = _grow(self.single, cap, 0, True)
 
     def _widen(self, K: int) -> None:
-        self.start = _grow(self.start, K, 1, _INF)
-        self.end = _grow(self.end, K, 1, -_INF)
+        self.start = _grow(self.start, K, 1, self.pad_start)
+        self.end = _grow(self.end, K, 1, self.pad_end)
         self.K = K
 
     def set(self, q: int, vs: IntervalSet) -> None:
@@ -194,8 +227,8 @@ class _NumStore:
         if m > self.K:
             self._widen(m)
         s, e = self.set_keys(vs)
-        self.start[q, :] = _INF
-        self.end[q, :] = -_INF
+        self.start[q, :] = self.pad_start
+        self.end[q, :] = self.pad_end
         self.start[q, :m] = s
         self.end[q, :m] = e
         self.constrained[q] = True
@@ -216,18 +249,26 @@ class _NumStore:
             out = hit if out is None else (out | hit)
         return out  # type: ignore[return-value]
 
-    def point_key(self, x: float) -> tuple[Any, Any]:
+    def point_key(self, x: float | int) -> tuple[Any, Any]:
         if self.is_int:
-            return float(x), float(x) + 1.0
+            return int(x), int(x) + 1
         return complex(float(x), 0.0), complex(float(x), 1.0)
 
     def contains(self, value: Any, n: int) -> np.ndarray:
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            return np.zeros(n, dtype=bool)
-        if not math.isfinite(x) or (self.is_int and x != int(x)):
-            return np.zeros(n, dtype=bool)
+        x: float | int
+        if self.is_int and isinstance(value, (int, np.integer)):
+            x = int(value)  # exact: no double round trip
+        else:
+            try:
+                x = float(value)
+            except (TypeError, ValueError, OverflowError):
+                return np.zeros(n, dtype=bool)
+            if not math.isfinite(x):
+                return np.zeros(n, dtype=bool)
+            if self.is_int:
+                if not x.is_integer():
+                    return np.zeros(n, dtype=bool)
+                x = int(x)
         if x < self.column.lower or x > self.column.upper:
             return np.zeros(n, dtype=bool)
         a, b = self.point_key(x)
@@ -579,7 +620,7 @@ def _numeric_problem_column(
     else:
         S = np.full((n, 1), dlo, dtype=helper.dtype)
         E = np.full((n, 1), dhi, dtype=helper.dtype)
-    valid = S.real < _INF  # padding slots have start = +inf
+    valid = helper.pad_start != S  # padding slots have start = pad_start (above every real key)
     keys = np.concatenate([S[valid], E[valid], r_s, r_e, np.array([dlo, dhi], dtype=helper.dtype)])
     cuts, inv = np.unique(keys, return_inverse=True)
     nv = int(valid.sum())

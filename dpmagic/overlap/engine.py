@@ -78,7 +78,8 @@ from .graph import (
     overlap_adjacency,
     weighted_coloring_bound,
 )
-from .maxoverlap import OverlapResult, float_slack, solve_overlap
+from .maxoverlap import OverlapResult, solve_overlap
+from .rounding import add_up, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapEngine", "Bounds", "ChargeKind", "DSATUR_MAX"]
 
@@ -150,8 +151,9 @@ class _Admission:
 class OverlapEngine:
     """Registered (box, weight) nodes with incremental bounds on the weighted maximum overlap.
 
-    ``time_limit`` (seconds) bounds each exact computation (γ sub-problem, clique search; the latter can
-    be given its own ``clique_time_limit``); beyond it the results are intervals with ``exact=False``.  Once
+    ``time_limit`` (seconds) bounds each exact computation; one admission (``preview`` or ``add``) keeps it as
+    a whole: the clique search gets only what the γ sub-problem left (capped by ``clique_time_limit`` if
+    given); beyond it the results are intervals with ``exact=False``.  Once
     ω is only bounded (a search timed out), later additions bound ``ω(N(q))`` by a greedy colouring
     instead of searching again, so one hard instance does not make every admission wait for the limit.
     """
@@ -258,8 +260,8 @@ class OverlapEngine:
         c = self._current_clique()
         self._sync_coloring()
         n = self._store.n
-        seq = math.fsum(self._store.weights[:n].tolist())
-        chi = math.fsum(self._cm.tolist())
+        seq = sum_up(self._store.weights[:n].tolist())
+        chi = sum_up(self._cm.tolist())
         return _compose(seq, chi, c, g)
 
     def preview(self, box: Box, weight: float) -> Bounds:
@@ -270,9 +272,9 @@ class OverlapEngine:
         self._sync_coloring()
         adm = self._admission(box, float(weight))
         n = self._store.n
-        seq = math.fsum(self._store.weights[:n].tolist() + [float(weight)])
+        seq = sum_up(self._store.weights[:n].tolist() + [float(weight)])
         cm = self._cm_after(adm)
-        chi = math.fsum(cm.tolist())
+        chi = sum_up(cm.tolist())
         g2 = self._gamma_after(g, adm, committed=False)
         c2 = _clique_after(c, adm)
         return _compose(seq, chi, c2, g2)
@@ -307,15 +309,18 @@ class OverlapEngine:
         qid = st.n
         if box.is_empty():
             return _Admission(box, w, qid, True, np.zeros(0, dtype=np.int64), None, -1, None)
+        t0 = time.perf_counter()
         nb = np.flatnonzero(st.overlap_mask(box))
         hint = self._gamma.upper if self._gamma is not None else math.inf
         region = solve_overlap(st, nb, region=box, time_limit=self.time_limit, upper_hint=hint)
+        # one admission keeps one time limit: the clique search only gets what the γ step left
+        clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         col_nb = self._colors[nb] if len(nb) else np.zeros(0, dtype=np.int64)
         color = cheapest_color(col_nb, w, self._cm)
         if is_helly_box(box) and bool(st.helly[nb].all()):
             members = tuple(region.members) + (qid,)
-            lower = math.fsum(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, lower if region.exact else w + region.upper, region.exact, members)
+            lower = sum_down(st.weights[list(region.members)].tolist() + [w])
+            clique = _Clique(lower, max(lower, add_up(w, region.upper)), region.exact, members)
         elif len(nb) == 0:
             clique = _Clique(w, w, True, (qid,))
         elif self._clique is not None and not self._clique.exact:
@@ -324,16 +329,16 @@ class OverlapEngine:
             np.fill_diagonal(adj, False)
             chi_nb = coloring_value(greedy_coloring(sp.csr_matrix(adj), st.weights[nb]), st.weights[nb])
             members = tuple(region.members) + (qid,)
-            lower = math.fsum(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, max(lower, w + chi_nb), False, members)
+            lower = sum_down(st.weights[list(region.members)].tolist() + [w])
+            clique = _Clique(lower, max(lower, add_up(w, chi_nb)), False, members)
         else:
             adj = st.pairwise(nb)
             np.fill_diagonal(adj, False)
             seed = np.searchsorted(nb, np.array(region.members, dtype=np.int64))
-            cr = max_weight_clique(adj, st.weights[nb], self.clique_time_limit, initial=seed)
+            cr = max_weight_clique(adj, st.weights[nb], clique_limit, initial=seed)
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
-            lower = math.fsum(st.weights[list(members[:-1])].tolist() + [w])
-            clique = _Clique(lower, w + cr.upper if not cr.exact else lower, cr.exact, members)
+            lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
+            clique = _Clique(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
         return _Admission(box, w, qid, False, nb, region, color, clique)
 
     def _cm_after(self, adm: _Admission) -> np.ndarray:
@@ -355,7 +360,7 @@ class OverlapEngine:
         if extra is not None and extra[0].contains_row(row):
             members = members + (st.n,)
             ws.append(extra[1])
-        return math.fsum(ws), members, ws
+        return sum_down(ws), members, ws
 
     def _complete_row(self, row: dict[str, Any] | None, box: Box) -> dict[str, Any]:
         out = dict(row or {})
@@ -385,16 +390,9 @@ class OverlapEngine:
             lower, members, witness = lc, mc, cand_row
         else:
             lower, members, witness = lo, mo, old_row
-        n_all = self._store.n + (0 if committed else 1)
-        wall = self._store.weights[: self._store.n]
-        if not committed:
-            wall = np.append(wall, adm.weight)
-        slack = float_slack(wall)
-        exact = old.exact and res.exact
-        upper = max(old.upper, adm.weight + res.upper, lower)
-        if exact:
-            upper = lower if slack == 0.0 else max(lower + slack, lower)
-        del n_all
+        # γ_new = max(γ_old, w + max load over the new box): both proven upper bounds, the sum rounded up
+        upper = max(old.upper, add_up(adm.weight, res.upper), lower)
+        exact = is_exact(lower, upper)
         return OverlapResult(
             lower, upper, exact, witness, members, f"incremental({res.method})", res.seconds + time.perf_counter() - t0
         )
@@ -414,7 +412,7 @@ class OverlapEngine:
                 self._clique = _Clique(g.lower, g.upper, g.exact, g.members)
             else:
                 self._sync_coloring()
-                chi = math.fsum(self._cm.tolist())
+                chi = sum_up(self._cm.tolist())
                 if g.exact and chi <= g.lower:
                     # squeezed: γ ≤ ω ≤ χ
                     self._clique = _Clique(g.lower, g.lower, True, g.members)
@@ -473,7 +471,7 @@ class OverlapEngine:
         ids = np.flatnonzero(st.alive[:n])
         A = overlap_adjacency(st, ids=ids)
         value, colors = weighted_coloring_bound(A, st.weights[ids])
-        current = math.fsum(self._cm.tolist()) if keep_better else math.inf
+        current = sum_up(self._cm.tolist()) if keep_better else math.inf
         self._last_recolor = n
         if value < current or not keep_better:
             new = np.full(len(self._colors), -1, dtype=np.int64)
@@ -498,14 +496,14 @@ def _clique_after(old: _Clique, adm: _Admission) -> _Clique:
     else:
         lower, members = old.lower, old.members
     exact = old.exact and c.exact
-    upper = lower if exact else max(old.upper, c.upper, lower)
+    upper = max(old.upper, c.upper, lower)
     return _Clique(lower, upper, exact, members)
 
 
 def _compose(seq: float, chi: float, c: _Clique, g: OverlapResult) -> Bounds:
     chrom = min(chi, seq)
     if c.exact:
-        clique = max(c.lower, g.lower)
+        clique = max(c.upper, g.lower)  # the exact ω, rounded up
         chrom = max(chrom, clique)
     else:
         clique = min(max(c.upper, g.lower), chrom)
@@ -513,6 +511,6 @@ def _compose(seq: float, chi: float, c: _Clique, g: OverlapResult) -> Bounds:
     clique = min(clique, chrom)
     upper = min(g.upper, clique, chrom, seq)
     upper = max(upper, g.lower)
-    exact = g.exact or upper <= g.lower
+    exact = is_exact(g.lower, upper)
     ov = g if (upper == g.upper and exact == g.exact) else replace(g, upper=upper, exact=exact)
     return Bounds(seq, chrom, clique, c.exact, ov, clique_lower=c.lower)

@@ -6,7 +6,6 @@ Seed 000 §5–6.3, DESIGN.md §2: any proper colouring gives the safe upper bou
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
 from .encoding import BoxStore
+from .rounding import sum_up
 
 __all__ = [
     "overlap_adjacency",
@@ -81,13 +81,13 @@ def as_csr(adjacency: Any) -> sp.csr_matrix:
 
 
 def coloring_value(colors: np.ndarray, weights: np.ndarray) -> float:
-    """Σ over colour classes of the class's max weight (``math.fsum``)."""
+    """Σ over colour classes of the class's max weight, rounded up (a proven bound, :func:`.rounding.sum_up`)."""
     if len(colors) == 0:
         return 0.0
     ncol = int(colors.max()) + 1
     cm = np.zeros(ncol)
     np.maximum.at(cm, colors, weights)
-    return math.fsum(cm.tolist())
+    return sum_up(cm.tolist())
 
 
 def cheapest_color(neighbor_colors: np.ndarray, weight: float, class_max: np.ndarray) -> int:

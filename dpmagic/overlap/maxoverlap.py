@@ -20,8 +20,8 @@ works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem`
    only *overlapping* sets are explored.  Strong on sparse query graphs (many columns, each query
    constraining some of them): e.g. 30–1,000 columns, t = 100–1,000 in milliseconds to ~1 s.
 4. **MILP** (:func:`milp_overlap`, HiGHS through ``scipy.optimize.milp``): one-hot ``y[c, atom]``,
-   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a witness, its dual bound
-   a proven upper bound; the LP relaxation alone is a safe upper bound.
+   ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q``.  Its incumbent is a candidate witness, its
+   dual bound plus a tolerance margin a proven upper bound; so is the LP relaxation's optimum plus margin.
 
 Portfolio (:func:`_portfolio`, steps chosen by :func:`_plan` from instance features):
 
@@ -45,12 +45,20 @@ On a timeout the result is the best proven interval ``[lower, upper]`` with ``ex
 the exact load of a concrete witness row, ``upper`` the smallest proven bound (branch-and-bound frontier,
 LP relaxation, and whatever the caller passes in ``upper_hint`` — e.g. an exact clique or a colouring).
 
-Floating point: loads inside the solver are float64 sums.  When every weight is a dyadic rational with a
-small denominator (integers, 0.5, 0.125 …, and the total below 2**40) such sums are exact and no slack is
-used.  Otherwise upper bounds get an absolute slack ``8·(n+2)·2⁻⁵³·Σw`` (a standard bound on the rounding
-error of the sums involved), so ``upper`` never under-reports; ``lower`` is always ``math.fsum`` of the
-weights of the queries covering the witness (checked with the store's exact containment test).
-``exact`` means ``upper - lower <= slack``.
+Floating point (:mod:`.rounding`): loads inside the solvers are float64 sums.  Every reported ``upper`` goes
+through one function, :func:`~.rounding.proven_upper` (via :class:`_Rounding`): the computed value plus twice
+the standard rounding-error bound of its evaluation (``≤ 2n + a_max + 4`` additions of ± weights whose
+partial sums are bounded by Σw), rounded up, then snapped down to the weights' power-of-two lattice when
+they have one (integers, halves …: the result is then exact).  ``lower`` is the exact load of the witness
+row (its covering queries' weights, ``math.fsum`` rounded *down*), so ``lower ≤ γ ≤ upper`` always holds.
+HiGHS sees the weights scaled by a power of two to ``[0.5, 1)`` (exact) and only its dual bound is used,
+plus a margin ``MILP_TOL·(variables + rows + 2)`` covering its absolute tolerances; its incumbent is only a
+candidate witness.  ``exact`` means ``upper - lower <= REL_TOL·upper`` (``REL_TOL = 1e-9``).
+
+Time: the limit covers the whole call.  Component and query-graph construction check the deadline between
+blocks of rows; HiGHS gets the time left minus its measured overrun (presolve, which it does not interrupt,
+only when the time left is ample); a load-tensor step is skipped when its estimate exceeds the time left
+plus ``OVERRUN_SHARE·limit + OVERRUN_SECONDS``.  Measured: ``benchmarks/results/time_limits.md``.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ from dpmagic.sets import Box
 from .encoding import BoxStore, Problem, _packed_words, build_problem, words_intersect
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
 from .gsearch import _Timeout as _GraphTimeout
+from .rounding import grid_of, is_exact, proven_upper, sum_down, sum_up
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack"]
 
@@ -81,6 +90,8 @@ KR_ENTRIES = 24_000_000
 TENSOR_LEAF_SECONDS = 1.0
 #: try connected components when the sub-problem is at most this large (pairwise test is O(n² m))
 COMPONENT_MAX_N = 4000
+#: rows of the pairwise overlap test computed between two deadline checks
+_COMP_BLOCK = 512
 #: atoms of categorical columns are merged (identical membership) when at most this many columns are used
 DEDUPE_MAX_COLUMNS = 200
 #: share of the remaining time given to the first search of the portfolio
@@ -100,6 +111,24 @@ GRAPH_SECONDS_PER_WORD = 2e-9
 #: (at least PROBE_MIN_SECONDS); it is only tried when building the query graph costs at most this share of it
 PROBE_SHARE = 0.25
 PROBE_MIN_SECONDS = 0.01
+#: HiGHS relative gap (the dual bound, not the incumbent, is used) and the per-term tolerance of its margin
+MILP_REL_GAP = 1e-9
+MILP_TOL = 1e-6
+#: HiGHS gets this share of the time left minus this many seconds (it stops up to ~20% late)
+MILP_TIME_SHARE = 0.8
+MILP_TIME_OVERHEAD = 0.02
+#: HiGHS's overrun of its time limit per non-zero of the constraint matrix (MILP / LP), measured on this
+#: 2-core machine with presolve off, and the least time worth giving it
+MILP_OVERRUN_PER_NNZ = 1.2e-5
+LP_OVERRUN_PER_NNZ = 3e-6
+HIGHS_MIN_SECONDS = 0.05
+#: HiGHS's presolve (not interruptible) is only used when the time left is at least this per non-zero
+#: (measured: 7 s at 48k non-zeros, 22 s at 87k, for a 1 s limit)
+PRESOLVE_SECONDS_PER_NNZ = 3e-4
+#: a bounded step that cannot be interrupted (a load tensor) may end this late after the deadline:
+#: ``OVERRUN_SHARE · time_limit + OVERRUN_SECONDS`` (it is skipped when its estimate exceeds that)
+OVERRUN_SHARE = 0.05
+OVERRUN_SECONDS = 0.1
 #: seconds needed to start the MILP / the LP relaxation at all
 MILP_MIN_SECONDS = 0.3
 LP_MIN_SECONDS = 0.05
@@ -131,16 +160,48 @@ class _Timeout(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Rounding:
+    """Proven upper bounds for the float64 values computed on one problem (:mod:`.rounding`).
+
+    Every value a solver computes (a load, a column sum, a colouring bound, a tensor cell) is a float64
+    evaluation with at most ``n_terms`` additions of ± weights whose partial sums are bounded by ``total``
+    (Σw rounded up): ``n`` for a sum of weights, ``n`` more for the tensor's difference rows and the pruning
+    comparisons, plus the longest cumulative-sum axis.  :meth:`up` turns such a value into a proven bound.
+    """
+
+    n_terms: int
+    total: float
+    grid: float
+
+    @classmethod
+    def of(cls, prob: Problem) -> _Rounding:
+        w = np.asarray(prob.weights, dtype=np.float64)
+        longest = max((c.a for c in prob.columns), default=0)
+        return cls(2 * len(w) + longest + 4, sum_up(w.tolist()), grid_of(w))
+
+    def up(self, x: float) -> float:
+        """A float ≥ the exact value whose float64 evaluation on this problem gave ``x``."""
+        return proven_upper(x, self.n_terms, self.total, self.grid)
+
+    @property
+    def slack(self) -> float:
+        """An absolute bound on the rounding error of any such evaluation (0 for exact lattice sums)."""
+        if self.grid > 0.0 and self.total / self.grid < 2.0**52:
+            return 0.0
+        return 2.0 * (self.n_terms + 2) * 2.0**-53 * self.total
+
+
 def float_slack(weights: np.ndarray) -> float:
-    """Absolute slack covering the rounding of float64 sums of ``weights`` (0 when sums are exact)."""
+    """Absolute bound on the rounding error of float64 sums of ``weights`` (0 when every such sum is exact)."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) == 0:
         return 0.0
-    total = float(np.sum(w))
-    scaled = w * 1024.0
-    if total < 2.0**40 and np.all(scaled == np.round(scaled)):
+    grid = grid_of(w)
+    total = sum_up(w.tolist())
+    if grid > 0.0 and total / grid < 2.0**52:
         return 0.0
-    return 8.0 * (len(w) + 2) * 2.0**-53 * total
+    return 2.0 * (2 * len(w) + 4) * 2.0**-53 * total
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -203,33 +264,64 @@ def _tensor_named(prob: Problem) -> tuple[float, dict[str, int]]:
 # ---------------------------------------------------------------------------------------------------------
 # branch and bound over columns
 # ---------------------------------------------------------------------------------------------------------
-def _components(prob: Problem, adjacency: np.ndarray | None = None) -> list[np.ndarray] | None:
-    """Connected components of the query graph of ``prob`` (None if not worth computing)."""
-    n = prob.n
-    from scipy.sparse.csgraph import connected_components
+def _components(
+    prob: Problem, adjacency: np.ndarray | None = None, deadline: float = math.inf
+) -> list[np.ndarray] | None:
+    """Connected components of the query graph of ``prob`` (None if not worth computing).
 
+    The pairwise test is built in blocks of ``_COMP_BLOCK`` rows, checking ``deadline`` between blocks
+    (raises :class:`_Timeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
+    """
+    n = prob.n
     if adjacency is not None and n >= 2:
-        ncomp, labels = connected_components(sp.csr_matrix(adjacency), directed=False)
-        return None if ncomp <= 1 else [np.flatnonzero(labels == k) for k in range(ncomp)]
+        return _dense_components(adjacency, deadline)
     if n < 2 or n > COMPONENT_MAX_N:
         return None
-
+    packed = [_packed_words(c.M.T) if c.M is not None else None for c in prob.columns]
     adj = np.ones((n, n), dtype=bool)
-    for c in prob.columns:
-        if c.M is not None:
-            x = _packed_words(c.M.T)
-            adj &= words_intersect(x, x)
-        else:
-            rs, re = c.rs, c.re
-            hit = np.zeros((n, n), dtype=bool)
-            for i in range(rs.shape[1]):  # type: ignore[union-attr]
-                for j in range(rs.shape[1]):  # type: ignore[union-attr]
-                    hit |= (rs[:, i, None] < re[None, :, j]) & (rs[None, :, j] < re[:, i, None])  # type: ignore[index]
-            adj &= hit
-    ncomp, labels = connected_components(sp.csr_matrix(adj), directed=False)
-    if ncomp <= 1:
-        return None
-    return [np.flatnonzero(labels == k) for k in range(ncomp)]
+    for s0 in range(0, n, _COMP_BLOCK):
+        s1 = min(n, s0 + _COMP_BLOCK)
+        blk = adj[s0:s1]
+        for c, x in zip(prob.columns, packed):
+            if time.perf_counter() > deadline:
+                raise _Timeout
+            if x is not None:
+                blk &= words_intersect(x[s0:s1], x)
+            else:
+                rs, re = c.rs, c.re
+                hit = np.zeros((s1 - s0, n), dtype=bool)
+                for i in range(rs.shape[1]):  # type: ignore[union-attr]
+                    for j in range(rs.shape[1]):  # type: ignore[union-attr]
+                        hit |= (rs[s0:s1, i, None] < re[None, :, j]) & (rs[None, :, j] < re[s0:s1, i, None])  # type: ignore[index]
+                blk &= hit
+    return _dense_components(adj, deadline)
+
+
+def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | None:
+    """Connected components of a dense boolean adjacency (None if connected), breadth first.
+
+    Each vertex's row is read once (``O(n²)`` bit operations, no sparse conversion of a dense graph); the
+    deadline is checked once per BFS level (raises :class:`_Timeout`).
+    """
+    n = adj.shape[0]
+    labels = np.full(n, -1, dtype=np.int64)
+    k = 0
+    for s0 in range(n):
+        if labels[s0] >= 0:
+            continue
+        labels[s0] = k
+        frontier = np.array([s0])
+        while len(frontier):
+            if time.perf_counter() > deadline:
+                raise _Timeout
+            reach = adj[frontier].any(axis=0)
+            reach &= labels < 0
+            frontier = np.flatnonzero(reach)
+            labels[frontier] = k
+        k += 1
+        if k == 1 and bool((labels >= 0).all()):
+            return None
+    return [np.flatnonzero(labels == c) for c in range(k)]
 
 
 class _BranchAndBound:
@@ -333,16 +425,30 @@ def milp_overlap(
 ) -> tuple[float | None, dict[str, int] | None, float | None]:
     """Solve the max-overlap integer program of ``prob`` with HiGHS.
 
-    Returns ``(incumbent value or None, atoms of the incumbent or None, proven upper bound or None)``.
-    With ``relax=True`` only the LP relaxation is solved (its optimum is a safe upper bound).
-    Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]``.  Size ``Σ a_c + n`` variables and
-    ``Σ_c (1 + #queries constraining c)`` rows.
+    Returns ``(incumbent objective or None, atoms of the incumbent or None, proven upper bound or None)``.
+    The incumbent is only a *candidate* witness (its load is recomputed exactly by the caller); the upper
+    bound is never the incumbent's objective but HiGHS's dual bound (``mip_dual_bound``; with ``relax=True``
+    the LP relaxation's optimum) plus :func:`milp_margin`, rounded up (:func:`~.rounding.proven_upper`).
+    Weights are scaled by a power of two (exact) so the largest is in ``[0.5, 1)`` before HiGHS sees them:
+    its tolerances are absolute.  ``time_limit`` (seconds, wall clock) covers building the model and the
+    solve; HiGHS gets only what is left.  Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]``.
+    Size ``Σ a_c + n`` variables and ``Σ_c (1 + #queries constraining c)`` rows.
     """
     from scipy.optimize import Bounds as LBounds
     from scipy.optimize import LinearConstraint, milp
 
+    deadline = time.perf_counter() + time_limit
     n = prob.n
     cols = prob.columns
+    w = np.asarray(prob.weights, dtype=np.float64)
+    grid = grid_of(w)
+    if n == 0:
+        return 0.0, {}, 0.0
+    if not cols:  # no query constrains any column: every row is covered by all of them
+        return float(w.sum()), {}, sum_up(w.tolist())
+    wmax = float(w.max())
+    scale = math.ldexp(1.0, -math.frexp(wmax)[1]) if wmax > 0 else 1.0  # largest scaled weight in [0.5, 1)
+    ws = w * scale
     offs = np.cumsum([0] + [c.a for c in cols])
     ny = int(offs[-1])
     nvar = ny + n
@@ -353,6 +459,8 @@ def milp_overlap(
     hi: list[np.ndarray] = []
     r = 0
     for ci, c in enumerate(cols):
+        if time.perf_counter() > deadline:
+            return None, None, None
         # one-hot
         rows_i.append(np.full(c.a, r))
         rows_j.append(np.arange(offs[ci], offs[ci + 1]))
@@ -377,47 +485,72 @@ def milp_overlap(
         hi.append(np.zeros(len(constrained)))
         r += len(constrained)
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(rows_j))), shape=(r, nvar))
-    cobj = np.concatenate([np.zeros(ny), -prob.weights])
+    cobj = np.concatenate([np.zeros(ny), -ws])
     integrality = np.zeros(nvar)
     if not relax:
         integrality[:ny] = 1
+    # HiGHS overruns its own limit: its MIP presolve is not interrupted (a 1 s limit ran 7-22 s on dense
+    # t = 2,000-3,000 instances), so presolve is only on when the time left covers PRESOLVE_SECONDS_PER_NNZ per
+    # non-zero (it pays on small hard models); without it HiGHS still stops late, by about
+    # ``*_OVERRUN_PER_NNZ · nnz`` (measured: a 0.3 s limit ran 0.5 s at 48k non-zeros, 1.5 s at 120k), so it
+    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``
+    nnz = float(sum(len(v) for v in vals))
+    per_nnz = LP_OVERRUN_PER_NNZ if relax else MILP_OVERRUN_PER_NNZ
+    left = MILP_TIME_SHARE * (deadline - time.perf_counter()) - MILP_TIME_OVERHEAD - per_nnz * nnz
+    if left < HIGHS_MIN_SECONDS:
+        return None, None, None
+    presolve = left >= PRESOLVE_SECONDS_PER_NNZ * nnz
     res = milp(
         cobj,
         constraints=LinearConstraint(A, np.concatenate(lo), np.concatenate(hi)),
         integrality=integrality,
         bounds=LBounds(np.zeros(nvar), np.ones(nvar)),
-        options={"time_limit": max(time_limit, 0.01), "disp": False, "mip_rel_gap": 0.0},
+        options={"time_limit": left, "disp": False, "mip_rel_gap": MILP_REL_GAP, "presolve": presolve},
     )
-    upper: float | None = None
+    margin = milp_margin(nvar, r)
+    bound_s: float | None = None  # proven (up to HiGHS's tolerances) upper bound, scaled units
     if relax:
-        if res.status == 0 and res.fun is not None:
-            upper = -float(res.fun)
-        return None, None, upper
-    bound = getattr(res, "mip_dual_bound", None)
-    if res.status == 0 and res.fun is not None:
-        upper = -float(res.fun)
-    elif bound is not None and np.isfinite(bound):
-        upper = -float(bound)
-    if res.x is None:
+        if res.status == 0 and res.fun is not None and np.isfinite(res.fun):
+            bound_s = -float(res.fun)
+    else:
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is not None and np.isfinite(dual):
+            bound_s = -float(dual)
+    upper = None
+    if bound_s is not None:
+        # scaled → unscaled is exact (power of two); the margin covers HiGHS's absolute tolerances
+        upper = proven_upper((bound_s + margin) / scale, 2, grid=grid)
+    if relax or res.x is None:
         return None, None, upper
     x = res.x
     atoms = {c.name: int(np.argmax(x[offs[i] : offs[i + 1]])) for i, c in enumerate(cols)}
-    return float(-res.fun) if res.fun is not None else None, atoms, upper
+    return (float(-res.fun) / scale if res.fun is not None else None), atoms, upper
+
+
+def milp_margin(nvar: int, nrows: int) -> float:
+    """Margin added to HiGHS's dual bound (in scaled units, largest weight in ``[0.5, 1)``).
+
+    HiGHS's bounds hold up to its absolute tolerances (primal/dual feasibility 1e-7, MIP feasibility and
+    absolute gap 1e-6): a dual solution infeasible by δ per variable or row moves the weak-duality bound by at
+    most δ per variable (all in ``[0, 1]``) and per row.  ``MILP_TOL`` (≥ every such tolerance) times the
+    number of variables and rows, plus the absolute gap, is a margin covering all of them together.
+    """
+    return MILP_TOL * (nvar + nrows + 2)
 
 
 # ---------------------------------------------------------------------------------------------------------
 # portfolio: column branch and bound, graph search, HiGHS
 # ---------------------------------------------------------------------------------------------------------
 def _column_bb(
-    prob: Problem, deadline: float, slack: float, incumbent: float, adjacency: np.ndarray | None
+    prob: Problem, deadline: float, rnd: _Rounding, incumbent: float, adjacency: np.ndarray | None
 ) -> tuple[dict[str, int], float, bool, str]:
     """Column branch and bound (per component); returns (atoms or {}, proven upper, exact, method tag)."""
-    bb = _BranchAndBound(deadline, slack)
+    bb = _BranchAndBound(deadline, rnd.slack)
     bb.best = incumbent
     used = "branch-and-bound"
     exact = True
     try:
-        comps = _components(prob, adjacency)
+        comps = _components(prob, adjacency, deadline)
         if comps is not None:
             used += "+components"
             comps.sort(key=lambda r: -float(prob.weights[r].sum()))
@@ -432,10 +565,10 @@ def _column_bb(
             bb.frames.pop()
         else:
             bb.solve(prob, {}, math.inf)
-        upper = bb.best + slack
+        upper = rnd.up(bb.best)
     except _Timeout:
         exact = False
-        upper = bb.frontier_upper() + slack
+        upper = rnd.up(bb.frontier_upper())
         bb.frames.clear()
     if bb.used_tensor:
         used += "+tensor"
@@ -492,7 +625,7 @@ def _plan(store: BoxStore, prob: Problem, ids: np.ndarray, method: str) -> list[
 
 
 def _portfolio(
-    store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, slack: float, method: str
+    store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, rnd: _Rounding, method: str, grace: float
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of a compressed problem within ``deadline`` (wall clock).
 
@@ -501,7 +634,8 @@ def _portfolio(
     graph is cheap to build) before the tensor or the column branch and bound; the graph search first when
     the atom product is large.  Each search is seeded with the best witness so far; then HiGHS (MILP, or
     its LP relaxation when little time is left) if the problem is small enough.  Returns (atoms of the
-    best witness, proven upper bound, exact, tag).
+    best witness, proven upper bound, exact, tag).  ``grace``: seconds a bounded tensor step may run past
+    the deadline (it is skipped when its estimated time exceeds the time left plus ``grace``).
     """
     best_val = -math.inf
     best_atoms: dict[str, int] = {}
@@ -513,14 +647,14 @@ def _portfolio(
         nonlocal best_val, best_atoms
         if not at and best_atoms:
             return
-        val = _load(store, ids, _witness(store, prob, at))
+        val = _load(store, ids, _witness(store, prob, at))  # rounded down
         if val > best_val:
             best_val, best_atoms = val, at
 
     steps = _plan(store, prob, ids, method)
     if steps == [("tensor", None)]:
         value, named = _tensor_named(prob)
-        return named, value + slack, True, "tensor"
+        return named, rnd.up(value), True, "tensor"
     # a cheap first witness: a row inside the heaviest box, per column its atom of largest covering weight
     q0 = int(np.argmax(prob.weights))
     first: dict[str, int] = {}
@@ -537,11 +671,15 @@ def _portfolio(
     use_milp = method == "auto" and nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ
     gdata: GraphData | None = None
     for k, (m, cap) in enumerate(steps):
-        if m == "tensor":  # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): run it whatever the clock
+        if m == "tensor":
+            # one bounded numpy computation (TENSOR_CELLS, KR_ENTRIES): it may run past the deadline by ``grace``
+            cells, kr = _tensor_cost(prob)
+            if TENSOR_SECONDS_PER_ENTRY * (cells + kr) > deadline - time.perf_counter() + grace:
+                continue
             value, named = _tensor_named(prob)
             tags.append("tensor")
             offer(named)
-            upper = min(upper, value + slack)
+            upper = min(upper, rnd.up(value))
             exact = True
             break
         now = time.perf_counter()
@@ -564,12 +702,12 @@ def _portfolio(
             r = graph_search(prob, sub_deadline, data=gdata, best=best_val)
             tags.append("graph-search" if cap is None else "graph-probe")
             offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
-            upper = min(upper, r.upper + slack)
+            upper = min(upper, rnd.up(r.upper))
             if r.exact:
                 exact = True
                 break
         else:
-            at, ub, ex, tag = _column_bb(prob, sub_deadline, slack, best_val, gdata.adj if gdata else None)
+            at, ub, ex, tag = _column_bb(prob, sub_deadline, rnd, best_val, gdata.adj if gdata else None)
             tags.append(tag)
             offer(at)
             upper = min(upper, ub)
@@ -579,21 +717,24 @@ def _portfolio(
     if not exact and method == "auto":
         left = deadline - time.perf_counter()
         try:
+            ub = None
             if use_milp and left > MILP_MIN_SECONDS:
                 val, at, ub = milp_overlap(prob, left)
-                tags.append("milp")
+                if at is not None or ub is not None:
+                    tags.append("milp")
                 if at is not None:
                     offer(at)
                 if ub is not None:
-                    upper = min(upper, ub + slack)
-            elif nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ and left > LP_MIN_SECONDS:
+                    upper = min(upper, ub)
+            left = deadline - time.perf_counter()
+            if ub is None and nvar <= MILP_MAX_VARS and nnz <= MILP_MAX_NNZ and left > LP_MIN_SECONDS:
                 _, _, lp = milp_overlap(prob, left, relax=True)
                 if lp is not None:
-                    upper = min(upper, lp + slack)
+                    upper = min(upper, lp)
                     tags.append("lp")
         except Exception:  # pragma: no cover - HiGHS is an optional tightening
             pass
-    if best_val > -math.inf and upper - best_val <= slack + 1e-9 * max(1.0, abs(best_val)):
+    if best_val > -math.inf and is_exact(best_val, upper):
         exact = True
     return best_atoms, upper, exact, "+".join(tags) if tags else "none"
 
@@ -613,7 +754,7 @@ def _witness(store: BoxStore, prob: Problem, atoms: Mapping[str, int]) -> dict[s
 
 def _load(store: BoxStore, ids: np.ndarray, row: Mapping[str, Any]) -> float:
     mask = store.contains_mask(row)
-    return math.fsum(store.weights[ids[mask[ids]]].tolist())
+    return sum_down(store.weights[ids[mask[ids]]].tolist())
 
 
 def solve_overlap(
@@ -650,37 +791,31 @@ def solve_overlap(
     # column) costs more than it saves
     used_cols = sum(1 for st in store.cols.values() if len(ids) and bool(st.constrained[ids].any()))
     prob = build_problem(store, ids, region, dedupe=used_cols <= DEDUPE_MAX_COLUMNS)
-    slack = float_slack(prob.weights)
+    rnd = _Rounding.of(prob)
     atoms: dict[str, int] = {}
-    exact = True
     upper = math.inf
     used = "empty"
     if prob.n > 0:
         if method == "milp":
-            val, at, ub = milp_overlap(prob, max(deadline - time.perf_counter(), 0.01))
+            _, at, ub = milp_overlap(prob, deadline - time.perf_counter())
             atoms = at or {}
-            upper = ub if ub is not None else math.inf
             used = "milp"
-            exact = val is not None and ub is not None and ub - val <= slack + 1e-9 * max(1.0, abs(ub))
-            if not exact:
-                upper = max(upper, val or 0.0)
+            if ub is None and deadline - time.perf_counter() > LP_MIN_SECONDS:
+                _, _, ub = milp_overlap(prob, deadline - time.perf_counter(), relax=True)  # no dual bound: the LP's
+                used += "+lp"
+            upper = ub if ub is not None else math.inf
         else:
-            atoms, upper, exact, used = _portfolio(store, prob, ids, deadline, slack, method)
+            grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
+            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace)
     else:
         upper = 0.0
     witness = _witness(store, prob, atoms)
     mask = store.contains_mask(witness)
     members = ids[mask[ids]]
-    lower = math.fsum(store.weights[members].tolist())
-    upper = min(upper, upper_hint, math.fsum(prob.weights.tolist()) + slack)  # Σw always bounds γ
+    lower = sum_down(store.weights[members].tolist())  # the exact load of the witness, rounded down
+    upper = min(upper, upper_hint, rnd.total)  # Σw (rounded up) always bounds γ
     upper = max(upper, lower)
-    tol = slack + 1e-9 * max(1.0, abs(lower))
-    if exact and upper - lower > tol:
-        exact = False  # should not happen: the witness must realise the maximum
-    elif not exact and upper - lower <= tol:
-        exact = True  # the bounds met (e.g. HiGHS proved optimality)
-    if exact:
-        upper = lower if slack == 0.0 else upper
+    exact = is_exact(lower, upper)
     return OverlapResult(lower, upper, exact, witness, tuple(int(i) for i in members), used, time.perf_counter() - t0)
 
 
@@ -698,7 +833,9 @@ def max_overlap(
     ``O(n·cells_A + cells)``; otherwise exponential in the worst case (NP-hard), bounded by ``time_limit``
     after which ``exact=False`` and ``[lower, upper]`` is the best proven interval.
     """
+    t0 = time.perf_counter()
     store = BoxStore(schema)
     w = np.ones(len(boxes)) if weights is None else np.asarray(weights, dtype=np.float64)
     store.extend(list(boxes), w)
-    return solve_overlap(store, time_limit=time_limit, method=method)
+    left = time_limit - (time.perf_counter() - t0)  # the limit covers the encoding of the boxes too
+    return solve_overlap(store, time_limit=left, method=method)

@@ -1195,11 +1195,12 @@ def _is_column(node: exp.Expression) -> bool:
 def _points(col: Column, values: list[Any]) -> ValueSet:
     if isinstance(col, CategoricalColumn):
         return CategorySet.of_values(col, values)
-    return IntervalSet.of(col, [Interval(float(v), float(v)) for v in values])
+    # literals stay exact Python numbers: IntervalSet.of keeps ints exact on int columns (no double round
+    # trip, so ``ts = 1700000000000000001`` is that integer) and makes doubles of them on float columns
+    return IntervalSet.of(col, [Interval(v, v) for v in values])
 
 
-def _half_line(col: Column, op: str, v: Any) -> ValueSet:
-    x = float(v)
+def _half_line(col: Column, op: str, x: Any) -> ValueSet:
     iv = {
         "<": Interval(-_INF, x, True, False),
         "<=": Interval(-_INF, x, True, True),
@@ -1214,14 +1215,14 @@ def _range_set(col: Column, lo: Any, hi: Any) -> ValueSet:
         raise UnsupportedQueryError(
             f"BETWEEN on categorical column {col.name!r} with string values is not supported; use IN (...)"
         )
-    return _interval_set(col, Interval(float(lo), float(hi)))
+    return _interval_set(col, Interval(lo, hi))
 
 
 def _interval_set(col: Column, iv: Interval) -> ValueSet:
     if isinstance(col, NumericColumn):
         return IntervalSet.of(col, [iv])
     # numeric-valued categories: the declared values inside the interval
-    members = [i for i, v in enumerate(col.values) if iv.contains(float(v))]
+    members = [i for i, v in enumerate(col.values) if iv.contains(v)]  # exact comparisons of Python numbers
     s = CategorySet.of_indices(col, members)
     return s if members else empty_set(col)
 

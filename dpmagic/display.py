@@ -1,0 +1,194 @@
+"""Formatting for people: answers, the compact budget line, plain labels, rounding for display.
+
+Nothing here changes what is charged: amounts are rounded *for display only* (:func:`clean`), the charge
+itself is always the unrounded value kept by the accountant.  Query numbers shown to the analyst are one
+numbering, 1..n in the order the queries were charged (:func:`query_numbers`), everywhere: the answers'
+cost lines, the panel, ``%dpbudget`` and the plots (ledger event ids are an implementation detail).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from dpmagic.accountant.currency import Currency
+    from dpmagic.session import QueryResult, Session
+
+__all__ = [
+    "BOUND_LABELS",
+    "NEARLY_SPENT",
+    "budget_line_html",
+    "budget_line_text",
+    "budget_state",
+    "clean",
+    "fmt",
+    "query_numbers",
+]
+
+#: Fraction of the budget from which the panel and the budget line show the "nearly spent" state.
+NEARLY_SPENT = 0.8
+#: Relative slack below which a leftover is float noise (shown as 0; the charge keeps the exact value).
+_DISPLAY_RTOL = 1e-9
+
+#: Plain labels of the four bounds, with the technical name (for tooltips and docs).
+BOUND_LABELS: dict[str, tuple[str, str]] = {
+    "sequential": ("all added up", "sequential composition: the sum of every query's cost"),
+    "chromatic": (
+        "disjoint groups",
+        "colouring (chromatic) bound: queries split into groups of mutually disjoint ones; each group costs "
+        "its most expensive query",
+    ),
+    "clique": (
+        "overlapping set",
+        "clique bound: the costliest set of queries that pairwise share a row of the domain",
+    ),
+    "overlap": (
+        "one person's worst case",
+        "maximum overlap: the most that the queries covering any single row of the domain add up to "
+        "(what dpmagic charges with the exact bound)",
+    ),
+}
+
+
+def clean(x: float, scale: float = 1.0) -> float:
+    """``x`` with float leftovers removed, for display only: rounded to 9 digits relative to ``scale``."""
+    digits = 9
+    if scale > 0:
+        import math
+
+        digits = max(0, 9 - int(math.floor(math.log10(scale))))
+    v = round(float(x), digits)
+    return v + 0.0  # no "-0"
+
+
+def fmt(x: float, scale: float = 1.0, spec: str = ".4g") -> str:
+    """Display form of an amount of budget (float leftovers rounded away)."""
+    return format(clean(x, scale), spec)
+
+
+def budget_state(spent: float, total: float) -> tuple[str, float]:
+    """``("ok" | "nearly" | "exhausted", fraction charged)`` for display (exhausted = nothing left to show)."""
+    frac = clean(spent / total) if total > 0 else 0.0
+    if clean(total - spent, total) <= 0:
+        return "exhausted", min(frac, 1.0)
+    return ("nearly" if frac >= NEARLY_SPENT else "ok"), frac
+
+
+_STATE_COLOR = {"ok": "#2e7d32", "nearly": "#b26a00", "exhausted": "#b00020"}
+_STATE_WORDS = {
+    "ok": "",
+    "nearly": "nearly spent",
+    "exhausted": "budget exhausted: a query on a fully charged region is refused",
+}
+
+
+def budget_line_text(spent: float, total: float, currency: Currency, *, width: int = 20) -> str:
+    """``budget ▕██████░░░░▏ 0.65 of 1 ε charged (65%), 0.35 left`` (one line)."""
+    state, frac = budget_state(spent, total)
+    filled = round(width * min(max(frac, 0.0), 1.0))
+    bar = "█" * filled + "░" * (width - filled)
+    left = max(0.0, total - spent)
+    words = f" — {_STATE_WORDS[state]}" if _STATE_WORDS[state] else ""
+    return (
+        f"budget ▕{bar}▏ {fmt(spent, total)} of {fmt(total, total)} {currency.symbol} charged "
+        f"({100 * frac:.0f}%), {fmt(left, total)} left{words}"
+    )
+
+
+def budget_line_html(spent: float, total: float, currency: Currency) -> str:
+    """The compact budget line under every answer (CSS class ``dpmagic-budget-line``, ``data-state``)."""
+    state, frac = budget_state(spent, total)
+    color = _STATE_COLOR[state]
+    left = max(0.0, total - spent)
+    words = f" — <b>{html.escape(_STATE_WORDS[state])}</b>" if _STATE_WORDS[state] else ""
+    pct = 100 * min(max(frac, 0.0), 1.0)
+    return (
+        f"<div class='dpmagic-budget-line' data-state='{state}' style='display:flex;align-items:center;gap:8px;"
+        f"font-size:0.85em;color:{color};margin-top:2px'>"
+        "<span style='display:inline-block;width:120px;height:8px;background:#e0e0e0;border-radius:4px;"
+        f"overflow:hidden'><span style='display:block;height:100%;width:{pct:.1f}%;background:{color}'></span></span>"
+        f"<span>budget: {fmt(spent, total)} of {fmt(total, total)} {html.escape(currency.symbol)} charged "
+        f"({pct:.0f}%), {fmt(left, total)} left{words}</span></div>"
+    )
+
+
+def query_numbers(session: Session) -> dict[int, int]:
+    """Ledger entry id → the query's number as the analyst sees it (1..n, in charging order)."""
+    return {e.id: i for i, e in enumerate(session.accountant.entries(), 1)}
+
+
+def _is_count(col: str, result: QueryResult) -> bool:
+    counts = {a.alias for a in result.query.aggregates if a.func == "count"}
+    return any(col == a or col in (f"{a}_ci_low", f"{a}_ci_high") for a in counts)
+
+
+def formatters(result: QueryResult) -> dict[str, Any]:
+    """Per-column display formats: counts as whole numbers (display only), other numbers with 2 decimals."""
+    out: dict[str, Any] = {}
+    aliases = {a.alias for a in result.query.aggregates}
+    for col in result.df.columns:
+        base = col.removesuffix("_ci_low").removesuffix("_ci_high")
+        if base not in aliases or not pd.api.types.is_numeric_dtype(result.df[col]):
+            continue  # GROUP BY keys are shown as they are
+        if _is_count(col, result):
+            out[col] = lambda x: "NaN" if pd.isna(x) else f"{round(x):,}"
+        else:
+            out[col] = lambda x: "NaN" if pd.isna(x) else f"{x:,.2f}"
+    return out
+
+
+def result_html(result: QueryResult) -> str:
+    table = result.df.to_html(index=False, formatters=formatters(result), na_rep="NaN")
+    notes = "".join(
+        f"<div class='dpmagic-note' style='color:#8a4b00'>⚠ note: {html.escape(n)}</div>" for n in result.notes
+    )
+    noise = result.noise_description()
+    noise_line = f"<br>noise: {html.escape(noise)}; " if noise else "<br>"
+    return (
+        f"{table}{notes}<div class='dpmagic-cost' style='color:#555;font-size:0.9em;margin-top:4px'>"
+        f"{html.escape(result.summary())}{noise_line}95% intervals in *_ci_low / *_ci_high</div>"
+        f"{budget_line_html(result.spent, result.budget, result.currency)}"
+    )
+
+
+def result_text(result: QueryResult) -> str:
+    table = result.df.to_string(index=False, formatters=formatters(result), na_rep="NaN")
+    lines = [table, *(f"note: {n}" for n in result.notes), result.summary()]
+    noise = result.noise_description()
+    if noise:
+        lines.append(f"noise: {noise}; 95% intervals in *_ci_low / *_ci_high")
+    lines.append(budget_line_text(result.spent, result.budget, result.currency))
+    return "\n".join(lines)
+
+
+def result_summary(result: QueryResult) -> str:
+    """The one-line cost summary shown under a cell's result (query numbered 1..n)."""
+    cur = result.currency
+    total = result.budget
+    used = f"{fmt(result.spent, total, '.2f')} of {fmt(total, total, '.2f')} {cur.symbol} used"
+    number = result.number or result.entry_id
+    if result.cached:
+        return f"re-run: the stored answer of query #{number}, charged nothing; {used} (use --fresh for a new draw)"
+    n = result.charge.overlaps
+    overlaps = f"overlaps {n} quer{'y' if n == 1 else 'ies'}"
+    charged = cur.cost(result.charge.after) - cur.cost(result.charge.before)
+    default = (
+        f" (no cost named: the session's default, {fmt(result.cost, total)} {cur.symbol}; name one with "
+        f"--{cur.parameter})"
+        if result.default_cost
+        else ""
+    )
+    return (
+        f"query #{number}: +{fmt(result.cost, total, '.2f')} {cur.symbol} asked{default}, "
+        f"+{fmt(charged, total, '.2f')} charged ({result.charge.charged_as}); {overlaps}; {used}"
+    )
+
+
+def bound_header_html(key: str) -> str:
+    label, tip = BOUND_LABELS[key]
+    return (
+        f"<th title='{html.escape(tip, quote=True)}' style='padding:0 10px;text-align:left'>{html.escape(label)}</th>"
+    )

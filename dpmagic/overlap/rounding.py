@@ -1,0 +1,103 @@
+"""Directed rounding of float64 sums: every reported upper bound of γ_w is rounded *up*, every lower bound *down*.
+
+Floating-point sums are rounded to nearest, so a computed sum can sit just below the exact (real) sum of its
+terms; charging it would under-charge by up to an ulp (or, for long sums computed by numpy, by up to
+``(k-1)·2⁻⁵³`` relative, Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., SIAM 2002, §4.2).
+This module is the single place that turns computed float values into proven bounds:
+
+* :func:`sum_up` / :func:`sum_down` — the exact sum of a list of floats rounded up / down (``math.fsum`` is
+  correctly rounded to nearest; a second ``fsum`` of the terms minus the result gives the sign of the error);
+* :func:`proven_upper` — a proven upper bound of a quantity whose float64 evaluation used at most ``n_terms``
+  additions of terms whose partial sums are bounded by ``scale`` (default ``|x|``: sums of non-negative terms);
+  then snapped down to the weights' lattice (:func:`grid_of`) when all weights are multiples of a power of two
+  (integers, halves …: γ is such a multiple, so a bound within one grid step snaps to the exact value);
+* :func:`is_exact` — the relative tolerance ``REL_TOL`` within which ``[lower, upper]`` is reported exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+__all__ = ["REL_TOL", "sum_up", "sum_down", "add_up", "proven_upper", "grid_of", "is_exact"]
+
+#: ``[lower, upper]`` is reported exact when ``upper - lower <= REL_TOL * upper`` (the charge is always ``upper``)
+REL_TOL = 1e-9
+_U = 2.0**-53  # unit roundoff of float64
+_ETA = 2.0**-1074  # smallest subnormal (absolute error of an operation in the subnormal range)
+
+
+def sum_up(values: Iterable[float]) -> float:
+    """The smallest float64 ≥ the exact real sum of ``values``.  ``O(k)``."""
+    xs = [float(v) for v in values]
+    s = math.fsum(xs)
+    if not math.isfinite(s):
+        return s
+    xs.append(-s)
+    return s if math.fsum(xs) <= 0.0 else math.nextafter(s, math.inf)
+
+
+def sum_down(values: Iterable[float]) -> float:
+    """The largest float64 ≤ the exact real sum of ``values``.  ``O(k)``."""
+    xs = [float(v) for v in values]
+    s = math.fsum(xs)
+    if not math.isfinite(s):
+        return s
+    xs.append(-s)
+    return s if math.fsum(xs) >= 0.0 else math.nextafter(s, -math.inf)
+
+
+def add_up(a: float, b: float) -> float:
+    """``a + b`` rounded up (exact real sum of two floats)."""
+    return sum_up((a, b))
+
+
+def grid_of(weights: np.ndarray) -> float:
+    """The largest power of two ``g`` with every weight an integer multiple of ``g`` (0.0 if none/empty).
+
+    Every sum of weights (γ_w included) is then a multiple of ``g``.  ``O(n)``.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    w = w[w != 0.0]
+    if len(w) == 0 or not np.all(np.isfinite(w)):
+        return 0.0
+    m, e = np.frexp(np.abs(w))  # |w| = m·2^e, m ∈ [0.5, 1): the mantissa is the integer m·2^53
+    mant = (m * 2.0**53).astype(np.int64)
+    low = mant & -mant  # lowest set bit
+    tz = np.log2(low.astype(np.float64)).astype(np.int64)
+    k = int(np.min(e.astype(np.int64) - 53 + tz))
+    if k < -1074:
+        return 0.0
+    return math.ldexp(1.0, k)
+
+
+def proven_upper(x: float, n_terms: int = 0, scale: float = 0.0, grid: float = 0.0) -> float:
+    """A float64 proven ≥ the exact quantity whose float64 evaluation gave ``x``.
+
+    ``x`` was computed with at most ``n_terms`` floating-point additions (any order, rounded to nearest) of
+    terms whose partial sums are bounded in magnitude by ``scale`` (default ``|x|``, i.e. non-negative terms,
+    whose partial sums never exceed the total).  The rounding error is then at most ``n_terms·u·scale`` plus
+    one ``η`` per operation in the subnormal range (Higham 2002, §4.2, with ``u = 2⁻⁵³``); the bound adds
+    twice that, rounds the addition up, and snaps down to a multiple of ``grid`` when ``grid > 0`` (every
+    weight a multiple of ``grid``, see :func:`grid_of`).  Infinite ``x`` is returned unchanged.  ``O(1)``.
+    """
+    if not math.isfinite(x):
+        return x
+    k = max(int(n_terms), 0) + 2
+    mag = max(abs(x), float(scale))
+    err = 2.0 * k * (_U * mag + _ETA)
+    up = math.nextafter(math.nextafter(x + err, math.inf), math.inf)
+    if grid > 0.0:
+        q = up / grid  # exact: grid is a power of two (barring overflow, checked)
+        if math.isfinite(q) and abs(q) < 2.0**53:
+            up = math.floor(q) * grid
+    return up
+
+
+def is_exact(lower: float, upper: float) -> bool:
+    """Whether ``[lower, upper]`` meet within the relative tolerance ``REL_TOL`` (both finite, lower ≤ upper)."""
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        return False
+    return upper - lower <= REL_TOL * abs(upper)

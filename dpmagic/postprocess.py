@@ -1,0 +1,160 @@
+"""Free post-processing of released answers: it reads only the noisy values and public information.
+
+Everything here is a function of the released (noised) values and of the declared schema — never of the
+rows — so by the post-processing property of differential privacy (Dwork & Roth, *The Algorithmic
+Foundations of Differential Privacy*, Found. Trends Theor. Comput. Sci. 9(3–4), 2014, Prop. 2.1) it costs
+nothing and needs no charge.
+
+* :func:`ratio_estimate` — the AVG of a cell from its noisy SUM and noisy COUNT.  When the count's 95%
+  interval reaches below one row (the group may be empty, or is too small for the ratio to mean anything)
+  the point estimate is ``NaN`` and the interval is the whole declared range; an interval that clamping
+  would collapse to zero width is widened back to the declared range (a noisy value never gets a
+  zero-width interval).
+* :func:`answer_notes` — one plain-language line per thing the analyst should know about an answer
+  (an AVG not shown, a negative count, …).
+* :func:`tidy` — optional, switched on by the analyst: counts as whole numbers, non-negative counts, SUMs
+  and AVGs clipped into what the declared bounds allow (their intervals intersected with the same set, which
+  keeps their coverage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from dpmagic.query.model import Query
+from dpmagic.schema import NumericColumn, Schema
+
+__all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
+
+#: The switches :func:`tidy` understands (``%config DPMagic.postprocess = "integer,nonnegative"``).
+POSTPROCESS_OPTIONS = ("integer", "nonnegative")
+
+
+def ratio_estimate(
+    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AVG = noisy SUM / noisy COUNT per cell, with its interval (post-processing of the two noisy values).
+
+    ``hs`` and ``hc`` are the half-widths of the SUM and COUNT intervals at level 1 − α/2 (a union bound makes
+    the ratio's interval a 1 − α one).  Where ``c − hc < 1`` the count's interval admits an empty or
+    one-row group: the ratio is meaningless there, so the estimate is ``NaN`` and the interval is the whole
+    declared range ``[lo, hi]`` (which contains every possible average).  Elsewhere the estimate is S/C
+    clamped into ``[lo, hi]`` and the interval is the range of S/C over the rectangle of the two intervals,
+    intersected with ``[lo, hi]``; if that intersection is empty or a single point (the noise pushed both
+    ends past a bound), the interval is the whole declared range, never a zero-width one.
+
+    O(number of cells).
+    """
+    s = np.asarray(s, dtype=float)
+    c = np.asarray(c, dtype=float)
+    c_lo = c - hc
+    ok = c_lo >= 1.0
+    est = np.full(len(s), np.nan, dtype=float)
+    low = np.full(len(s), lo, dtype=float)
+    high = np.full(len(s), hi, dtype=float)
+    if ok.any():
+        est[ok] = np.clip(s[ok] / c[ok], lo, hi)
+        corners = np.stack(
+            [
+                (s[ok] - hs) / c_lo[ok],
+                (s[ok] - hs) / (c[ok] + hc),
+                (s[ok] + hs) / c_lo[ok],
+                (s[ok] + hs) / (c[ok] + hc),
+            ]
+        )
+        a = np.clip(corners.min(axis=0), lo, hi)
+        b = np.clip(corners.max(axis=0), lo, hi)
+        degenerate = b <= a
+        low[ok] = np.where(degenerate, lo, a)
+        high[ok] = np.where(degenerate, hi, b)
+    return est, low, high
+
+
+def _avg_columns(query: Query) -> list[str]:
+    return [a.alias for a in query.aggregates if a.func == "avg"]
+
+
+def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
+    """Plain-language notes on a released answer, computed from the released values only (free)."""
+    notes: list[str] = []
+    if query.is_empty:
+        notes.append(
+            "the WHERE clause matches no row of the declared domain: every true value is 0 (or undefined for "
+            "AVG); the answer is pure noise"
+        )
+    groups = [g for g in query.group_by if g in df.columns]
+
+    def where(mask: pd.Series) -> str:
+        if not groups:
+            return ""
+        keys = df.loc[mask, groups].astype(str).agg("/".join, axis=1).tolist()
+        shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+        return f" ({shown})"
+
+    for alias in _avg_columns(query):
+        if alias not in df.columns:
+            continue
+        nan = df[alias].isna()
+        if nan.any():
+            n = int(nan.sum())
+            notes.append(
+                f"{alias}: not shown (NaN) for {n} group{'s' if n != 1 else ''}{where(nan)}: the noisy count "
+                "is too small (its 95% interval reaches below one row), so the average would be meaningless; "
+                "the interval is the whole declared range"
+            )
+    for agg in query.aggregates:
+        if agg.func != "count" or agg.alias not in df.columns:
+            continue
+        neg = df[agg.alias] < 0
+        if neg.any():
+            n = int(neg.sum())
+            notes.append(
+                f"{agg.alias}: negative in {n} group{'s' if n != 1 else ''}{where(neg)} — noise on a small or "
+                "empty group; switch on free post-processing with --nonneg (or %config DPMagic.postprocess)"
+            )
+    return notes
+
+
+def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str]) -> pd.DataFrame:
+    """Free, optional post-processing of a released answer (never touches the rows).
+
+    ``integer``: counts (and their intervals) rounded to whole numbers — the interval outwards.
+    ``nonnegative``: counts clipped at 0, SUMs of a column with a non-negative lower bound clipped at 0, and
+    every interval intersected with the same set (the true value is in it, so coverage is kept).
+    """
+    opts = set(options)
+    unknown = opts - set(POSTPROCESS_OPTIONS)
+    if unknown:
+        from dpmagic.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"unknown post-processing {sorted(unknown)!r}: choose from {', '.join(POSTPROCESS_OPTIONS)}"
+        )
+    out = df.copy()
+    for agg in query.aggregates:
+        a = agg.alias
+        if a not in out.columns:
+            continue
+        cols = [a, f"{a}_ci_low", f"{a}_ci_high"]
+        cols = [c for c in cols if c in out.columns]
+        floor: float | None = None
+        if agg.func == "count":
+            floor = 0.0
+        elif agg.func == "sum" and agg.column is not None:
+            col = schema[agg.column]
+            if isinstance(col, NumericColumn) and float(col.lower) >= 0:
+                floor = 0.0
+        if "nonnegative" in opts and floor is not None:
+            for c in cols:
+                out[c] = out[c].clip(lower=floor)
+        if "integer" in opts and agg.func == "count":
+            out[a] = np.round(out[a].to_numpy(dtype=float))
+            if f"{a}_ci_low" in out.columns:
+                out[f"{a}_ci_low"] = np.floor(out[f"{a}_ci_low"].to_numpy(dtype=float))
+                out[f"{a}_ci_high"] = np.ceil(out[f"{a}_ci_high"].to_numpy(dtype=float))
+            for c in cols:
+                out[c] = out[c].astype("int64")
+    return out
