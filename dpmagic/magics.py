@@ -187,6 +187,7 @@ class DPMagic(Magics, Configurable):
             ledger=_unquote(args.ledger or self.ledger or str(default_ledger_path())),
             time_limit=self.time_limit,
             delta=args.delta,
+            table_names=(args.data,),
         )
         _STATE["session"] = session
         cur = session.currency

@@ -1,7 +1,8 @@
 """Turning exact cell aggregates into a noisy, released answer.
 
 Cost split (documented policy): a query charged cost c releases, in every GROUP BY cell, one noisy value per
-COUNT or SUM and two per AVG (a noisy SUM and a noisy COUNT).  The query's additive weight w = weight(c) is
+COUNT, SUM or COUNT(DISTINCT), two per AVG (a noisy SUM and a noisy COUNT), three per VAR / STDDEV and one per
+quantile (the units of :mod:`dpmagic.aggregates`).  The query's additive weight w = weight(c) is
 divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  Each
 release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.sensitivity`):
 under add/remove-one a row touches one cell, so every cell gets the full per-release share; under replace-one
@@ -11,17 +12,24 @@ AVG is post-processing (:func:`dpmagic.postprocess.ratio_estimate`): noisy SUM /
 column's declared bounds, and NaN where the noisy count's interval reaches below one row.  Its 95% interval is
 the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it covers the true
 average with probability ≥ 95% whenever the true count is positive; never zero-width.
+
+An analyst's clamp (``SUM(CLAMP(x, lo, hi))``, :attr:`~dpmagic.query.model.Aggregate.clamp`) is a different sum:
+it has its own release, keyed by :attr:`~dpmagic.query.model.Aggregate.sum_key`, whose sensitivity follows the
+clamped bounds (:func:`dpmagic.sensitivity.release_sensitivity` with ``clamp``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dpmagic.accountant.currency import Currency
+from dpmagic.aggregates import plan_extended, release_extended
+from dpmagic.aggregates.common import effective_bounds
 from dpmagic.backends.pandas import Cells
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, release_integer
@@ -30,7 +38,7 @@ from dpmagic.query.model import Query
 from dpmagic.schema import NumericColumn, Schema
 from dpmagic.sensitivity import release_sensitivity
 
-__all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "units_of", "ReleasePlan"]
+__all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "units_of", "ReleasePlan", "effective_bounds"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,8 @@ class ReleasePlan:
     sums: dict[str, Noise]
     share_cost: float
     releases_per_cell: int
+    #: plans of the non-basic aggregates (:mod:`dpmagic.aggregates` units), by alias
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_noise(
@@ -60,6 +70,7 @@ def plan_noise(
     SUM, no GROUP BY             M               max(W, M); W if the box is the whole domain (no row can leave it)
     SUM per GROUP BY cell        M               max(W, 2M) (L1) / max(W, √2·M) (L2) (GDP: max(W, M) at μ/√2)
     float SUM                    as SUM, on the column's quantum u (:func:`~dpmagic.mechanisms.float_unit`)
+    SUM(CLAMP(x, a, b))          as SUM, with the values (and so M and W) clamped into [a, b]
     ===========================  ==============  ==================================================================
 
     (A GROUP BY whose box holds a single cell behaves as no GROUP BY.)  Under μ-GDP the discrete Gaussian is
@@ -75,21 +86,29 @@ def plan_noise(
         count = calibrate(definition, share, release_sensitivity(query, schema, None, replace_one=replace_one))
     sums: dict[str, Noise] = {}
     for agg in query.aggregates:
-        if agg.column is None or agg.column in sums:
+        if agg.column is None or not agg.is_basic or agg.sum_key in sums:
             continue
         col = schema[agg.column]
         assert isinstance(col, NumericColumn)
+        clamp = agg.clamp
         if col.is_int:
-            sens = release_sensitivity(query, schema, agg.column, replace_one=replace_one)
-            sums[agg.column] = calibrate(definition, share, sens)
+            sens = release_sensitivity(query, schema, agg.column, replace_one=replace_one, clamp=clamp)
+            sums[agg.sum_key] = calibrate(definition, share, sens)
         else:
-            real = release_sensitivity(query, schema, agg.column, replace_one=replace_one)
-            unit = float_unit(definition, share, real, col.max_abs)
+            real = release_sensitivity(query, schema, agg.column, replace_one=replace_one, clamp=clamp)
+            lo, hi = effective_bounds(agg, schema)
+            unit = float_unit(definition, share, real, max(abs(lo), abs(hi)))
             sens = release_sensitivity(
-                query, schema, agg.column, replace_one=replace_one, to_units=lambda v, u=unit: int(np.rint(v / u))
+                query,
+                schema,
+                agg.column,
+                replace_one=replace_one,
+                clamp=clamp,
+                to_units=lambda v, u=unit: int(np.rint(v / u)),
             )
-            sums[agg.column] = calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
-    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k)
+            sums[agg.sum_key] = calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
+    extra = plan_extended(query, schema, definition, share, replace_one=replace_one)
+    plan = ReleasePlan(count=count, sums=sums, share_cost=share, releases_per_cell=k, extra=extra)
     for noise in [count, *sums.values()]:  # everything release() computes from the noise, before any charge
         if noise is not None:
             noise.ci_halfwidth(0.95)
@@ -110,12 +129,19 @@ def plan_halfwidth(
     widths: list[float] = []
     half = 1.0 - (1.0 - level) / 2.0
     for agg in query.aggregates:
-        if agg.func == "count":
+        if agg.func == "count_distinct":
+            widths.append(plan.extra[agg.alias].plan.ci_halfwidth(level))
+        elif not agg.is_basic:
+            raise ConfigurationError(
+                f"an accuracy target (--ci) is not available for {agg.func.upper()}: give a cost instead",
+                hint="use --epsilon / --rho / --mu",
+            )
+        elif agg.func == "count":
             assert plan.count is not None
             widths.append(plan.count.ci_halfwidth(level))
         elif agg.func == "sum":
             assert agg.column is not None
-            widths.append(plan.sums[agg.column].ci_halfwidth(level))
+            widths.append(plan.sums[agg.sum_key].ci_halfwidth(level))
         else:
             assert agg.column is not None and plan.count is not None
             if min_rows is None:
@@ -123,10 +149,10 @@ def plan_halfwidth(
                     "an accuracy target for AVG needs --min-rows N (min_rows=N): a public lower bound on the group size",
                     hint="add --min-rows N: the target then holds for groups of at least N rows",
                 )
-            col = schema[agg.column]
-            assert isinstance(col, NumericColumn)
-            hs, hc = plan.sums[agg.column].ci_halfwidth(half), plan.count.ci_halfwidth(half)
-            widths.append(math.inf if hc >= min_rows else (hs + col.max_abs * hc) / (min_rows - hc))
+            lo, hi = effective_bounds(agg, schema)
+            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half), plan.count.ci_halfwidth(half)
+            m = max(abs(lo), abs(hi))
+            widths.append(math.inf if hc >= min_rows else (hs + m * hc) / (min_rows - hc))
     return max(widths)
 
 
@@ -178,11 +204,11 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
     """Draw the noise and assemble the answer: one row per declared GROUP BY key.
 
     ``cells`` holds exact integer aggregates in each release's units (:meth:`PandasBackend.evaluate` with
-    :func:`units_of`).  An interval side is infinite where the exact value may have been clamped before noise
+    :func:`units_of`), and the exact inputs of the :mod:`dpmagic.aggregates` units (``cells.extra``).  An interval side is infinite where the exact value may have been clamped before noise
     (|exact| ≥ the noise's public clamp, :data:`~dpmagic.mechanisms.SUM_CLAMP` grid units).
     """
     out: dict[str, object] = {}
-    for i, g in enumerate(query.group_by):
+    for i, g in enumerate(query.group_by):  # public declared keys / bin labels
         out[g] = [key[i] for key in cells.keys]
     noisy_count = None
     if plan.count is not None:
@@ -197,27 +223,31 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
         high = np.where(clipped_high, np.inf, x + h)
         return low, high, clipped_low | clipped_high
 
+    extended: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    if plan.extra:
+        extended = release_extended(plan.extra, cells.extra, level)
     for agg in query.aggregates:
-        if agg.func == "count":
+        if not agg.is_basic:
+            v, lo_ci, hi_ci = extended[agg.alias]
+            out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
+        elif agg.func == "count":
             assert plan.count is not None and noisy_count is not None
             out[agg.alias] = noisy_count
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(noisy_count, plan.count, level)
         elif agg.func == "sum":
             assert agg.column is not None
-            x = noisy_sums[agg.column]
+            x = noisy_sums[agg.sum_key]
             out[agg.alias] = x
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(x, plan.sums[agg.column], level)
+            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(x, plan.sums[agg.sum_key], level)
         else:
             assert agg.column is not None and plan.count is not None and noisy_count is not None
-            col = schema[agg.column]
-            assert isinstance(col, NumericColumn)
-            s, c = noisy_sums[agg.column], noisy_count
-            lo_b, hi_b = float(col.lower), float(col.upper)
+            s, c = noisy_sums[agg.sum_key], noisy_count
+            lo_b, hi_b = effective_bounds(agg, schema)  # the declared bounds, or the analyst's clamp
             half_level = 1.0 - (1.0 - level) / 2.0
-            hs, hc = plan.sums[agg.column].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
+            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
             avg, low, high = ratio_estimate(s, hs, c, hc, lo_b, hi_b)  # NaN where the noisy count is too small
             # an interval side whose true value may have been clamped (overflow guard): the whole declared range
-            unsure = interval(s, plan.sums[agg.column], half_level)[2] | interval(c, plan.count, half_level)[2]
+            unsure = interval(s, plan.sums[agg.sum_key], half_level)[2] | interval(c, plan.count, half_level)[2]
             low[unsure], high[unsure] = lo_b, hi_b
             out[agg.alias] = avg
             out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
@@ -225,5 +255,6 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
 
 
 def units_of(plan: ReleasePlan) -> dict[str, float]:
-    """The quantum each summed column is computed in (1 for int columns)."""
+    """The quantum each summed column (by :attr:`~dpmagic.query.model.Aggregate.sum_key`) is computed in (1 for
+    int columns)."""
     return {name: noise.unit for name, noise in plan.sums.items()}

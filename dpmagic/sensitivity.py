@@ -27,6 +27,13 @@ cases: COUNT has 1 (add/remove) and, under replace-one, 1 without GROUP BY (0 if
 / √2 (L2) with a GROUP BY; SUM has M (add/remove) and, under replace-one, max(W, M) if B is not the whole
 domain (a replaced row can leave the box), W if it is, and max(W, 2M) (L1) / max(W, √2·M) (L2) with ≥ 2 cells.
 
+SQL constructs: an analyst's clamp (``SUM(CLAMP(x, a, b))``) clamps V, so lo and hi are the clamped ends of
+the box's range (:func:`value_range`); GROUP BY cells may be declared values, declared integers or declared
+bins (:attr:`Query.groups`), counted where they meet the box; an exact WHERE filter that is not a box (OR across
+columns) is treated through its bounding box B (a superset of its rows: V and the cells only grow) with rows
+able to leave it (B is never "the whole domain" then).  All brute-force tested (``tests/test_sensitivity.py``,
+``tests/test_aggregate_sensitivity.py``).
+
 A release whose every change is 0 (an empty box, a constant column) is noised as if its sensitivity were 1:
 any noise keeps a constant private, and the mechanism stays defined.
 
@@ -47,7 +54,7 @@ from dpmagic.query.model import Query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.sets import CategorySet, IntervalSet
 
-__all__ = ["Sensitivity", "Coverage", "coverage_of", "release_sensitivity", "value_range"]
+__all__ = ["Sensitivity", "Coverage", "clamp_bounds", "coverage_of", "patterns", "release_sensitivity", "value_range"]
 
 
 @dataclass(frozen=True)
@@ -110,33 +117,65 @@ class Coverage:
 
 
 def coverage_of(query: Query, schema: Schema) -> Coverage:
+    """The coverage facts of ``query``: its WHERE box (for an exact :class:`~dpmagic.query.model.Filter`, the
+    smallest box covering it, a superset of the rows it selects) and its GROUP BY cells.
+
+    ``cells`` counts the cells of :attr:`Query.groups` whose set meets the box on that column (categorical
+    values, declared integers or declared bins): an upper bound of the cells that can hold a row of the box,
+    which is the safe direction (≥ 2 cells adds the two-cell pattern).  With an exact filter, rows of the box
+    can fall outside the filter, so the coverage is never the whole domain.  O(number of cells).
+    """
     box = query.where
     if box.is_empty():
         return Coverage(True, False, 0)
     cells = 1
-    for g in query.group_by:
-        col = schema[g]
-        assert isinstance(col, CategoricalColumn)
-        s = box.get(g)
-        cells *= len(s) if isinstance(s, CategorySet) else col.size
-    # A Box drops tautologies on construction: it covers the whole domain iff it constrains nothing.
-    return Coverage(False, not box.constraints, cells)
+    for g in query.groups:
+        s = box.get(g.column)
+        if g.sets is None:
+            col = schema[g.column]
+            assert isinstance(col, CategoricalColumn)
+            cells *= len(s) if isinstance(s, CategorySet) else col.size
+        elif s is None:
+            cells *= len(g.sets)
+        else:
+            cells *= sum(1 for b in g.sets if b.overlaps(s))  # type: ignore[arg-type]
+    # A Box drops tautologies on construction: it covers the whole domain iff it constrains nothing (and no
+    # exact filter narrows it further).
+    return Coverage(False, not box.constraints and query.filter is None, cells)
 
 
-def value_range(query: Query, schema: Schema, column: str) -> tuple[float, float]:
+def clamp_bounds(col: NumericColumn, clamp: tuple[float, float] | None) -> tuple[float, float]:
+    """The bounds the backend clamps a column's values into: the declared bounds, or the analyst's clamp
+    (a, b) moved into them, in the column's type (exact Python ints for int columns: no double round trip)."""
+    lower, upper = (int(col.lower), int(col.upper)) if col.is_int else (float(col.lower), float(col.upper))
+    if clamp is None:
+        return lower, upper
+    a, b = (int(clamp[0]), int(clamp[1])) if col.is_int else (float(clamp[0]), float(clamp[1]))
+    return min(max(a, lower), upper), min(max(b, lower), upper)
+
+
+def value_range(
+    query: Query, schema: Schema, column: str, clamp: tuple[float, float] | None = None
+) -> tuple[float, float]:
     """(inf, sup) of ``column``'s values over the rows of the query's (non-empty) box: its declared bounds
-    intersected with the box's set on that column (attained on int columns, whose set ends are integers)."""
+    intersected with the box's set on that column (attained on int columns, whose set ends are integers).
+
+    ``clamp`` = (a, b): the values are clamped, x ↦ min(max(x, a), b) (``SUM(CLAMP(col, a, b))``), a
+    non-decreasing map, so the range is the clamp of the range's ends: the effective (clamped) bounds.
+    """
     col = schema[column]
     assert isinstance(col, NumericColumn)
     s = query.where.get(column)
     if isinstance(s, IntervalSet) and s.intervals:
         lo, hi = s.intervals[0].lo, s.intervals[-1].hi
-        if col.is_int:
-            return int(lo), int(hi)
-        return float(lo), float(hi)
+    else:
+        lo, hi = col.lower, col.upper
+    if clamp is not None:  # data lies in the declared bounds, where clip(x, a, b) = clip(x, clamp_bounds)
+        a, b = clamp_bounds(col, clamp)
+        lo, hi = min(max(lo, a), b), min(max(hi, a), b)
     if col.is_int:
-        return int(col.lower), int(col.upper)
-    return float(col.lower), float(col.upper)
+        return int(lo), int(hi)
+    return float(lo), float(hi)
 
 
 def patterns(lo: float, hi: float, cov: Coverage, *, replace_one: bool) -> Sensitivity:
@@ -161,18 +200,20 @@ def release_sensitivity(
     *,
     replace_one: bool,
     to_units: Callable[[float], float] | None = None,
+    clamp: tuple[float, float] | None = None,
 ) -> Sensitivity:
     """The sensitivity of the release of COUNT (``column=None``) or SUM(``column``) of ``query``.
 
     ``to_units`` maps a value of the column to the units the exact sum is computed in (a non-decreasing map,
     e.g. the float quantisation of :func:`dpmagic.mechanisms.float_unit`); it maps the box's value range.
+    ``clamp`` is the analyst's clamp of the summed values (:attr:`Aggregate.clamp`): the range is clamped.
     """
     cov = coverage_of(query, schema)
     if column is None:
         return patterns(1, 1, cov, replace_one=replace_one)
     if cov.empty:
         return Sensitivity(())
-    lo, hi = value_range(query, schema, column)
+    lo, hi = value_range(query, schema, column, clamp)
     if to_units is not None:
         lo, hi = to_units(lo), to_units(hi)
     return patterns(lo, hi, cov, replace_one=replace_one)

@@ -33,6 +33,7 @@ from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError,
 from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import tidy
 from dpmagic.query.model import Query
+from dpmagic.query.outputs import finish
 from dpmagic.query.sql import parse_query
 from dpmagic.release import ReleasePlan, plan_noise, release, units_of
 from dpmagic.results import Preview, QueryResult
@@ -64,6 +65,9 @@ class Session:
         a :class:`Ledger` or a path of a durable sqlite ledger file; ``None`` (default for the Python API) keeps
         it in memory for the life of the session.  The magics default to a durable file
         (:func:`~dpmagic.accountant.ledger.default_ledger_path`).
+    table_names:
+        further names FROM may give the bound table (the magics pass the notebook variable's name); the
+        schema's ``table`` and schema-qualified forms (``PUMS.PUMS``) are always accepted, other tables refused.
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
@@ -83,6 +87,7 @@ class Session:
         time_limit: float = 10.0,
         delta: float = 1e-6,
         neighbors: Neighbors = "add-remove",
+        table_names: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         if isinstance(schema, Schema):
             self.schema = schema
@@ -101,6 +106,8 @@ class Session:
             else check_cost(default_cost, f"the default {self.budget.currency.parameter}")
         )
         self.data = self.schema.validate(data, out_of_range=out_of_range)
+        #: the names FROM may use for the bound table (schema-qualified forms such as PUMS.PUMS included)
+        self.table_names = tuple(dict.fromkeys([self.schema.table, *(table_names or ())]))
         self.backend = PandasBackend(self.data, self.schema)
         if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
@@ -218,7 +225,9 @@ class Session:
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
         """Parse and validate ``sql`` against the schema (no data, no budget)."""
-        return parse_query(sql, self.schema)
+        # a schema that declares no table name ("data", the default) accepts any one name in FROM
+        names = None if self.table_names == ("data",) else self.table_names
+        return parse_query(sql, self.schema, tables=names)
 
     def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
         return parse_cost(self.currency, cost, named)
@@ -360,9 +369,7 @@ class Session:
                 self._emit("cached", entry=hit.entry_id)
                 return hit
         warn_if_empty(q)  # before charging: the WHERE box is empty on the declared domain (schema only)
-        cells = 1
-        for g in q.group_by:
-            cells *= self.schema[g].size  # type: ignore[union-attr]
+        cells = q.n_cells
         self._emit(
             "computing",
             message=f"checking the maximum overlap with {len(self.accountant)} registered queries"
@@ -384,8 +391,9 @@ class Session:
         # never the data read or the noise, whose duration could depend on the rows.
         seconds = time.perf_counter() - t0
         try:
-            evaluated = self.backend.evaluate(q, units_of(plan))
+            evaluated = self.backend.evaluate(q, units_of(plan), extended=plan.extra)
             df = release(q, evaluated, plan, self.schema)
+            df = finish(q, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values
             self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
         except Exception:
             # After the data was read, no exception text may leave (it could carry an exact aggregate), and the

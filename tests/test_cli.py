@@ -111,7 +111,7 @@ def test_replace_neighbours_reports_interval(files, capsys) -> None:
     "content, suffix, fragment",
     [
         ("SELECT COUNT(*) FROM t WHERE Postcode = 'A';\nSELECT COUNT(*) FROM t WHERE Zip = 3;", ".sql", "statement 2"),
-        ("SELECT COUNT(*) FROM t WHERE age > 3 OR Native = 'Y';", ".sql", "OR across"),
+        ("SELECT COUNT(*) FROM t WHERE age > 3 OR Native = age;", ".sql", "several columns"),
         ('{"sql": "SELECT COUNT(*) FROM t", "weight": -1}\n', ".jsonl", "line 1: weight"),
         ("{not json\n", ".jsonl", "not valid JSON"),
         ('{"weight": 1}\n', ".jsonl", "string 'sql'"),

@@ -89,10 +89,10 @@ def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -
     seen = {}
     original = session.backend.evaluate
 
-    def spy(q, *args):
+    def spy(q, *args, **kwargs):
         seen["entries"] = len(session.accountant.entries())
         seen["status"] = session.accountant.entries()[-1].status
-        return original(q, *args)
+        return original(q, *args, **kwargs)
 
     monkeypatch.setattr(session.backend, "evaluate", spy)
     session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
@@ -101,7 +101,7 @@ def test_charge_is_recorded_before_data_is_read(session: Session, monkeypatch) -
 
 
 def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkeypatch) -> None:
-    monkeypatch.setattr(session.backend, "evaluate", lambda q, *args: 1 / 0)
+    monkeypatch.setattr(session.backend, "evaluate", lambda q, *args, **kwargs: 1 / 0)
     with pytest.raises(DPMagicError, match="stays charged"):
         session.query("SELECT COUNT(*) FROM adult", epsilon=0.1)
     assert session.spent == pytest.approx(0.1)
@@ -145,9 +145,9 @@ BAD_QUERIES = [
     ("SELECT SUM(sex) FROM adult", {}, QueryTypeError),
     ("SELECT COUNT(*) FROM adult WHERE age = 'old'", {}, QueryTypeError),
     ("SELECT COUNT(*) FROM adult a JOIN adult b ON a.age = b.age", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult LIMIT 1", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE age > 30 OR sex = 'Male'", {}, UnsupportedQueryError),
-    ("SELECT age, COUNT(*) FROM adult GROUP BY age", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult LIMIT 1 OFFSET 1", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM adult WHERE age > fnlwgt", {}, UnsupportedQueryError),
+    ("SELECT fnlwgt, COUNT(*) FROM adult GROUP BY fnlwgt", {}, UnsupportedQueryError),
     ("DELETE FROM adult", {}, UnsupportedQueryError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": -1.0}, BudgetError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 0.0}, BudgetError),
@@ -158,9 +158,9 @@ BAD_QUERIES = [
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1.5}, BudgetExceededError),
     ("", {}, QueryError),
     ("SELECT MAX(age) FROM adult", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE lower(sex) = 'male'", {}, UnsupportedQueryError),
+    ("SELECT MIN(age) FROM adult", {}, UnsupportedQueryError),
     ("SELECT * FROM adult", {}, UnsupportedQueryError),
-    ("SELECT COUNT(*) FROM adult WHERE \"native-country\" LIKE 'U%'", {}, UnsupportedQueryError),
+    ("SELECT COUNT(*) FROM other_table", {}, UnsupportedQueryError),
 ]
 
 

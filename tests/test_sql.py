@@ -175,21 +175,11 @@ def test_split_statements() -> None:
         ("SELECT COUNT(*) FROM t JOIN u ON t.a = u.b", UnsupportedQueryError, "JOIN"),
         ("SELECT COUNT(*) FROM (SELECT * FROM t) s", UnsupportedQueryError, "subquery"),
         ("SELECT COUNT(*) FROM t WHERE age IN (SELECT 1)", UnsupportedQueryError, "subquery"),
-        ("SELECT COUNT(*) FROM t LIMIT 5", UnsupportedQueryError, "LIMIT"),
-        ("SELECT COUNT(*) FROM t ORDER BY 1", UnsupportedQueryError, "ORDER BY"),
-        ("SELECT sex, COUNT(*) FROM t GROUP BY sex HAVING COUNT(*) > 2", UnsupportedQueryError, "HAVING"),
-        ("SELECT COUNT(DISTINCT age) FROM t", UnsupportedQueryError, "DISTINCT"),
         ("SELECT MAX(age) FROM t", UnsupportedQueryError, "MAX"),
         ("SELECT * FROM t", UnsupportedQueryError, "SELECT \\*"),
         ("SELECT age FROM t", UnsupportedQueryError, "without an aggregate"),
-        ("SELECT COUNT(*) FROM t WHERE lower(city) = 'a'", UnsupportedQueryError, "function"),
-        ("SELECT COUNT(*) FROM t WHERE city LIKE 'a%'", UnsupportedQueryError, "LIKE"),
-        ("SELECT COUNT(*) FROM t WHERE age IS NULL", UnsupportedQueryError, "NULL"),
-        ("SELECT COUNT(*) FROM t WHERE age > 3 OR sex = 'M'", UnsupportedQueryError, "OR across different columns"),
-        ("SELECT COUNT(*) FROM t WHERE NOT (age > 3 AND sex = 'M')", UnsupportedQueryError, "NOT over several"),
-        ("SELECT COUNT(*) FROM t WHERE age = income", UnsupportedQueryError, "two columns"),
+        ("SELECT COUNT(*) FROM t WHERE age = income", UnsupportedQueryError, "several columns"),
         ("SELECT COUNT(*) FROM t WHERE city < 'b'", UnsupportedQueryError, "ordering comparison"),
-        ("SELECT age, COUNT(*) FROM t GROUP BY age", UnsupportedQueryError, "GROUP BY on int"),
         ("SELECT COUNT(*) FROM t WHERE agee = 3", UnknownColumnError, "unknown column 'agee'"),
         ("SELECT SUM(salary) FROM t", UnknownColumnError, "salary"),
         ("SELECT COUNT(*) FROM t GROUP BY nope", UnknownColumnError, "nope"),
@@ -197,9 +187,7 @@ def test_split_statements() -> None:
         ("SELECT COUNT(*) FROM t WHERE age = 'x'", QueryTypeError, "string"),
         ("SELECT COUNT(*) FROM t WHERE city = 3", QueryTypeError, "quote the value"),
         ("SELECT COUNT(*) FROM t WHERE grade = '3'", QueryTypeError, "numeric categories"),
-        ("SELECT COUNT(*) FROM t WHERE age = TRUE", QueryTypeError, "boolean"),
         ("SELECT COUNT(*) AS n, SUM(age) AS n FROM t", UnsupportedQueryError, "two outputs"),
-        ("SELECT COUNT(*) FROM t WHERE age", UnsupportedQueryError, "bare column"),
         ("SELECT COUNT(*) FROM t WHERE 1 = 1", UnsupportedQueryError, "column"),
         ("WITH x AS (SELECT 1) SELECT COUNT(*) FROM x", UnsupportedQueryError, "WITH"),
         ("SELECT COUNT(*) FROM t UNION SELECT COUNT(*) FROM t", UnsupportedQueryError, "UNION"),
@@ -237,3 +225,25 @@ def test_malformed_number_literal(small_schema: Schema) -> None:
     """Found by the fuzz run: sqlglot reads '3E' as a number token."""
     with pytest.raises(QueryError, match="not a valid number"):
         parse_query("SELECT COUNT(*) FROM t WHERE age > 3E", small_schema)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t LIMIT 5",
+        "SELECT COUNT(*) FROM t ORDER BY 1",
+        "SELECT sex, COUNT(*) FROM t GROUP BY sex HAVING COUNT(*) > 2",
+        "SELECT COUNT(DISTINCT age) FROM t",
+        "SELECT COUNT(*) FROM t WHERE lower(city) = 'a'",
+        "SELECT COUNT(*) FROM t WHERE city LIKE 'a%'",
+        "SELECT COUNT(*) FROM t WHERE age IS NULL",
+        "SELECT COUNT(*) FROM t WHERE age > 3 OR sex = 'M'",
+        "SELECT COUNT(*) FROM t WHERE NOT (age > 3 AND sex = 'M')",
+        "SELECT age, COUNT(*) FROM t GROUP BY age",
+        "SELECT COUNT(*) FROM t WHERE age = TRUE",
+        "SELECT COUNT(*) FROM t WHERE age",
+    ],
+)
+def test_formerly_refused_now_supported(sql: str, small_schema: Schema) -> None:
+    """Issue 13: these constructs are answered now (tests/test_sql_corpus.py checks their answers)."""
+    parse_query(sql, small_schema)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dpmagic.errors import DataValidationError
 from dpmagic.mechanisms import MAX_ROWS, quantise
-from dpmagic.query.model import Query
+from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.sensitivity import clamp_bounds
 from dpmagic.sets import Box, CategorySet, IntervalSet
 
 __all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
@@ -30,6 +32,7 @@ class Cells:
     keys: list[tuple[object, ...]]
     counts: np.ndarray  # int64, one per cell
     sums: dict[str, list[int]]  # exact integer sums per cell, in the column's units (1, or a float quantum)
+    extra: dict[str, Any] = field(default_factory=dict)  # exact inputs of the dpmagic.aggregates units
 
 
 def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:
@@ -92,21 +95,55 @@ class PandasBackend:
             self._codes[name] = codes
         return codes
 
-    def evaluate(self, query: Query, units: Mapping[str, float] | None = None) -> Cells:
-        """Exact per-cell COUNT and SUMs of ``query`` (cells = declared GROUP BY keys).
+    def filter_mask(self, f: Filter) -> np.ndarray:
+        """Boolean mask of the rows an exact filter (AND / OR / NOT of boxes) selects."""
+        if f.op == "box":
+            assert f.box is not None
+            return self.mask(f.box)
+        masks = [self.filter_mask(p) for p in f.parts]
+        if f.op == "and":
+            return np.logical_and.reduce(masks)
+        if f.op == "or":
+            return np.logical_or.reduce(masks)
+        return ~masks[0]
 
-        Float columns are summed as integers in the quantum ``units[column]`` (a power of two; see
-        :func:`dpmagic.mechanisms.quantise`).  The work is vectorised over *every* row of the frame (rows outside
-        the WHERE box go to a discarded bin), so it does not depend on how many rows the box holds.
+    def _group_codes(self, g: GroupKey) -> np.ndarray:
+        """Each row's cell index along one GROUP BY key (its declared value or bin; bins cover the domain)."""
+        if g.sets is None:
+            return self._category_codes(g.column)
+        codes = np.full(len(self.df), -1, dtype=np.int64)
+        for i, s in enumerate(g.sets):
+            codes[self.mask(Box({g.column: s})) & (codes < 0)] = i
+        return codes
+
+    def evaluate(
+        self,
+        query: Query,
+        units: Mapping[str, float] | None = None,
+        *,
+        extended: Mapping[str, Any] | None = None,
+    ) -> Cells:
+        """Exact per-cell COUNT and SUMs of ``query`` (cells = declared GROUP BY keys / bins).
+
+        Float sums are computed as integers in the quantum ``units[agg.sum_key]`` (a power of two; see
+        :func:`dpmagic.mechanisms.quantise`); an analyst's clamp is applied to the values first, and its bounds
+        are the quantisation bounds.  ``extended`` holds the plans of the non-basic aggregates
+        (:func:`dpmagic.aggregates.plan_extended`, by alias), whose exact inputs go to ``Cells.extra``.  The work
+        is vectorised over *every* row of the frame (rows outside the WHERE filter go to a discarded bin), so it
+        does not depend on how many rows the box holds.
         """
         mask = self.mask(query.where)
-        group_cols = [self.schema[g] for g in query.group_by]
-        sizes = [c.size for c in group_cols if isinstance(c, CategoricalColumn)]
+        if query.filter is not None:
+            mask &= self.filter_mask(query.filter)
+        sizes = [g.size for g in query.groups]
         n_cells = int(np.prod(sizes)) if sizes else 1
-        if group_cols:
-            codes = [self._category_codes(g) for g in query.group_by]
-            cell = np.ravel_multi_index(codes, sizes).astype(np.int64)
-            keys = list(itertools.product(*[c.values for c in group_cols]))  # type: ignore[union-attr]
+        if query.groups:
+            codes = [self._group_codes(g) for g in query.groups]
+            # bins cover the declared domain; a row in none (impossible for validated data) is discarded
+            outside = np.logical_or.reduce([c < 0 for c in codes])
+            cell = np.ravel_multi_index([np.maximum(c, 0) for c in codes], sizes).astype(np.int64)
+            mask &= ~outside
+            keys = list(itertools.product(*[g.labels for g in query.groups]))
         else:
             cell = np.zeros(len(self.df), dtype=np.int64)
             keys = [()]
@@ -114,17 +151,25 @@ class PandasBackend:
         counts = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64)
         sums: dict[str, list[int]] = {}
         for agg in query.aggregates:
-            if agg.column is None or agg.column in sums:
+            if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
             raw = self.df[agg.column].to_numpy()
+            lo, hi = clamp_bounds(col, agg.clamp)  # the declared bounds, or the analyst's clamp inside them
             if col.is_int:
                 values = raw.astype(np.int64)
+                if agg.clamp is not None:
+                    values = np.clip(values, np.int64(lo), np.int64(hi))
             else:
-                unit = (units or {}).get(agg.column)
+                unit = (units or {}).get(agg.sum_key)
                 if unit is None:
-                    raise ValueError(f"no quantum given for the float column {agg.column!r}")
-                values = quantise(raw, unit, float(col.lower), float(col.upper))
-            sums[agg.column] = exact_cell_sums(cell, values, n_cells)
-        return Cells(keys=keys, counts=counts, sums=sums)
+                    raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
+                values = quantise(raw, unit, float(lo), float(hi))  # clamped into [lo, hi], then quantised
+            sums[agg.sum_key] = exact_cell_sums(cell, values, n_cells)
+        extra: dict[str, Any] = {}
+        if extended:
+            from dpmagic.aggregates import exact_extended
+
+            extra = exact_extended(extended, lambda c: self.df[c].to_numpy(), cell, n_cells)
+        return Cells(keys=keys, counts=counts, sums=sums, extra=extra)

@@ -1,39 +1,127 @@
 """The structured query: what a ``%%dpquery`` cell asks, independent of SQL text.
 
-A :class:`Query` is a set of aggregates (COUNT, SUM, AVG) over the rows inside a WHERE :class:`~dpmagic.sets.Box`,
-optionally grouped by categorical columns over all their *declared* values.  Its coverage for the
-accountant is the WHERE box: a GROUP BY releases disjoint cells, so the whole query is one node
-(DESIGN.md §2, "GROUP BY").
+A :class:`Query` is a set of *base aggregates* (the noisy releases: COUNT, SUM, AVG, COUNT(DISTINCT),
+VAR/STDDEV, quantiles) over the rows selected by a WHERE filter, grouped by :class:`GroupKey` s whose cells
+come from the *declared* domain (categorical values, every declared integer, or declared bins), followed by
+free post-processing of the released values (:class:`Output` expressions, HAVING, ORDER BY, LIMIT).
+
+Its coverage for the accountant is one box: the WHERE box when the filter is a box, or the smallest box
+covering the filter (OR across columns → the per-column union of the branches' sets, a superset: safe).  A
+GROUP BY releases disjoint cells, so the whole query is one node (DESIGN.md §2, "GROUP BY").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from dpmagic.sets import Box
+from dpmagic.sets import Box, ValueSet, box_to_json
 
-__all__ = ["Aggregate", "Query", "AggregateFunction"]
+__all__ = ["Aggregate", "AggregateFunction", "Filter", "GroupKey", "Output", "Query"]
 
-AggregateFunction = Literal["count", "sum", "avg"]
+AggregateFunction = Literal["count", "sum", "avg", "count_distinct", "var", "stddev", "quantile"]
+
+#: noisy releases per cell of each aggregate (the cost is split equally over them)
+_RELEASES = {"count": 1, "sum": 1, "avg": 2, "count_distinct": 1, "var": 3, "stddev": 3, "quantile": 1}
 
 
 @dataclass(frozen=True)
 class Aggregate:
-    """One aggregate of the SELECT list: ``COUNT(*)``, ``SUM(col)`` or ``AVG(col)``, with its output name."""
+    """One base aggregate (a noisy release), with its output name.
+
+    ``clamp`` = (lo, hi): the analyst clamped the column inside the aggregate (``SUM(CLAMP(x, 0, 100))``,
+    ``LEAST(GREATEST(x, 0), 100)``); values are clamped into [lo, hi] ∩ the declared bounds, and the
+    sensitivity follows those tighter public bounds.  ``param`` is the quantile's p in [0, 1].
+    """
 
     func: AggregateFunction
     column: str | None
     alias: str
+    clamp: tuple[float, float] | None = None
+    param: float | None = None
 
     @property
     def releases(self) -> int:
-        """How many noisy values it needs per cell: AVG is a noisy SUM divided by a noisy COUNT."""
-        return 2 if self.func == "avg" else 1
+        """How many noisy values it needs per cell (AVG: a SUM and a COUNT; VAR: a COUNT, SUM and sum of squares)."""
+        return _RELEASES[self.func]
+
+    @property
+    def is_basic(self) -> bool:
+        """COUNT/SUM/AVG: released by :mod:`dpmagic.release`; the others by :mod:`dpmagic.aggregates`."""
+        return self.func in ("count", "sum", "avg")
+
+    @property
+    def sum_key(self) -> str:
+        """The key of the values summed (a column, or a column under an analyst's clamp)."""
+        if self.clamp is None or self.column is None:
+            return str(self.column)
+        lo, hi = self.clamp
+        return f"{self.column}[{lo:g}:{hi:g}]"
+
+    def identity(self) -> tuple[Any, ...]:
+        return (self.func, self.column, self.clamp, self.param)
 
     def __str__(self) -> str:
         inner = "*" if self.column is None else f'"{self.column}"'
+        if self.clamp is not None:
+            inner = f"CLAMP({inner}, {self.clamp[0]:g}, {self.clamp[1]:g})"
+        if self.func == "count_distinct":
+            return f"COUNT(DISTINCT {inner})"
+        if self.func == "quantile":
+            return f"QUANTILE({inner}, {self.param:g})"
         return f"{self.func.upper()}({inner})"
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY key: its output name, the column it bins, and one cell per declared bin.
+
+    ``sets`` is None for a categorical column grouped by its declared values (one cell per value, labels =
+    values).  Otherwise ``sets[i]`` is the i-th bin (disjoint, together covering the column's declared domain)
+    and ``labels[i]`` its output value (None for rows that fall in no CASE branch: SQL's NULL group).
+    """
+
+    name: str
+    column: str
+    labels: tuple[Any, ...]
+    sets: tuple[ValueSet, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.labels)
+
+    def identity(self) -> list[Any]:
+        sets = None if self.sets is None else [str(s) for s in self.sets]
+        return [self.name, self.column, [repr(v) for v in self.labels], sets]
+
+
+@dataclass(frozen=True)
+class Filter:
+    """An exact row filter that is not a single box: ``op`` is ``box``, ``and``, ``or`` or ``not``."""
+
+    op: Literal["box", "and", "or", "not"]
+    box: Box | None = None
+    parts: tuple[Filter, ...] = ()
+
+    def identity(self) -> Any:
+        if self.op == "box":
+            assert self.box is not None
+            return ["box", box_to_json(self.box), self.box.is_empty()]
+        return [self.op, [p.identity() for p in self.parts]]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One column of the answer: a SQL expression (sqlglot SQL text) over aggregate aliases and group keys.
+
+    ``source`` names the base aggregate whose 95% interval carries over (a bare aggregate, or one under
+    CAST / parentheses / rounding-free renaming); None for computed values (no interval is shown).
+    """
+
+    name: str
+    expr: str
+    source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +134,13 @@ class Query:
     aggregates: tuple[Aggregate, ...]
     group_by: tuple[str, ...]
     where: Box
+    groups: tuple[GroupKey, ...] = ()
+    filter: Filter | None = None
+    outputs: tuple[Output, ...] | None = None
+    having: str | None = None
+    order_by: tuple[tuple[str, bool], ...] = ()
+    limit: int | None = None
+    hidden: tuple[str, ...] = field(default=())
 
     @property
     def coverage(self) -> Box:
@@ -53,19 +148,47 @@ class Query:
         return self.where
 
     @property
+    def n_cells(self) -> int:
+        """The number of GROUP BY cells released (1 without GROUP BY)."""
+        n = 1
+        for g in self.groups:
+            n *= g.size
+        return n
+
+    @property
+    def is_postprocessed(self) -> bool:
+        return self.outputs is not None or self.having is not None or bool(self.order_by) or self.limit is not None
+
+    @property
     def key(self) -> str:
-        """A normalised identity: same aggregates, aliases, GROUP BY and coverage → same key.
+        """A normalised identity: same table, aggregates, aliases, GROUP BY, coverage and post-processing → same key.
 
         Keyword case, whitespace, column-name case and equivalent predicates (``age < 30`` and
         ``age <= 29`` on an int column) all normalise away; a different literal that changes the coverage
         does not.
         """
-        import json
-
-        from dpmagic.sets import box_to_json
-
-        aggs = [[a.func, a.column, a.alias] for a in self.aggregates]
-        return json.dumps([aggs, list(self.group_by), box_to_json(self.where), self.where.is_empty()], sort_keys=True)
+        aggs = [
+            [a.func, a.column, a.alias, a.clamp, a.param] if not a.is_basic or a.clamp else [a.func, a.column, a.alias]
+            for a in self.aggregates
+        ]
+        parts: list[Any] = [aggs, list(self.group_by), box_to_json(self.where), self.where.is_empty()]
+        extra: dict[str, Any] = {}
+        if any(g.sets is not None or g.name != g.column for g in self.groups):
+            extra["groups"] = [g.identity() for g in self.groups]
+        if self.filter is not None:
+            extra["filter"] = self.filter.identity()
+        if self.is_postprocessed:
+            extra["post"] = [
+                None if self.outputs is None else [[o.name, o.expr] for o in self.outputs],
+                self.having,
+                [list(o) for o in self.order_by],
+                self.limit,
+            ]
+        if self.table is not None:
+            extra["table"] = self.table.lower()
+        if extra:
+            parts.append(extra)
+        return json.dumps(parts, sort_keys=True, default=str)
 
     @property
     def releases_per_cell(self) -> int:

@@ -1,0 +1,55 @@
+"""Shared helpers of the aggregate units: the public bounds of an aggregate, and the per-cell calibration of
+the quantile unit (whose cost comes from OpenDP's privacy map of the exponential mechanism, not from a
+sensitivity: the integer releases — COUNT(DISTINCT), VAR / STDDEV — take theirs from
+:mod:`dpmagic.sensitivity`, as :func:`dpmagic.release.plan_noise` does).
+
+A query's per-release cost ``share`` is spent on every GROUP BY cell in parallel (cells are disjoint).  Under
+replace-one neighbours a changed row may leave one cell and enter another, so two cells move:
+
+* pure ε: each cell's release is calibrated at ``share`` for an L1 change ``spread = 2`` × the per-cell change;
+* zCDP: the L2 change across the two cells is √2 × the per-cell change (``spread = √2``);
+* μ-GDP: each cell is a μ/√2-GDP release of the per-cell change (two compose to μ: Dong, Roth & Su 2019,
+  Cor. 3.3), so ``cell_cost = share/√2`` and ``spread = 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpmagic.accountant.currency import Definition
+from dpmagic.query.model import Aggregate
+from dpmagic.schema import NumericColumn, Schema
+
+__all__ = ["CellCalibration", "calibration", "effective_bounds"]
+
+
+@dataclass(frozen=True)
+class CellCalibration:
+    """Per-cell calibration: the cost each cell's release is calibrated at, and the cross-cell spread."""
+
+    definition: Definition
+    cell_cost: float
+    spread: float
+    replace_one: bool
+    grouped: bool  # replace-one and a GROUP BY: a change can move two cells
+
+
+def calibration(definition: Definition, share: float, *, replace_one: bool, grouped: bool) -> CellCalibration:
+    two_cells = grouped and replace_one
+    if two_cells and definition == "gdp":
+        return CellCalibration(definition, share / math.sqrt(2.0), 1.0, replace_one, True)
+    spread = (2.0 if definition == "pure" else math.sqrt(2.0)) if two_cells else 1.0
+    return CellCalibration(definition, share, spread, replace_one, two_cells)
+
+
+def effective_bounds(agg: Aggregate, schema: Schema) -> tuple[float, float]:
+    """The public bounds of an aggregate's values: the declared bounds, tightened by the analyst's clamp."""
+    col = schema[str(agg.column)]
+    assert isinstance(col, NumericColumn)
+    lo, hi = float(col.lower), float(col.upper)
+    if agg.clamp is not None:
+        lo, hi = max(lo, agg.clamp[0]), min(hi, agg.clamp[1])
+        if lo > hi:
+            lo = hi = min(max(agg.clamp[0], float(col.lower)), float(col.upper))
+    return lo, hi

@@ -1,0 +1,54 @@
+"""COUNT(DISTINCT col): the number of distinct values of a column in each cell.
+
+Sensitivity: COUNT(DISTINCT) is not a sum of per-row values, but it moves like a sum of values in [0, 1]:
+
+* add/remove one row: the row's value is either new to its cell (+1) or already present (0): Δ ≤ 1;
+* replace one row x → y in the same cell: removing x lowers the count by at most 1, adding y raises it by at
+  most 1, and the two cannot both happen in the same direction: |Δ| ≤ 1;
+* replace one row leaving (or entering) the box: one cell by −1 or 0 (+1 or 0);
+* replace one row across two GROUP BY cells: one cell −1 or 0, the other +1 or 0.
+
+These are exactly the change patterns of a sum of values in [0, 1] (M = W = 1), so the release's
+:class:`~dpmagic.sensitivity.Sensitivity` is :func:`dpmagic.sensitivity.patterns` (0, 1) over the query's
+coverage, calibrated by :func:`dpmagic.mechanisms.calibrate` (brute-force tested in
+``tests/test_aggregate_sensitivity.py``).
+
+The release is OpenDP's integer noise (discrete Laplace / discrete Gaussian) on the exact distinct count,
+clipped at 0 (post-processing).  Its 95% interval is the noise's (before the clip).  Cost: one release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dpmagic.accountant.currency import Definition
+from dpmagic.mechanisms import Noise, calibrate, release_integer
+from dpmagic.sensitivity import Coverage, patterns
+
+__all__ = ["plan", "exact", "release"]
+
+
+def plan(definition: Definition, share: float, cov: Coverage, *, replace_one: bool) -> Noise:
+    return calibrate(definition, share, patterns(0, 1, cov, replace_one=replace_one))
+
+
+def exact(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
+    """Distinct values per cell (exact).  ``values`` and ``cell`` cover every row of the table; ``cell ==
+    n_cells`` is the discarded bin (rows outside the WHERE filter), so the work does not depend on the box.
+    O(rows log rows)."""
+    out = np.zeros(n_cells + 1, dtype=np.int64)
+    if len(values):
+        frame = pd.DataFrame({"c": cell, "v": values})
+        counts = frame.drop_duplicates().groupby("c").size()
+        out[counts.index.to_numpy(dtype=np.int64)] = counts.to_numpy(dtype=np.int64)
+    return out[:n_cells]
+
+
+def release(counts: np.ndarray, noise: Noise, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    noisy = release_integer(counts, noise)
+    h = noise.ci_halfwidth(level)
+    clipped_high = noisy + h >= noise.clamp  # the overflow guard may have clamped the exact value (never, here)
+    low = noisy - h
+    high = np.where(clipped_high, np.inf, noisy + h)
+    return np.maximum(noisy, 0.0), low, high

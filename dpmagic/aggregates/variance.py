@@ -1,0 +1,148 @@
+"""VAR / VARIANCE / VAR_SAMP / VAR_POP and STDDEV / STD / STDEV / STDDEV_POP.
+
+Three noisy releases per cell, the cost split equally over them (as AVG splits its two): a COUNT n, a SUM
+S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public range [lo, hi] of the
+column's values in the WHERE box (declared bounds ∩ the box's set on the column, clamped by the analyst's
+clamp if any: :func:`dpmagic.sensitivity.value_range`) and c is its midpoint (an integer for int columns).
+Centring makes the squares' range [0, q], q = max((lo − c)², (hi − c)²) ≈ (hi − lo)²/4, instead of
+max(lo², hi²).
+
+Each of n, S and Q is a sum over the rows of the box of a per-row value in a public range ([1, 1],
+[lo − c, hi − c], [0, q]), so its sensitivity is :func:`dpmagic.sensitivity.patterns` of that range over the
+query's coverage (add/remove: M; replace-one: W, M if a row can leave the box, (M, M) across two cells),
+and it is released exactly as :func:`dpmagic.release.plan_noise` releases a SUM: an exact integer sum over
+every row (rows outside the box go to a discarded bin; :func:`dpmagic.backends.pandas.exact_cell_sums`) with
+OpenDP's integer noise (:func:`dpmagic.mechanisms.calibrate`, :func:`~dpmagic.mechanisms.release_integer`).
+S and Q are exact int64 sums on int columns while their values fit (|x − c| ≤ 2⁶², (x − c)² ≤ 2⁶²); otherwise,
+and on float columns, each per-row value is clamped into its public range and quantised to a power-of-two
+quantum u (:func:`~dpmagic.mechanisms.float_unit`, :func:`~dpmagic.mechanisms.quantise`): the sensitivity is
+then that of the quantised range, brute-force tested in ``tests/test_aggregate_sensitivity.py``.
+
+The variance is post-processing: var = (Q − S²/n) / (n − ddof) with n = max(noisy n, ddof + 1), clipped
+into [0, (hi − lo)²/4] (the largest variance of values in [lo, hi]); STDDEV is its square root.  No interval
+is stated (the ``_ci_low`` / ``_ci_high`` columns are NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmagic.accountant.currency import Definition
+from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
+from dpmagic.sensitivity import Coverage, patterns
+
+__all__ = ["VariancePlan", "SumPart", "plan", "exact", "release", "center"]
+
+#: Largest |per-row value| summed as an exact int64 (the limbs of exact_cell_sums need int64 values).
+_INT_LIMIT = 2**62
+
+
+@dataclass(frozen=True)
+class SumPart:
+    """One summed per-row value with its public range [a, b], summed exactly (``unit`` None) or quantised."""
+
+    noise: Noise
+    a: float
+    b: float
+    quantised: bool
+
+    def __str__(self) -> str:
+        return str(self.noise)
+
+
+@dataclass(frozen=True)
+class VariancePlan:
+    count: Noise
+    total: SumPart
+    squares: SumPart
+    lo: float
+    hi: float
+    c: float
+    is_int: bool
+
+
+def center(lo: float, hi: float, is_int: bool) -> float:
+    """The midpoint of [lo, hi] (rounded down to an integer on int columns: exact Python ints)."""
+    if is_int:
+        return (int(lo) + int(hi)) // 2
+    return (lo + hi) / 2.0
+
+
+def _part(
+    definition: Definition, share: float, cov: Coverage, a: float, b: float, exact_int: bool, *, replace_one: bool
+) -> SumPart:
+    if exact_int:
+        return SumPart(calibrate(definition, share, patterns(a, b, cov, replace_one=replace_one)), a, b, False)
+    a, b = float(a), float(b)
+    real = patterns(a, b, cov, replace_one=replace_one)
+    unit = float_unit(definition, share, real, max(abs(a), abs(b)))
+    sens = patterns(int(np.rint(a / unit)), int(np.rint(b / unit)), cov, replace_one=replace_one)
+    return SumPart(calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0), a, b, True)
+
+
+def plan(
+    lo: float, hi: float, is_int: bool, definition: Definition, share: float, cov: Coverage, *, replace_one: bool
+) -> VariancePlan:
+    """The three releases' noise for values in [lo, hi] (the box's clamped value range); no data read."""
+    c = center(lo, hi, is_int)
+    count = calibrate(definition, share, patterns(1, 1, cov, replace_one=replace_one))
+    sa, sb = lo - c, hi - c
+    q = max(sa * sa, sb * sb)
+    s_exact = is_int and max(abs(sa), abs(sb)) <= _INT_LIMIT
+    q_exact = is_int and q <= _INT_LIMIT
+    total = _part(definition, share, cov, sa, sb, s_exact, replace_one=replace_one)
+    squares = _part(
+        definition, share, cov, 0 if q_exact else 0.0, q if q_exact else float(q), q_exact, replace_one=replace_one
+    )
+    return VariancePlan(count, total, squares, lo, hi, c, is_int)
+
+
+def _values(part: SumPart, v: np.ndarray) -> np.ndarray:
+    """The int64 per-row values summed for ``part``: exact, or clamped into [a, b] and quantised."""
+    if part.quantised:
+        return quantise(v.astype(np.float64), part.noise.unit, part.a, part.b)
+    return v.astype(np.int64)
+
+
+def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -> dict[str, list[int]]:
+    """Per cell: exact n, S and Q (int; in the quantum of a quantised part).
+
+    ``values`` and ``cell`` cover *every* row of the table; ``cell == n_cells`` is the discarded bin (rows
+    outside the WHERE filter).  Values are clamped into [lo, hi] first (a no-op on the box's rows unless the
+    analyst clamped), so the work and the int64 arithmetic do not depend on the data.  O(rows).
+    """
+    from dpmagic.backends.pandas import exact_cell_sums
+
+    n = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64).tolist()
+    if p.is_int:
+        y = np.clip(values.astype(np.int64), np.int64(p.lo), np.int64(p.hi))
+        s_in = (y - np.int64(p.c)) if not p.total.quantised else (y.astype(np.float64) - float(p.c))
+        if p.squares.quantised:
+            q_in = (y.astype(np.float64) - float(p.c)) ** 2
+        else:
+            yc = y - np.int64(p.c)
+            q_in = yc * yc
+    else:
+        x = np.clip(values.astype(np.float64), p.lo, p.hi) - p.c
+        s_in, q_in = x, x * x
+    s = exact_cell_sums(cell, _values(p.total, s_in), n_cells)
+    q = exact_cell_sums(cell, _values(p.squares, q_in), n_cells)
+    return {"n": n, "s": s, "q": q}
+
+
+def release(
+    inputs: dict[str, list[int]], p: VariancePlan, ddof: float, sqrt: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noisy variance (or standard deviation) per cell: post-processing of three integer releases."""
+    n = release_integer(inputs["n"], p.count)
+    s = release_integer(inputs["s"], p.total.noise)
+    q = release_integer(inputs["q"], p.squares.noise)
+    nn = np.maximum(n, ddof + 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        var = (q - s * s / nn) / (nn - ddof)
+    var = np.clip(np.nan_to_num(var, nan=0.0), 0.0, (float(p.hi) - float(p.lo)) ** 2 / 4.0)
+    out = np.sqrt(var) if sqrt else var
+    nan = np.full(len(out), np.nan)
+    return out, nan, nan.copy()

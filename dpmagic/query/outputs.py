@@ -1,0 +1,78 @@
+"""Post-processing of a released answer: SELECT expressions, HAVING, ORDER BY, LIMIT (free of charge).
+
+Everything here reads only the *released* (noisy) frame — the group keys, which are public declared values,
+and the noisy aggregates — so by the post-processing property of differential privacy it costs nothing.
+HAVING does not reduce the cost: every cell was computed, noised and charged before it filters.  Output
+expressions that are a bare aggregate under parentheses or CAST keep a 95% interval (the same transformation
+applied to its ends; both are monotone); other computed outputs have none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import sqlglot
+from sqlglot import exp
+
+from dpmagic.query.evaluate import _truth, evaluate
+from dpmagic.query.model import Query
+
+__all__ = ["finish"]
+
+
+def _ev(sql: str, env: dict[str, np.ndarray], n: int) -> np.ndarray:
+    return evaluate(sqlglot.parse_one(sql), env, n, lambda c: c.name)
+
+
+def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
+    """Apply the query's post-processing to the released frame (identity for simple queries)."""
+    if not query.is_postprocessed or query.outputs is None:
+        return df
+    n = len(df)
+    env = {str(c): _column(df[c]) for c in df.columns}
+    out: dict[str, object] = {}
+    for o in query.outputs:
+        out[o.name] = _ev(o.expr, env, n)
+        if o.source is not None and f"{o.source}_ci_low" in df.columns:
+            tree = sqlglot.parse_one(o.expr)
+            for end in ("ci_low", "ci_high"):
+                moved = tree.transform(
+                    lambda e, end=end, src=o.source: (
+                        exp.column(exp.to_identifier(f"{src}_{end}", quoted=True))
+                        if isinstance(e, exp.Column) and e.name == src
+                        else e
+                    )
+                )
+                out[f"{o.name}_{end}"] = evaluate(moved, env, n, lambda c: c.name)
+    frame = pd.DataFrame(out)
+    keep = np.ones(n, dtype=bool)
+    if query.having is not None:
+        keep = _truth(_ev(query.having, env, n))
+    if query.order_by:
+        sort = pd.DataFrame({f"k{i}": _ev(sql, env, n) for i, (sql, _) in enumerate(query.order_by)})
+        sort["__pos"] = np.arange(n)
+        sort = sort[keep]
+        order = sort.sort_values(
+            [f"k{i}" for i in range(len(query.order_by))],
+            ascending=[not desc for _, desc in query.order_by],
+            kind="stable",
+            na_position="last",
+        )["__pos"].to_numpy()
+    else:
+        order = np.flatnonzero(keep)
+    if query.limit is not None:
+        order = order[: query.limit]
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def _column(s: pd.Series) -> np.ndarray:
+    a = s.to_numpy()
+    if a.dtype.kind == "O":
+        vals = a.tolist()
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals):
+            return np.array(vals, dtype=np.int64)
+        if all(isinstance(v, (int, float, np.integer, np.floating)) or v is None for v in vals) and any(
+            v is not None for v in vals
+        ):
+            return np.array([np.nan if v is None else v for v in vals], dtype=float)
+    return a
