@@ -157,7 +157,13 @@ def prior_text(prior: BernoulliPrior | CategoricalPrior, column: str) -> str:
     """A short public description, e.g. ``Bernoulli(0.5) in column 'smoker'``."""
     if isinstance(prior, BernoulliPrior):
         return f"Bernoulli({prior.p:g}) in column {column!r}"
-    probs = ", ".join(f"{v!r}: {q:g}" for v, q in prior.probabilities.items())
+    items = list(prior.probabilities.items())
+    if len(items) > 8:  # long domains: the first and last values (the ledger's sp-open has the same text)
+        head = ", ".join(f"{v!r}: {q:g}" for v, q in items[:3])
+        return (
+            f"categorical over {len(items)} values ({head}, …, {items[-1][0]!r}: {items[-1][1]:g}) in column {column!r}"
+        )
+    probs = ", ".join(f"{v!r}: {q:g}" for v, q in items)
     return f"categorical({{{probs}}}) in column {column!r}"
 
 
@@ -349,6 +355,11 @@ class StatisticalSession:
                     "domain": self.schema.domain_fingerprint(),
                     "column": self.column,
                     "prior": self.assumption,
+                    "prior_spec": (
+                        {"bernoulli": self.prior.p}
+                        if isinstance(self.prior, BernoulliPrior)
+                        else {"categorical": [[v, q] for v, q in self.prior.probabilities.items()]}
+                    ),
                     "n": self.n,
                     "parts": len(acc.sizes),
                     "sizes": list(acc.sizes),
@@ -456,7 +467,7 @@ class StatisticalSession:
         elif s is None:
             values = frozenset(self._domain)
         elif isinstance(s, CategorySet):
-            values = frozenset(s.values())
+            values = frozenset(s.values)
         elif isinstance(s, IntervalSet):
             values = frozenset(v for v in self._domain if s.contains(v))  # type: ignore[arg-type]
         else:  # pragma: no cover - the parser only builds these two
