@@ -266,6 +266,10 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                 )
             )
             for k in ledger.ledger_keys():
+                if k.startswith("sp|"):  # a statistical-privacy ledger (not DP): its own events, no DP budget
+                    sp = [ev for ev in ledger.events(k) if ev.kind == "sp-charge"]
+                    print(f"key {k}: statistical privacy (NOT differential privacy), {len(sp)} part queries")
+                    continue
                 o = ledger.opening(k) or {}
                 entries = ledger.entries(k)
                 spent = max((e.charged_after for e in entries), default=0.0)

@@ -36,11 +36,12 @@ __all__ = ["DPMagic", "current_session"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_STATE: dict[str, Session | None] = {"session": None}
+_STATE: dict[str, Any] = {"session": None}
 
 
-def current_session() -> Session:
-    """The session bound by the last ``%dpsession`` in this kernel."""
+def current_session() -> Any:
+    """The session bound by the last ``%dpsession`` in this kernel (a :class:`Session`, or a
+    :class:`~dpmagic.statistical.StatisticalSession` after ``--privacy statistical``)."""
     s = _STATE["session"]
     if s is None:
         raise ConfigurationError(
@@ -151,7 +152,30 @@ class DPMagic(Magics, Configurable):
         default=None,
         help="Ledger file (default: DPMagic.ledger, else ~/.local/share/dpmagic/ledger.sqlite); 'memory' for a throw-away one.",
     )
-    @argument("--delta", type=float, default=1e-6, help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions.")
+    @argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="δ used to report the (ε, δ) equivalent of zCDP/GDP sessions (default 1e-6); with --privacy "
+        "statistical: the δ target.",
+    )
+    @argument(
+        "--privacy",
+        choices=["differential", "statistical"],
+        default="differential",
+        help="differential (default), or statistical: Breutigam & Reischuk's secret-partition statistical "
+        "privacy, which is NOT differential privacy (needs --prior, --parts, --epsilon, --delta).",
+    )
+    @argument(
+        "--prior", default=None, help="Statistical privacy: the i.i.d. prior, 'bernoulli(p)' or 'categorical(p1, ...)'."
+    )
+    @argument(
+        "--parts", type=int, default=None, help="Statistical privacy: the number m of secret parts (one query each)."
+    )
+    @argument("--epsilon", type=float, default=None, help="Statistical privacy: the ε at which δ is accounted.")
+    @argument(
+        "--column", default=None, help="Statistical privacy: the column the prior describes (default: the only one)."
+    )
     @argument(
         "--panel",
         choices=["side", "inline", "none"],
@@ -177,6 +201,15 @@ class DPMagic(Magics, Configurable):
             raise ConfigurationError(
                 f"--schema {schema_arg!r} is a {type(schema).__name__}, not a Schema, dict or path"
             )
+        ledger = _unquote(args.ledger or self.ledger or str(default_ledger_path()))
+        if args.privacy == "statistical":
+            self._bind_statistical(args, data, schema, ledger)
+            return
+        sp_only = [f"--{k}" for k in ("prior", "parts", "epsilon", "column") if getattr(args, k) is not None]
+        if sp_only:
+            raise ConfigurationError(
+                f"{sp_only[0]} applies only to --privacy statistical", hint="a DP session takes --budget"
+            )
         session = Session(
             data,
             schema,
@@ -184,9 +217,9 @@ class DPMagic(Magics, Configurable):
             bound=args.bound or self.default_bound,  # type: ignore[arg-type]
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
-            ledger=_unquote(args.ledger or self.ledger or str(default_ledger_path())),
+            ledger=ledger,
             time_limit=self.time_limit,
-            delta=args.delta,
+            delta=1e-6 if args.delta is None else args.delta,
             table_names=(args.data,),
         )
         _STATE["session"] = session
@@ -200,6 +233,44 @@ class DPMagic(Magics, Configurable):
             + f", budget "
             f"{cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} bound; "
             f"{cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
+        )
+
+    def _bind_statistical(self, args: Any, data: pd.DataFrame, schema: Any, ledger: str) -> None:
+        """``%dpsession … --privacy statistical``: a :class:`~dpmagic.statistical.StatisticalSession` (NOT DP)."""
+        from dpmagic.statistical.session import StatisticalSession
+
+        wrong = [f"--{k}" for k in ("budget", "bound", "default_cost") if getattr(args, k) is not None]
+        if wrong:
+            raise ConfigurationError(
+                f"{wrong[0].replace('_', '-')} applies only to differential privacy",
+                hint="a statistical-privacy session takes --prior, --parts, --epsilon and --delta",
+            )
+        missing = [f"--{k}" for k in ("prior", "parts", "epsilon", "delta") if getattr(args, k) is None]
+        if missing:
+            raise ConfigurationError(
+                f"--privacy statistical needs {', '.join(missing)}",
+                hint='e.g. --prior "bernoulli(0.5)" --parts 32 --epsilon 0.05 --delta 0.13',
+            )
+        session = StatisticalSession(
+            data,
+            schema,
+            _unquote(args.prior),
+            parts=args.parts,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            column=_unquote(args.column) if args.column else None,
+            ledger=ledger,
+            out_of_range="clamp" if args.clamp else "error",
+        )
+        _STATE["session"] = session
+        print(
+            f"dpmagic STATISTICAL-PRIVACY session — {session.label}.\n"
+            f"  table {session.schema.table!r}"
+            + (f" (data set {session.schema.dataset!r})" if session.schema.dataset else "")
+            + f"; n = {session.n} rows (disclosed: the part sizes derive from it); {session.parts} secret parts, "
+            f"one %%dpquery COUNT(*) each; δ(ε={session.epsilon:g}) target {session.delta_target:g}, already "
+            f"charged {session.delta_spent:.4g}; ledger: {session.ledger.path or 'in memory'} (key {session.ledger_key}, "
+            "separate from any DP budget)" + (f"\n  no further queries: {session.locked}" if session.locked else "")
         )
 
     def _show_panel(self, session: Session, where: str) -> None:
@@ -300,6 +371,8 @@ class DPMagic(Magics, Configurable):
         args = parse_argstring(self.dpquery, line)
         target = args.out or target
         session = current_session()
+        if _is_statistical(session):
+            return self._sp_query(session, args, sql, target)
         costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
         empty = empty_region_message(session.parse(sql))
@@ -331,6 +404,32 @@ class DPMagic(Magics, Configurable):
             return None
         return result
 
+    def _sp_query(self, session: Any, args: Any, sql: str, target: str | None) -> Any:
+        """``%%dpquery`` on a statistical-privacy session: the next secret part answers it (NOT DP)."""
+        dp_only = [
+            f"--{k.replace('_', '-')}"
+            for k in ("epsilon", "rho", "mu", "ci", "min_rows")
+            if getattr(args, k) is not None
+        ] + [f"--{k}" for k in ("fresh", "nonneg", "integer") if getattr(args, k)]
+        if dp_only:
+            raise ConfigurationError(
+                f"{dp_only[0]} does not apply to a statistical-privacy session: each query's cost is fixed by the "
+                "prior and its part",
+                hint="%%dpquery [--dry-run] [--out name] with one SELECT COUNT(*) ... WHERE ...",
+            )
+        if args.dry_run:
+            preview = session.preview(sql)
+            if target is not None and self.shell is not None:
+                self.shell.user_ns[target] = preview
+            return preview
+        result = session.query(sql)
+        if target is not None:
+            if self.shell is not None:
+                self.shell.user_ns[target] = result.df
+            display(result)
+            return None
+        return result
+
     # -- %dpbudget ---------------------------------------------------------------------------------------
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the summary as a dict instead of displaying it.")
@@ -347,6 +446,24 @@ class DPMagic(Magics, Configurable):
         """
         args = parse_argstring(self.dpbudget, line)
         session = current_session()
+        if _is_statistical(session):
+            if args.map or args.afford or args.widget:
+                raise ConfigurationError(
+                    "a statistical-privacy session has no overlap map, affordability or widget",
+                    hint="%dpbudget (or --json) shows its δ and the charged parts",
+                )
+            if args.json:
+                return {
+                    "notion": session.label,
+                    "epsilon": session.epsilon,
+                    "delta_target": session.delta_target,
+                    "delta_spent": session.delta_spent,
+                    "parts": session.parts,
+                    "parts_left": session.parts_left,
+                    "n": session.n,
+                }
+            display(SPBudgetReport(session))
+            return None
         if args.map:
             return session.budget_map(*args.map)
         if args.afford:
@@ -376,6 +493,11 @@ class DPMagic(Magics, Configurable):
 
         args = parse_argstring(self.dpplot, line)
         session = current_session()
+        if _is_statistical(session):
+            raise ConfigurationError(
+                "%dpplot draws the DP overlap accounting; a statistical-privacy session has none",
+                hint="%dpbudget shows its δ and the charged parts",
+            )
         if args.what == "graph":
             return plots.plot_graph(session)
         if args.what == "budget":
@@ -383,6 +505,34 @@ class DPMagic(Magics, Configurable):
         if len(args.columns) != 2:
             raise ConfigurationError("%dpplot map needs two column names: %dpplot map COL1 COL2")
         return plots.plot_map(session, *args.columns)
+
+
+def _is_statistical(session: object) -> bool:
+    from dpmagic.statistical.session import StatisticalSession
+
+    return isinstance(session, StatisticalSession)
+
+
+class SPBudgetReport:
+    """What ``%dpbudget`` displays for a statistical-privacy session (labelled: NOT differential privacy)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        frame = self.session.ledger_frame()
+        head = f"dpmagic {self.session.budget_line()}"
+        return head + ("\n" + frame.to_string(index=False) if len(frame) else "\nno SP charges yet")
+
+    def _repr_html_(self) -> str:
+        from dpmagic.statistical.session import SP_LABEL
+
+        frame = self.session.ledger_frame()
+        table = frame.to_html(index=False) if len(frame) else "<p>no SP charges yet</p>"
+        return (
+            f"<div><b>dpmagic budget</b> — <b style='color:#b00020'>{html.escape(SP_LABEL)}</b><br>"
+            f"{html.escape(self.session.budget_line())}</div>{table}"
+        )
 
 
 def panel_of(session: Session) -> Any:

@@ -23,9 +23,10 @@
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from dpmagic.accountant.currency import gdp_delta
-from dpmagic.errors import BudgetExceededError
+from dpmagic.errors import BudgetExceededError, UnsupportedQueryError
 from dpmagic.statistical import (
     BernoulliPrior,
     StatisticalPrivacyAccountant,
@@ -94,7 +95,45 @@ except BudgetExceededError as err:
     print("refused:", err)
 
 # %% [markdown]
-# ## 3. The paper's Tables I and II, and exact DP accounting beside them
+# ## 3. An SP session on a table: SQL counting queries, its own ledger
+#
+# `StatisticalSession` wraps the accountant for a table with a public schema: the k-th `SELECT COUNT(*) … WHERE`
+# (on the prior's column only) is charged on the ledger, then answered exactly on secret part k and rescaled by
+# n/n_k. Its ledger key (`sp|…`) is separate from any DP budget of the same data. It discloses n (the part sizes
+# derive from it); a DP session does not. In a notebook, `%dpsession df --schema S --privacy statistical --prior
+# "bernoulli(0.5)" --parts 32 --epsilon 0.05 --delta 0.13` binds the same session and `%%dpquery` cells go to it.
+
+# %%
+from dpmagic.accountant.ledger import Ledger
+from dpmagic.statistical import StatisticalSession
+
+table = pd.DataFrame({"smoker": rng.integers(0, 2, size=1024)})
+schema = {"dataset": "sp-demo", "table": "people", "columns": {"smoker": {"type": "int", "lower": 0, "upper": 1}}}
+ledger = Ledger()  # in memory for the demo; a path makes it durable
+sp = StatisticalSession(table, schema, prior="bernoulli(0.5)", parts=32, epsilon=0.05, delta=0.13, ledger=ledger)
+sp
+
+# %%
+sp.query("SELECT COUNT(*) AS smokers FROM people WHERE smoker = 1")
+
+# %%
+print(sp.query("SELECT COUNT(*) AS non_smokers FROM people WHERE smoker = 0"))
+try:
+    sp.query("SELECT AVG(smoker) FROM people")
+except UnsupportedQueryError as err:
+    print("refused, nothing charged:", type(err).__name__, err)
+
+# %% [markdown]
+# The ledger holds the public parameters and one `sp-charge` per answer — never the partition or an answer. A
+# session re-bound after a restart finds these charges and refuses further queries: the partition is gone, so its
+# unused parts count as spent.
+
+# %%
+print([(e.kind, sorted(e.body)) for e in ledger.events(sp.ledger_key)][:2])
+sp.ledger_frame()
+
+# %% [markdown]
+# ## 4. The paper's Tables I and II, and exact DP accounting beside them
 #
 # Same (ε, δ), same per-query accuracy σ (std of the answer against the exact full-data proportion): a DP count
 # with Gaussian noise of std n·σ. `#DP paper` is the paper's formula ⌊n²σ²ε²/(8 ln(e + ε/δ))⌋; *GDP* is the exact

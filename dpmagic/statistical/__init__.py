@@ -7,7 +7,9 @@ fails.  This subpackage is self-contained and is not imported by :mod:`dpmagic`;
 * :mod:`.curves` — exact δ(ε) of un-noised counting queries on i.i.d. rows (Bernoulli / categorical priors);
 * :mod:`.composition` — the partition composition δ = Σ_k (n_k/n) δ_k (Theorems 5.1 and 5.3);
 * :mod:`.accountant` — :class:`StatisticalPrivacyAccountant`, a ledger-like state with the secret partition;
-* :mod:`.comparison` — the number of DP queries at the same (ε, δ) and accuracy (paper's formula, GDP, zCDP).
+* :mod:`.comparison` — the number of DP queries at the same (ε, δ) and accuracy (paper's formula, GDP, zCDP);
+* :mod:`.session` — :class:`StatisticalSession`: SQL counting queries on a table over a secret partition, with
+  its own ledger key namespace (``sp|…``); ``%dpsession … --privacy statistical`` binds one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,23 @@ from .curves import (
     property_probability,
 )
 
+_LAZY = {"StatisticalSession": "session", "SPResult": "session", "SP_LABEL": "session", "parse_prior": "session"}
+
+
+def __getattr__(name: str) -> object:
+    # the session pulls in the SQL parser and the pandas backend: import it on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "SP_LABEL",
+    "SPResult",
+    "StatisticalSession",
+    "parse_prior",
     "BernoulliPrior",
     "CategoricalPrior",
     "SPCharge",

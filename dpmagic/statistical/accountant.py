@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -117,6 +117,7 @@ class StatisticalPrivacyAccountant:
         self._target = float(delta)
         self._charges: list[SPCharge] = []
         self._spent = 0.0
+        self._answered = 0
         self.__partition = draw_partition(self._n, self._sizes, rng)
 
     # ----------------------------------------------------------------------------------------- public state
@@ -217,6 +218,29 @@ class StatisticalPrivacyAccountant:
         return c
 
     # ----------------------------------------------------------------------------------------- answering
+    def answer_part(self, charge: SPCharge, count: Callable[[np.ndarray], int]) -> float:
+        """Answer an already charged query: (n / n_k) · ``count(indices of part k)``.
+
+        ``charge`` must be the most recent record returned by :meth:`charge` and not yet answered (each part
+        answers exactly one query).  ``count`` receives the sorted row indices of the secret part and returns
+        the exact number of them with the property; it is the only place the rows are read, strictly after the
+        charge.  The indices are handed to ``count`` only — a caller on the custodian's side (e.g.
+        :class:`~dpmagic.statistical.session.StatisticalSession`), never returned.  O(n_k) plus ``count``.
+        """
+        if not self._charges or self._charges[-1] is not charge:
+            raise BudgetError("only the most recent charge can be answered", hint="charge the query first")
+        if self._answered >= len(self._charges):
+            raise BudgetError("this charge has already been answered; each part answers one query")
+        self._answered = len(self._charges)
+        value = count(self.__partition[charge.part])
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+            or not 0 <= int(value) <= charge.part_size
+        ):
+            raise DataValidationError("the part count must be a whole number between 0 and the part size")
+        return int(value) * self._n / charge.part_size
+
     def _validate_rows(self, rows: Sequence[object] | np.ndarray) -> np.ndarray:
         arr = np.asarray(rows, dtype=object)
         if arr.ndim != 1 or arr.shape[0] != self._n:
@@ -239,6 +263,7 @@ class StatisticalPrivacyAccountant:
         arr = self._validate_rows(rows)
         chosen = frozenset(values) if not isinstance(values, (str, bytes)) else values
         charge = self.charge(chosen)
+        self._answered = len(self._charges)
         idx = self.__partition[charge.part]
         count = sum(1 for v in arr[idx].tolist() if v in chosen)
         return count * self._n / charge.part_size, charge

@@ -1,0 +1,560 @@
+"""A statistical-privacy (SP) session: counting queries over a secret random partition — NOT differential privacy.
+
+>>> from dpmagic.statistical import StatisticalSession
+>>> s = StatisticalSession(df, schema, prior="bernoulli(0.5)", parts=32, epsilon=0.05, delta=0.13)  # doctest: +SKIP
+>>> s.query("SELECT COUNT(*) FROM t WHERE smoker = 1")                                              # doctest: +SKIP
+
+The mechanism is Breutigam & Reischuk, *Parallel Composition for Statistical Privacy* (AnoMed project preprint),
+Sec. 5-6: the rows are split into m parts by a secret, uniformly random partition
+(:class:`~dpmagic.statistical.StatisticalPrivacyAccountant`); the k-th query is answered **exactly** on part k
+and rescaled by n / n_k; it is charged (n_k / n) · δ_{n_k, p_k}(ε) (Theorem 5.3) before the part is read.
+
+**Statistical privacy, not differential privacy.**  The guarantee holds only if the rows are i.i.d. draws from the
+declared prior and the adversary knows nothing else about them; every output of this module says so.
+
+Scope (what :mod:`dpmagic.statistical` computes curves for): ``SELECT COUNT(*) FROM t [WHERE …]`` whose WHERE
+constrains only the *prior column* (the one column whose values the prior describes); the prior is
+``bernoulli(p)`` on a column with domain {0, 1} or ``categorical(p_1, …, p_k)`` over a column's declared values
+(int columns: every integer between the bounds).  SUM, AVG, GROUP BY, predicates on other columns, float columns
+and other priors are refused with one clear error, before anything is charged.
+
+Ledger.  An SP session writes to its own key namespace, ``"sp|" + <the data set's DP ledger key>``, with its own
+event kinds (``sp-open``, ``sp-charge``): a DP session on the same data and schema never reads SP events and vice
+versa, and an SP session refuses a key holding any other kind of event.  Recorded: the public parameters (column,
+prior, n, part sizes, ε, δ target, a random session token) and each charge (SQL, part index, part size, p, δ_k,
+δ after).  Never recorded: the partition, the answers, or anything else computed from the rows.  **n is
+disclosed** (the part sizes are derived from it); a DP session does not disclose n.
+
+Restarts.  The partition lives only in the kernel's memory.  When it is lost, the unused parts cannot be redrawn
+(rows already used would be reused), so they count as spent: the first session that charges a data set's SP key
+owns it, and every other session on that key — a re-bound one after a restart, or a second kernel — refuses every
+query.  A fresh partition needs fresh data, i.e. a new ``dataset`` id declared by the custodian.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..accountant.ledger import Ledger
+from ..backends.pandas import PandasBackend
+from ..errors import (
+    BudgetExceededError,
+    ConfigurationError,
+    QueryError,
+    UnsupportedQueryError,
+)
+from ..query.model import Query
+from ..query.sql import parse_query
+from ..schema import CategoricalColumn, NumericColumn, OutOfRangePolicy, Schema
+from ..sets import CategorySet, IntervalSet
+from .accountant import SPCharge, StatisticalPrivacyAccountant
+from .curves import BernoulliPrior, CategoricalPrior, check_prior
+
+__all__ = [
+    "SP_LABEL",
+    "SP_KINDS",
+    "SPResult",
+    "SPPreview",
+    "StatisticalSession",
+    "parse_prior",
+    "sp_ledger_key",
+]
+
+#: the label every SP output carries
+SP_LABEL = "statistical privacy (NOT differential privacy)"
+#: the ledger event kinds of an SP key (and the only ones it may hold)
+SP_KINDS = ("sp-open", "sp-charge")
+#: an int column becomes a categorical domain of its integers; above this many values it is refused
+MAX_INT_DOMAIN = 10_000
+
+_PRIOR = re.compile(r"^\s*(bernoulli|categorical)\s*\((.*)\)\s*$", re.I | re.S)
+
+
+def sp_ledger_key(schema: Schema) -> str:
+    """The SP ledger key of a data set: ``"sp|"`` + its DP key (never equal to a DP key, which is hex only)."""
+    from ..session import ledger_key
+
+    return "sp|" + ledger_key(schema)
+
+
+def _column_domain(col: object) -> tuple[object, ...]:
+    """The finite public domain of the prior column, from the schema only."""
+    if isinstance(col, CategoricalColumn):
+        return tuple(col.values)
+    if isinstance(col, NumericColumn) and col.is_int:
+        lo, hi = int(col.lower), int(col.upper)
+        if hi - lo + 1 > MAX_INT_DOMAIN:
+            raise ConfigurationError(
+                f"column {col.name!r} declares {hi - lo + 1:,} integers; a categorical prior over more than "
+                f"{MAX_INT_DOMAIN:,} values is not supported",
+                hint="choose a column with a small declared domain (a 0/1 or categorical column)",
+            )
+        return tuple(range(lo, hi + 1))
+    name = getattr(col, "name", "?")
+    raise ConfigurationError(
+        f"column {name!r} is a float column: statistical privacy is computed only for finite (Bernoulli or "
+        "categorical) priors",
+        hint="use differential privacy for continuous values (%dpsession without --privacy statistical)",
+    )
+
+
+def parse_prior(spec: object, column: CategoricalColumn | NumericColumn) -> BernoulliPrior | CategoricalPrior:
+    """The prior of ``column``: ``"bernoulli(p)"``, ``"categorical(p_1, …, p_k)"`` (in the column's declared order
+    of values) or a :class:`BernoulliPrior` / :class:`CategoricalPrior`; its domain must be the column's domain."""
+    domain = _column_domain(column)
+    if isinstance(spec, str):
+        m = _PRIOR.match(spec)
+        if m is None:
+            raise ConfigurationError(
+                f"unknown prior {spec!r}",
+                hint="statistical privacy supports 'bernoulli(p)' and 'categorical(p_1, ..., p_k)' (i.i.d. rows)",
+            )
+        kind, inner = m.group(1).lower(), m.group(2)
+        try:
+            probs = [float(x) for x in inner.split(",")] if inner.strip() else []
+        except ValueError:
+            raise ConfigurationError(f"the prior {spec!r} must list numbers", hint="e.g. bernoulli(0.5)") from None
+        if kind == "bernoulli":
+            if len(probs) != 1:
+                raise ConfigurationError(f"bernoulli(p) takes one probability, got {spec!r}")
+            prior: object = BernoulliPrior(probs[0])
+        else:
+            if len(probs) != len(domain):
+                raise ConfigurationError(
+                    f"categorical(...) needs one probability per declared value of column {column.name!r} "
+                    f"({len(domain)}), got {len(probs)}",
+                    hint=f"in the declared order: {list(domain)!r}",
+                )
+            prior = CategoricalPrior(dict(zip(domain, probs)))
+    else:
+        prior = spec
+    prior = check_prior(prior)
+    if not _same_domain(prior.domain, domain):
+        raise ConfigurationError(
+            f"the prior's domain {list(prior.domain)!r} is not column {column.name!r}'s declared domain "
+            f"{list(domain)!r}",
+            hint="a Bernoulli prior needs a column with values {0, 1} (int bounds [0, 1] or categories [0, 1])",
+        )
+    return prior
+
+
+def _same_domain(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    def norm(vals: tuple[object, ...]) -> set[tuple[bool, object]]:
+        return {(isinstance(v, str), v) for v in vals}
+
+    return len(a) == len(b) and norm(a) == norm(b)
+
+
+def prior_text(prior: BernoulliPrior | CategoricalPrior, column: str) -> str:
+    """A short public description, e.g. ``Bernoulli(0.5) in column 'smoker'``."""
+    if isinstance(prior, BernoulliPrior):
+        return f"Bernoulli({prior.p:g}) in column {column!r}"
+    items = list(prior.probabilities.items())
+    if len(items) > 8:  # long domains: the first and last values (the ledger's sp-open has the same text)
+        head = ", ".join(f"{v!r}: {q:g}" for v, q in items[:3])
+        return (
+            f"categorical over {len(items)} values ({head}, …, {items[-1][0]!r}: {items[-1][1]:g}) in column {column!r}"
+        )
+    probs = ", ".join(f"{v!r}: {q:g}" for v, q in items)
+    return f"categorical({{{probs}}}) in column {column!r}"
+
+
+@dataclass(frozen=True)
+class SPResult:
+    """One SP answer: the rescaled exact count of one secret part, with what it was charged.  NOT DP."""
+
+    query: Query
+    sql: str
+    number: int
+    estimate: float
+    part: int  # 0-based index of the part (displayed 1-based)
+    part_size: int
+    parts: int
+    n: int
+    delta_part: float
+    delta_total: float
+    delta_target: float
+    epsilon: float
+    assumption: str  # e.g. "Bernoulli(0.5) in column 'x'"
+
+    @property
+    def label(self) -> str:
+        return f"{SP_LABEL}: holds only if the rows are i.i.d. {self.assumption}"
+
+    @property
+    def df(self) -> pd.DataFrame:
+        return pd.DataFrame({self.query.aggregates[0].alias: [self.estimate]})
+
+    def summary(self) -> str:
+        """The cost line shown under the answer."""
+        return (
+            f"charged δ(ε={self.epsilon:g}) += {self.part_size}/{self.n} × {self.delta_part:.4g} "
+            f"(exact count on secret part {self.part + 1} of {self.parts}, {self.part_size} rows, rescaled by "
+            f"n/n_k); δ spent {self.delta_total:.4g} of target {self.delta_target:g} — {self.label}"
+        )
+
+    def __repr__(self) -> str:
+        return f"[SP query {self.number}] {self.query.aggregates[0].alias} ≈ {self.estimate:.6g}\n{self.summary()}"
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<div class='dpmagic-sp'>{self.df.to_html(index=False)}"
+            f"<div style='color:#b00020'><b>{html.escape(SP_LABEL)}</b>: holds only if the rows are i.i.d. "
+            f"{html.escape(self.assumption)}</div>"
+            f"<div>{html.escape(self.summary().split(' — ')[0])}</div></div>"
+        )
+
+
+@dataclass(frozen=True)
+class SPPreview:
+    """What a query would be charged (no data read, nothing spent)."""
+
+    sql: str
+    charge: SPCharge | None
+    refused: str | None
+    n: int
+    epsilon: float
+    delta_spent: float
+    delta_target: float
+    label: str
+
+    def __repr__(self) -> str:
+        if self.charge is None:
+            verdict = f"would be REFUSED: {self.refused}"
+        else:
+            c = self.charge
+            verdict = (
+                f"would be answered on secret part {c.part + 1} ({c.part_size} rows) and charged "
+                f"{c.part_size}/{self.n} × {c.delta_part:.4g}; δ(ε={self.epsilon:g}) {self.delta_spent:.4g} → "
+                f"{c.delta_total:.4g} of {self.delta_target:g}"
+            )
+        return f"dry run: {verdict}. Nothing was spent and no data was read. {self.label}"
+
+    def _repr_html_(self) -> str:
+        return f"<div>{html.escape(repr(self))}</div>"
+
+
+class StatisticalSession:
+    """An SP analysis of one table: secret partition, exact part counts, its own ledger key.  NOT DP.
+
+    Parameters
+    ----------
+    data, schema:
+        the sensitive table and its public schema (as for :class:`dpmagic.Session`); the data is validated on
+        binding.  n = the number of rows is **disclosed** (it sets the part sizes).
+    prior:
+        ``"bernoulli(p)"``, ``"categorical(p_1, …, p_k)"`` or a prior object: the public i.i.d. distribution of the
+        prior column.
+    parts / sizes:
+        m equal parts, or explicit part sizes (Σ ≤ n); one query per part.
+    epsilon, delta:
+        the ε at which δ is accounted, and the δ target (refused above it).
+    column:
+        the prior column (default: the schema's only column).
+    ledger:
+        a :class:`~dpmagic.accountant.ledger.Ledger` or a path (``None``: in memory).
+    rng:
+        the partition's generator (default: :class:`secrets.SystemRandom`; tests only).
+    """
+
+    def __init__(
+        self,
+        data: pd.DataFrame,
+        schema: Schema | str | Path | Mapping[str, Any],
+        prior: object,
+        *,
+        epsilon: float,
+        delta: float,
+        parts: int | None = None,
+        sizes: list[int] | tuple[int, ...] | None = None,
+        column: str | None = None,
+        ledger: Ledger | str | Path | None = None,
+        out_of_range: OutOfRangePolicy = "error",
+        rng: Any = None,
+    ) -> None:
+        if isinstance(schema, Schema):
+            self.schema = schema
+        elif isinstance(schema, Mapping):
+            self.schema = Schema.from_dict(schema)
+        else:
+            self.schema = Schema.from_json(schema)
+        if column is None:
+            if len(self.schema.names) != 1:
+                raise ConfigurationError(
+                    f"the schema has {len(self.schema.names)} columns: name the one the prior describes",
+                    hint="column='...' (Python) or --column ... (%dpsession)",
+                )
+            column = self.schema.names[0]
+        if column not in self.schema:
+            raise ConfigurationError(f"column {column!r} is not declared in the schema")
+        self.column = column
+        self.prior = parse_prior(prior, self.schema[column])  # type: ignore[arg-type]
+        self.assumption = prior_text(self.prior, column)
+        self._domain = _column_domain(self.schema[column])
+        self.data = self.schema.validate(data, out_of_range=out_of_range)
+        self.backend = PandasBackend(self.data, self.schema)
+        self.n = len(self.data)
+        self.accountant = StatisticalPrivacyAccountant(
+            self.prior, self.n, epsilon=epsilon, delta=delta, parts=parts, sizes=sizes, rng=rng
+        )
+        self.ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+        self.ledger_key = sp_ledger_key(self.schema)
+        self.token = secrets.token_hex(8)  # public, random: which session owns the key's charges
+        self.locked: str | None = None
+        self.results: list[SPResult] = []
+        self._open()
+
+    # -- ledger ----------------------------------------------------------------------------------------
+    def _foreign(self, events: list[Any]) -> str | None:
+        """Why this session may not charge, judged from the key's events (None if it may)."""
+        other = [e for e in events if e.kind == "sp-charge" and e.body.get("session") != self.token]
+        if other:
+            return (
+                f"this data set already has {len(other)} statistical-privacy charge(s) from an earlier session whose "
+                "secret partition is gone (a restart or another kernel): its unused parts count as spent, so no "
+                "further SP query can be answered on these rows"
+            )
+        return None
+
+    def _check_kinds(self, events: list[Any]) -> None:
+        wrong = sorted({e.kind for e in events if e.kind not in SP_KINDS})
+        if wrong:
+            raise ConfigurationError(
+                f"the ledger key {self.ledger_key!r} holds {wrong[0]!r} events: it is not a statistical-privacy key, "
+                "and SP never shares a budget with differential privacy",
+                hint="bind the data set under its own SP key (declare a new 'dataset' id), or use a fresh ledger file",
+            )
+
+    def _open(self) -> None:
+        if not self.ledger.can_append:
+            raise ConfigurationError(
+                f"the ledger at {self.ledger.path} is keyed by its custodian: an SP session needs the custodian key",
+                hint="the custodian provides it to the kernel: $DPMAGIC_LEDGER_KEY_FILE",
+            )
+        acc = self.accountant
+        with self.ledger.transaction():
+            events = self.ledger.events(self.ledger_key)
+            self._check_kinds(events)
+            self.locked = self._foreign(events)
+            self._recorded = max((float(e.body["delta_total"]) for e in events if e.kind == "sp-charge"), default=0.0)
+            self.ledger.append(
+                self.ledger_key,
+                "sp-open",
+                {
+                    "notion": SP_LABEL,
+                    "dataset": self.schema.dataset,
+                    "table": self.schema.table,
+                    "domain": self.schema.domain_fingerprint(),
+                    "column": self.column,
+                    "prior": self.assumption,
+                    "prior_spec": (
+                        {"bernoulli": self.prior.p}
+                        if isinstance(self.prior, BernoulliPrior)
+                        else {"categorical": [[v, q] for v, q in self.prior.probabilities.items()]}
+                    ),
+                    "n": self.n,
+                    "parts": len(acc.sizes),
+                    "sizes": list(acc.sizes),
+                    "epsilon": acc.epsilon,
+                    "delta_target": acc.delta_target,
+                    "session": self.token,
+                },
+            )
+
+    # -- public state ------------------------------------------------------------------------------------
+    @property
+    def label(self) -> str:
+        return f"{SP_LABEL}: holds only if the rows are i.i.d. {self.assumption}"
+
+    @property
+    def epsilon(self) -> float:
+        return self.accountant.epsilon
+
+    @property
+    def delta_target(self) -> float:
+        return self.accountant.delta_target
+
+    @property
+    def delta_spent(self) -> float:
+        """δ(ε) charged on this data set's SP key: this session's, or an earlier session's whose parts are lost."""
+        return max(self.accountant.delta_spent, self._recorded)
+
+    @property
+    def parts(self) -> int:
+        return len(self.accountant.sizes)
+
+    @property
+    def parts_left(self) -> int:
+        return 0 if self.locked else self.accountant.parts_left
+
+    def budget_line(self) -> str:
+        return (
+            f"δ(ε={self.epsilon:g}) spent {self.delta_spent:.4g} of {self.delta_target:g}; "
+            f"{self.parts - self.parts_left} of {self.parts} secret parts used — {self.label}"
+        )
+
+    def ledger_frame(self) -> pd.DataFrame:
+        """This data set's SP charges as recorded in the ledger (all sessions on the key)."""
+        rows = [
+            {
+                "#": i + 1,
+                "query": e.body["sql"],
+                "part": e.body["part"] + 1,
+                "part size": e.body["part_size"],
+                "p": e.body["p"],
+                "δ_k": e.body["delta_part"],
+                "δ after": e.body["delta_total"],
+                "this session": e.body.get("session") == self.token,
+            }
+            for i, e in enumerate(e for e in self.ledger.events(self.ledger_key) if e.kind == "sp-charge")
+        ]
+        cols = ["#", "query", "part", "part size", "p", "δ_k", "δ after", "this session"]
+        return pd.DataFrame(rows, columns=cols)
+
+    def __repr__(self) -> str:
+        return (
+            f"StatisticalSession(table {self.schema.table!r}, prior {self.assumption}, n={self.n} (disclosed), "
+            f"{self.parts} secret parts, {self.budget_line()}, partition=<secret>)"
+            + (f"\nno further queries: {self.locked}" if self.locked else "")
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<div><b style='color:#b00020'>{html.escape(SP_LABEL)}</b> {html.escape(repr(self))}</div>"
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        raise TypeError("a StatisticalSession holds a secret partition and cannot be pickled or copied")
+
+    def __copy__(self) -> Any:
+        raise TypeError("a StatisticalSession holds a secret partition and cannot be copied")
+
+    def __deepcopy__(self, memo: object) -> Any:
+        raise TypeError("a StatisticalSession holds a secret partition and cannot be copied")
+
+    # -- queries -----------------------------------------------------------------------------------------
+    def parse(self, sql: str) -> tuple[Query, frozenset[object]]:
+        """Parse ``sql`` and return it with the set of prior-column values it counts (schema only, no data)."""
+        if not isinstance(sql, str):
+            raise QueryError(f"the query must be SQL text, got {type(sql).__name__}")
+        q = parse_query(sql, self.schema)
+        if q.group_by:
+            raise UnsupportedQueryError(
+                "GROUP BY is not supported by statistical privacy here: each query uses one secret part",
+                hint="ask one COUNT(*) per group, each with its own WHERE",
+            )
+        if len(q.aggregates) != 1 or q.aggregates[0].func != "count":
+            funcs = ", ".join(str(a) for a in q.aggregates)
+            raise UnsupportedQueryError(
+                f"statistical privacy answers only one COUNT(*) per query, not {funcs}",
+                hint="SUM/AVG have no computable SP curve (Breutigam & Reischuk give none): use differential privacy",
+            )
+        other = [c for c in q.where.constraints if c != self.column]
+        if other:
+            raise UnsupportedQueryError(
+                f"the WHERE clause constrains column {other[0]!r}; the prior describes only column {self.column!r}",
+                hint=f"statistical privacy here counts rows by their {self.column!r} value only",
+            )
+        s = q.where.get(self.column)
+        if q.where.is_empty():
+            values: frozenset[object] = frozenset()
+        elif s is None:
+            values = frozenset(self._domain)
+        elif isinstance(s, CategorySet):
+            values = frozenset(s.values)
+        elif isinstance(s, IntervalSet):
+            values = frozenset(v for v in self._domain if s.contains(v))  # type: ignore[arg-type]
+        else:  # pragma: no cover - the parser only builds these two
+            raise UnsupportedQueryError(f"unsupported predicate on {self.column!r}")
+        if not values or len(values) == len(self._domain):
+            raise UnsupportedQueryError(
+                f"the WHERE clause selects {'no' if not values else 'every'} value of column {self.column!r}: the "
+                f"answer is {'0' if not values else 'n'} whatever the rows are (n = {self.n} is public here)",
+                hint="nothing was charged; count a proper subset of the values",
+            )
+        return q, values
+
+    def _refusal(self) -> None:
+        if self.locked:
+            raise BudgetExceededError(
+                self.locked, hint="nothing was charged; a fresh partition needs fresh data (a new 'dataset' id)"
+            )
+
+    def preview(self, sql: str) -> SPPreview:
+        """What :meth:`query` would charge, without charging or reading data."""
+        _, values = self.parse(sql)
+        charge, refused = None, None
+        try:
+            self._refusal()
+            charge = self.accountant.preview(values)
+        except BudgetExceededError as exc:
+            refused = str(exc)
+        return SPPreview(sql, charge, refused, self.n, self.epsilon, self.delta_spent, self.delta_target, self.label)
+
+    def query(self, sql: str) -> SPResult:
+        """Charge the next counting query on the ledger, then answer it exactly on its secret part, rescaled.
+
+        Order: parse and check (schema only) → inside one ledger transaction, check that no other session has
+        charged this key and that the part and δ target allow it, and append the ``sp-charge`` event (durable
+        on return) → record it in the accountant → only then count the part's rows.  Any refusal raises before
+        the append and spends nothing.
+        """
+        q, values = self.parse(sql)
+        self._refusal()
+        with self.ledger.transaction():
+            events = self.ledger.events(self.ledger_key)
+            self._check_kinds(events)
+            self.locked = self._foreign(events)
+            if self.locked:
+                self._recorded = max(
+                    (float(e.body["delta_total"]) for e in events if e.kind == "sp-charge"), default=0.0
+                )
+            self._refusal()
+            planned = self.accountant.preview(values)
+            self.ledger.append(
+                self.ledger_key,
+                "sp-charge",
+                {
+                    "notion": SP_LABEL,
+                    "sql": q.canonical,
+                    "part": planned.part,
+                    "part_size": planned.part_size,
+                    "p": planned.p,
+                    "epsilon": self.epsilon,
+                    "delta_part": planned.delta_part,
+                    "delta_total": planned.delta_total,
+                    "session": self.token,
+                },
+            )
+        charge = self.accountant.charge(values)
+        assert charge == planned  # same state, same computation
+        where = q.where
+        backend = self.backend
+
+        def count(idx: Any) -> int:
+            return int(backend.mask(where)[idx].sum())
+
+        estimate = self.accountant.answer_part(charge, count)
+        result = SPResult(
+            query=q,
+            sql=sql,
+            number=len(self.results) + 1,
+            estimate=float(estimate),
+            part=charge.part,
+            part_size=charge.part_size,
+            parts=self.parts,
+            n=self.n,
+            delta_part=charge.delta_part,
+            delta_total=charge.delta_total,
+            delta_target=self.delta_target,
+            epsilon=self.epsilon,
+            assumption=self.assumption,
+        )
+        self.results.append(result)
+        return result
