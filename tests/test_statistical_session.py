@@ -427,3 +427,16 @@ def test_magic_option_checks(ip: InteractiveShell, df: pd.DataFrame) -> None:
         assert not result.success and msg in cap.stderr + cap.stdout, cap.stderr
     with pytest.raises(UnsupportedQueryError):
         sp(df).query("SELECT COUNT(*) FROM t WHERE city = 'a'")
+
+
+def test_ledger_show_lists_sp_keys_beside_dp_keys(df: pd.DataFrame, tmp_path: Path, capsys) -> None:
+    from dpmagic.cli import main as cli_main
+
+    path = tmp_path / "ledger.sqlite"
+    Session(df, SCHEMA, "epsilon=1.0", ledger=path).query("SELECT COUNT(*) FROM t", epsilon=0.25)
+    sp(df, ledger=path).query("SELECT COUNT(*) FROM t WHERE smoker = 1")
+    capsys.readouterr()
+    assert cli_main(["ledger", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "statistical privacy (NOT differential privacy), 1 part queries" in out
+    assert "budget epsilon=1" in out
