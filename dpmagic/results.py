@@ -18,7 +18,7 @@ from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import answer_notes
 from dpmagic.query.model import Query
 
-__all__ = ["QueryResult", "Preview"]
+__all__ = ["QueryResult", "Preview", "Released"]
 
 
 @dataclass
@@ -107,3 +107,14 @@ class Preview:
 
     def __repr__(self) -> str:
         return self.summary()
+
+
+@dataclass(frozen=True)
+class Released:
+    """What :meth:`dpmagic.Session.run` returns for any mechanism: its ledger entry, the charge, the noisy
+    answer, and the seconds of public work before the data was read."""
+
+    entry_id: int
+    charge: Charge
+    df: pd.DataFrame
+    seconds: float

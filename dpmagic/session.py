@@ -30,13 +30,11 @@ from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
 from dpmagic.costs import CostSpec, cache_key, parse_cost, resolve_cost
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
-from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import tidy
 from dpmagic.query.model import Query
-from dpmagic.query.outputs import finish
 from dpmagic.query.sql import parse_query
-from dpmagic.release import ReleasePlan, plan_noise, release, units_of
-from dpmagic.results import Preview, QueryResult
+from dpmagic.releases import Mechanism, QueryMechanism
+from dpmagic.results import Preview, QueryResult, Released
 from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
@@ -305,8 +303,8 @@ class Session:
         warn_if_empty(q)
         cached = self._cached(self._cache_key(q, spec, ci, min_rows)) is not None
         c = self._resolve(q, spec, ci, min_rows)
-        plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
-        ch = self.accountant.preview(q.coverage, c)
+        mech = self._mechanism(q, c)
+        ch = self.accountant.preview(mech.coverage, mech.cost)
         overlapping = pd.DataFrame(
             [
                 {"id": i, "sql": e.sql.strip(), "cost": e.cost}
@@ -315,7 +313,7 @@ class Session:
             ],
             columns=["id", "sql", "cost"],
         )
-        noise = _noise_of(plan)
+        noise = mech.noise
         return Preview(
             query=q,
             cost=c,
@@ -377,36 +375,19 @@ class Session:
         )
         try:
             c = self._resolve(q, spec, ci, min_rows)
-            plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
-            details = {**_plan_details(plan), "cache_key": key}
-            entry_id, charge = self.accountant.charge(q.coverage, c, sql=sql, canonical=q.canonical, details=details)
-        except BudgetExceededError as exc:
-            self._emit("refused", message=str(exc))
-            raise
+            mech = self._mechanism(q, c)
         except DPMagicError as exc:
-            self._emit("failed", message=str(exc))
+            self._emit("refused" if isinstance(exc, BudgetExceededError) else "failed", message=str(exc))
             raise
-        # ---- charged and recorded: only now is the data read ----
-        # Timing shown to the analyst stops here: it covers parsing, planning and the overlap check (public),
-        # never the data read or the noise, whose duration could depend on the rows.
-        seconds = time.perf_counter() - t0
-        try:
-            evaluated = self.backend.evaluate(q, units_of(plan), extended=plan.extra)
-            df = release(q, evaluated, plan, self.schema)
-            df = finish(q, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values
-            self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
-        except Exception:
-            # After the data was read, no exception text may leave (it could carry an exact aggregate), and the
-            # message must not depend on the rows: one generic error, the budget stays charged, nothing released.
-            self._emit("failed", message=_POST_CHARGE_ERROR)
-            raise DPMagicError(_POST_CHARGE_ERROR) from None
+        released = self.run(mech, sql=sql, canonical=q.canonical, details={"cache_key": key}, started=t0)
+        entry_id, charge, df, seconds = released.entry_id, released.charge, released.df, released.seconds
         result = QueryResult(
             query=q,
             df=tidy(df, q, self.schema, postprocess),
             cost=c,
             currency=self.currency,
             charge=charge,
-            noise=_noise_of(plan),
+            noise=mech.noise,
             entry_id=entry_id,
             seconds=seconds,
             spent=self.spent,
@@ -418,6 +399,56 @@ class Session:
         self._cache[key] = result
         self.results.append(result)
         return result
+
+    def _mechanism(self, q: Query, cost: float) -> QueryMechanism:
+        """The release of ``q`` at ``cost``, its noise planned (no data read)."""
+        return QueryMechanism(q, self.schema, self.currency, cost, replace_one=self.neighbors == "replace")
+
+    def run(
+        self,
+        mechanism: Mechanism,
+        *,
+        sql: str,
+        canonical: str,
+        details: Mapping[str, Any] | None = None,
+        started: float | None = None,
+    ) -> Released:
+        """Charge ``mechanism`` and release it: the one path every kind of release takes.
+
+        The mechanism's coverage and cost are checked against the budget and the charge is recorded durably
+        (with ``mechanism.describe()`` and ``details``) before :meth:`Mechanism.release` may read any row;
+        a refused or invalid charge raises and changes nothing.  After the charge, any failure reaches the
+        caller as one fixed, data-independent :class:`~dpmagic.errors.DPMagicError` (the charge stays, nothing
+        is released).  ``seconds`` of the result is the time from ``started`` to the data read: public work only.
+        """
+        t0 = time.perf_counter() if started is None else started
+        try:
+            entry_id, charge = self.accountant.charge(
+                mechanism.coverage,
+                mechanism.cost,
+                sql=sql,
+                canonical=canonical,
+                details={"kind": mechanism.kind, **mechanism.describe(), **(details or {})},
+            )
+        except BudgetExceededError as exc:
+            self._emit("refused", message=str(exc))
+            raise
+        except DPMagicError as exc:
+            self._emit("failed", message=str(exc))
+            raise
+        # ---- charged and recorded: only now is the data read ----
+        # Timing shown to the analyst stops here: parsing, planning and the overlap check (public), never the
+        # data read or the noise, whose duration could depend on the rows.
+        seconds = time.perf_counter() - t0
+        try:
+            df = mechanism.release(self.backend)
+            self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+        except Exception:
+            # After the data was read, no exception text may leave (it could carry an exact aggregate), and the
+            # message must not depend on the rows: one generic error, the budget stays charged, nothing released.
+            self._emit("failed", message=_POST_CHARGE_ERROR)
+            raise DPMagicError(_POST_CHARGE_ERROR) from None
+        return Released(entry_id, charge, df, seconds)
 
     def budget_map(self, first: str, second: str) -> pd.DataFrame:
         """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
@@ -526,17 +557,3 @@ def warn_if_empty(q: Query) -> None:
     msg = empty_region_message(q)
     if msg is not None:
         warnings.warn(msg, EmptyRegionWarning, stacklevel=3)
-
-
-def _noise_of(plan: ReleasePlan) -> dict[str, Noise]:
-    noise = {"count": plan.count} if plan.count is not None else {}
-    noise.update({f"sum({k})": v for k, v in plan.sums.items()})
-    return noise
-
-
-def _plan_details(plan: ReleasePlan) -> dict[str, Any]:
-    d: dict[str, Any] = {"share_cost": plan.share_cost, "releases_per_cell": plan.releases_per_cell}
-    if plan.count is not None:
-        d["count_noise"] = {"kind": plan.count.kind, "scale": plan.count.scale}
-    d["sum_noise"] = {k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity} for k, v in plan.sums.items()}
-    return d

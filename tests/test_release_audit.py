@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dpmagic.releases.query as query_release_module
 import dpmagic.session as session_module
 from dpmagic import Session
 from dpmagic.accountant.currency import CURRENCIES
@@ -76,7 +77,7 @@ def test_any_failure_after_the_charge_is_generic(monkeypatch) -> None:
     def boom(*args, **kwargs):
         raise ValueError("exact sum 987654321 is not representable")
 
-    monkeypatch.setattr(session_module, "release", boom)
+    monkeypatch.setattr(query_release_module, "release", boom)
     with pytest.raises(DPMagicError) as info:
         s.query("SELECT SUM(v) AS s FROM t", epsilon=0.25)
     assert "987654321" not in str(info.value)

@@ -1,0 +1,70 @@
+"""Today's release as a mechanism: one SQL query, OpenDP noise on each of its aggregates in every declared cell.
+
+The noise of every release is planned when the mechanism is built (:func:`dpmagic.release.plan_noise`, from the
+neighbouring relation and the query's coverage via :mod:`dpmagic.sensitivity`), before any data is read; after
+the charge, :meth:`QueryMechanism.release` asks the backend for the exact per-cell aggregates, adds the noise
+(:func:`dpmagic.release.release`) and applies the query's free post-processing of noisy values (SELECT
+expressions, HAVING, ORDER BY, LIMIT: :func:`dpmagic.query.outputs.finish`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dpmagic.release import ReleasePlan, plan_noise, release, units_of
+from dpmagic.releases.base import Backend, Mechanism
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpmagic.accountant.currency import Currency
+    from dpmagic.mechanisms import Noise
+    from dpmagic.query.model import Query
+    from dpmagic.schema import Schema
+    from dpmagic.sets import Box
+
+__all__ = ["QueryMechanism"]
+
+
+class QueryMechanism(Mechanism):
+    """One parsed query at one cost: its coverage is the WHERE box (GROUP BY cells are disjoint within it)."""
+
+    kind = "query"
+
+    def __init__(self, query: Query, schema: Schema, currency: Currency, cost: float, *, replace_one: bool) -> None:
+        self.query = query
+        self.schema = schema
+        self._cost = cost
+        self.plan: ReleasePlan = plan_noise(query, schema, currency, cost, replace_one=replace_one)
+
+    @property
+    def coverage(self) -> Box:
+        return self.query.coverage
+
+    @property
+    def cost(self) -> float:
+        return self._cost
+
+    @property
+    def noise(self) -> dict[str, Noise]:
+        plan = self.plan
+        noise = {"count": plan.count} if plan.count is not None else {}
+        noise.update({f"sum({k})": v for k, v in plan.sums.items()})
+        return noise
+
+    def describe(self) -> dict[str, Any]:
+        plan = self.plan
+        d: dict[str, Any] = {"share_cost": plan.share_cost, "releases_per_cell": plan.releases_per_cell}
+        if plan.count is not None:
+            d["count_noise"] = {"kind": plan.count.kind, "scale": plan.count.scale}
+        d["sum_noise"] = {
+            k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity} for k, v in plan.sums.items()
+        }
+        return d
+
+    def release(self, backend: Backend) -> pd.DataFrame:
+        from dpmagic.query.outputs import finish
+
+        cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)  # type: ignore[call-arg]
+        df = release(self.query, cells, self.plan, self.schema)
+        return finish(self.query, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values
