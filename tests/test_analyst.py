@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -207,6 +208,11 @@ def test_replace_one_pair_bound_matches_brute_force(queries) -> None:
         for x, y in itertools.combinations(ROWS, 2)
     )
     assert r.value == pytest.approx(brute)
+    exact = max(
+        sum((Fraction(w) for b, w in zip(boxes, weights) if b.contains_row(x) or b.contains_row(y)), Fraction(0))
+        for x, y in itertools.combinations(ROWS, 2)
+    )
+    assert Fraction(r.value) >= exact  # a proven upper bound: never rounded below the exact pair weight
     x, y = r.rows
     assert math.fsum(w for b, w in zip(boxes, weights) if b.contains_row(x) or b.contains_row(y)) == pytest.approx(
         brute
