@@ -397,12 +397,16 @@ class DPMagic(Magics, Configurable):
             result = session.query(
                 sql, ci=args.ci, min_rows=args.min_rows, fresh=args.fresh, postprocess=tuple(options), **costs
             )
-        if target is not None:
-            if self.shell is not None:
-                self.shell.user_ns[target] = result.df
-            display(result)
-            return None
-        return result
+        return self._deliver(result, target)
+
+    def _deliver(self, result: Any, target: str | None) -> Any:
+        """Return the answer to the cell, or (``name <<`` / ``--out``) store its DataFrame and display it."""
+        if target is None:
+            return result
+        if self.shell is not None:
+            self.shell.user_ns[target] = result.df
+        display(result)
+        return None
 
     def _sp_query(self, session: Any, args: Any, sql: str, target: str | None) -> Any:
         """``%%dpquery`` on a statistical-privacy session: the next secret part answers it (NOT DP)."""
@@ -423,12 +427,7 @@ class DPMagic(Magics, Configurable):
                 self.shell.user_ns[target] = preview
             return preview
         result = session.query(sql)
-        if target is not None:
-            if self.shell is not None:
-                self.shell.user_ns[target] = result.df
-            display(result)
-            return None
-        return result
+        return self._deliver(result, target)
 
     # -- %dpbudget ---------------------------------------------------------------------------------------
     @magic_arguments()
