@@ -162,3 +162,12 @@ def test_quantised_float_sum_is_monotone_and_exact() -> None:
     x = np.sort(np.random.default_rng(0).uniform(0.0, 10.0, 10_000))
     q = quantise(x, unit, 0.0, 10.0)
     assert np.all(np.diff(q) >= 0) and np.all(np.abs(q * unit - x) <= unit / 2)
+
+
+def test_gdp_epsilon_of_a_large_total_mu_is_finite() -> None:
+    """Item 12's neighbour: reporting (ε, δ) for a total μ ≈ 30 overflowed in e^ε; computed in log space now."""
+    from dpmagic.accountant.currency import gdp_delta, gdp_epsilon
+
+    eps = [gdp_epsilon(mu, 1e-6) for mu in (1.0, 5.0, 30.0, 100.0)]
+    assert all(np.isfinite(e) for e in eps) and eps == sorted(eps)
+    assert gdp_delta(30.0, eps[2]) == pytest.approx(1e-6, rel=1e-6)

@@ -95,7 +95,8 @@ def currency_for(parameter_or_definition: str) -> Currency:
 
 def gdp_delta(mu: float, eps: float) -> float:
     """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong, Roth & Su 2019, Cor. 2.13)."""
-    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+    # the second term as exp(ε + log Φ(·)): e^ε alone overflows beyond ε ≈ 709 (large μ), the product does not
+    return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
