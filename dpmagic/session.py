@@ -450,6 +450,32 @@ class Session:
             raise DPMagicError(_POST_CHARGE_ERROR) from None
         return Released(entry_id, charge, df, seconds)
 
+    def batch(
+        self,
+        workload: str,
+        *,
+        where: str | None = None,
+        strategy: str = "auto",
+        cost: CostSpec = None,
+        epsilon: CostSpec = None,
+        rho: CostSpec = None,
+        mu: CostSpec = None,
+        rmse: float | None = None,
+        dry_run: bool = False,
+    ) -> Any:
+        """Answer a whole workload at once (issue 15): ``prefix(age) * identity(sex)``, ``marginals([a, b], 2)``
+        ... (:mod:`dpmagic.batch.spec`) within ``where``, by the matrix mechanism with the strategy of smallest
+        expected RMSE (or ``strategy``), or several ``SELECT COUNT(*) ... WHERE <box>`` measured with noise of
+        their exact batch sensitivity.  One charge (coverage: the WHERE box), through :meth:`run`.  ``rmse``
+        asks for the smallest cost whose expected RMSE is at most it; ``dry_run`` previews the strategies,
+        their expected RMSE and the charge, reading nothing (:mod:`dpmagic.releases.batch`)."""
+        from dpmagic.releases.batch import session_batch
+
+        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        return session_batch(
+            self, workload, where=where, strategy=strategy, cost_spec=spec, rmse_target=rmse, dry_run=dry_run
+        )
+
     def budget_map(self, first: str, second: str) -> pd.DataFrame:
         """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
         columns: where the budget has gone.  Rows are ``first``'s values, columns ``second``'s."""

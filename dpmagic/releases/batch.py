@@ -1,0 +1,550 @@
+"""Whole workloads at once as mechanisms: the matrix mechanism (HDMM) and a batch of boxes (exact batch sensitivity).
+
+:class:`BatchMechanism` answers a workload W (parsed by :mod:`dpmagic.batch.spec` over declared columns) within
+a WHERE box: the data vector x is the histogram of the box's rows over the columns' declared values (one
+GROUP BY query); a strategy A is measured, y = A x + z, with OpenDP's vector Laplace (pure ε, L1) or Gaussian
+(ρ-zCDP / μ-GDP, L2) noise, x̂ = A⁺y by least squares and every workload query is answered as W x̂ with a 95%
+interval from its exact variance (McKenna, Miklau, Hay, Machanavajjhala, "Optimizing error of
+high-dimensional statistical queries under differential privacy", PVLDB 11(10), 2018,
+doi:10.14778/3231751.3231769; Li, Miklau, Hay, McGregor, Rastogi, "The matrix mechanism", VLDB J. 24(6),
+2015, doi:10.1007/s00778-015-0398-x).
+
+**Sensitivity of A x.**  Add/remove one row of the box changes x by ±e_j, so ‖AΔx‖_p = ‖a_j‖_p and
+Δ_p = max_j ‖a_j‖_p (A's largest column norm); a row outside the box changes nothing.  Replace one row: both
+rows in the box change x by e_j − e_k (j ≠ k), one inside by ±e_j, none inside by 0.  ‖a_j − a_k‖₁ ≤
+‖a_j‖₁ + ‖a_k‖₁ ≤ 2Δ₁ (triangle inequality), and for a non-negative A (every strategy here: identities,
+counting workloads, hierarchies, p-Identity with B ≥ 0, their Kronecker products and marginal weights θ ≥ 0)
+⟨a_j, a_k⟩ ≥ 0 so ‖a_j − a_k‖₂² = ‖a_j‖² + ‖a_k‖² − 2⟨a_j, a_k⟩ ≤ 2Δ₂²: replace-one Δ₁' = 2Δ₁, Δ₂' = √2·Δ₂
+(exact for the identity strategy; checked by brute force in tests/test_batch_session.py).
+
+**Coverage.** The cells of x are disjoint within the WHERE box, so the release depends only on the box's
+rows: one node for the accountant, its coverage the WHERE box; the cost is the session's ε (ρ, μ).
+
+:class:`BoxBatchMechanism` answers several ``SELECT COUNT(*) ... WHERE <box>`` at once with the workload itself
+as the strategy: i.i.d. noise calibrated to the batch's exact sensitivity (Inan, Gursoy, Saygin,
+"Sensitivity analysis for non-interactive differential privacy: bounds and efficient algorithms", IEEE TDSC,
+doi:10.1109/TDSC.2017.2734664: add/remove L1 = the maximum overlap ω, L2 = √ω; replace-one exact, from
+:func:`dpmagic.batch.sensitivity.batch_sensitivity`); its coverage is the bounding box of the boxes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from dpmagic.batch.error import rmse as expected_rmse
+from dpmagic.batch.noise import Noise, gaussian_gdp, gaussian_zcdp, laplace
+from dpmagic.batch.optimize import opt_kron, opt_marginals
+from dpmagic.batch.reconstruct import answer_variances, reconstruct, workload_answers
+from dpmagic.batch.spec import WorkloadSpec
+from dpmagic.batch.strategies import KronStrategy, hb_strategy, identity_strategy
+from dpmagic.errors import ConfigurationError
+from dpmagic.releases.base import Backend, Mechanism
+from dpmagic.sets import Box
+
+if TYPE_CHECKING:
+    from dpmagic.accountant.currency import Currency
+    from dpmagic.query.model import Query
+    from dpmagic.schema import Schema
+
+__all__ = [
+    "BatchMechanism",
+    "BoxBatchMechanism",
+    "STRATEGIES",
+    "candidate_strategies",
+    "noise_model",
+    "replace_factor",
+    "opendp_scale",
+    "bounding_box",
+]
+
+#: the strategies a batch may use ("auto" picks the smallest expected RMSE among those that apply)
+STRATEGIES = ("identity", "workload", "hierarchical", "opt")
+#: the workload strategy is used explicitly (an n × n eigendecomposition): only for small domains
+_WORKLOAD_MAX_N = 1024
+_WORKLOAD_MAX_ENTRIES = 4_000_000
+#: p-Identity optimisation costs O(n²p) per step: per-attribute limit
+_OPT_MAX_N = 1024
+_Z95 = 1.959963984540054
+
+
+def replace_factor(p: int) -> float:
+    """Replace-one sensitivity of a non-negative A over its add/remove Δ_p: 2 (L1) or √2 (L2) (module doc)."""
+    return 2.0 if p == 1 else math.sqrt(2.0)
+
+
+def noise_model(currency: Currency, cost: float, *, replace_one: bool) -> Noise:
+    """The noise family of the session's definition at ``cost``, with replace-one folded into its variance.
+
+    ``noise.scale(A.sensitivity(noise.p))`` is then the Laplace scale / Gaussian σ of the release and
+    :func:`dpmagic.batch.error.rmse` its expected error under the session's neighbouring relation.
+    """
+    d = str(currency.definition)
+    base = laplace(cost) if d == "pure" else gaussian_zcdp(cost) if d == "zcdp" else gaussian_gdp(cost)
+    if not replace_one:
+        return base
+    f = replace_factor(base.p)
+    return Noise(base.kind, base.p, base.unit_variance * f * f, base.label + ", replace-one")
+
+
+@lru_cache(maxsize=256)
+def _measurement(kind: str, scale: float) -> Any:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    if kind == "laplace":
+        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale)
+    return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale)
+
+
+def _target(currency: Currency, cost: float) -> float:
+    """The privacy loss OpenDP's measurement must map to: ε (Laplace), ρ (zCDP) or μ²/2 (μ-GDP as zCDP)."""
+    d = str(currency.definition)
+    return cost if d in ("pure", "zcdp") else cost * cost / 2.0
+
+
+def opendp_scale(currency: Currency, cost: float, kind: str, sensitivity: float, scale: float) -> float:
+    """The smallest float ≥ ``scale`` (nudged up) at which OpenDP's own privacy map certifies ``cost``.
+
+    OpenDP rounds its privacy maps outward; the closed-form scale can land a few ulps short, so it is raised
+    until ``measurement.map(sensitivity) ≤ target`` (never lowered).  No data involved.
+    """
+    target = _target(currency, cost)
+    s = float(scale)
+    for _ in range(64):
+        if float(_measurement(kind, s).map(float(sensitivity))) <= target:
+            return s
+        s = s * (1.0 + 1e-12) + 5e-324
+    raise ConfigurationError("batch: cannot calibrate OpenDP's noise to the cost")  # pragma: no cover
+
+
+def _sample(kind: str, scale: float, values: np.ndarray) -> np.ndarray:
+    return np.asarray(_measurement(kind, scale)([float(v) for v in values]), dtype=float)
+
+
+def candidate_strategies(spec: WorkloadSpec, noise: Noise) -> dict[str, Any]:
+    """The strategies that apply to ``spec`` (identity; workload for small domains; hierarchical when some
+    column has range queries; opt = OPT_M for marginal workloads over ≥ 2 columns, else OPT⊗)."""
+    sizes = spec.sizes
+    w = spec.workload
+    out: dict[str, Any] = {"identity": KronStrategy(tuple(identity_strategy(n) for n in sizes), "Identity")}
+    if spec.n <= _WORKLOAD_MAX_N and w.num_queries * spec.n <= _WORKLOAD_MAX_ENTRIES:
+        from dpmagic.batch.strategies import ExplicitStrategy
+
+        out["workload"] = ExplicitStrategy(w.matrix(), "Workload")
+    if spec.has_ranges:
+        ranged = {b.column for t in spec.terms for b in t if b.kind in ("prefix", "all_range", "width_range")}
+        out["hierarchical"] = KronStrategy(
+            tuple(
+                hb_strategy(n) if c in ranged else identity_strategy(n)
+                for c, n in zip(spec.columns, sizes, strict=True)
+            ),
+            "Hierarchical",
+        )
+    if spec.is_marginal and len(sizes) >= 2:
+        out["opt"] = opt_marginals(w, noise=noise)
+    elif max(sizes) <= _OPT_MAX_N:
+        out["opt"] = opt_kron(w, noise=noise)
+    return out
+
+
+def _check_cost(cost: float) -> float:
+    if not (isinstance(cost, (int, float)) and math.isfinite(cost) and cost > 0):
+        raise ConfigurationError(f"batch: the cost must be a positive finite number, got {cost!r}")
+    return float(cost)
+
+
+@dataclass
+class BatchPlan:
+    """The public plan of a workload batch: candidates, their expected RMSE at the cost, the chosen one."""
+
+    spec: WorkloadSpec
+    strategies: dict[str, Any]
+    rmse: dict[str, float]
+    chosen: str
+
+
+def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, strategy: str = "auto") -> BatchPlan:
+    """Choose the strategy at unit cost (the ranking does not depend on the cost: RMSE scales as 1/ε, 1/√ρ, 1/μ)."""
+    if strategy != "auto" and strategy not in STRATEGIES:
+        raise ConfigurationError(
+            f"batch: unknown strategy {strategy!r}", hint=f"choose auto or one of {', '.join(STRATEGIES)}"
+        )
+    noise = noise_model(currency, 1.0, replace_one=replace_one)
+    cands = candidate_strategies(spec, noise)
+    if strategy != "auto" and strategy not in cands:
+        raise ConfigurationError(
+            f"batch: strategy {strategy!r} does not apply to {spec.text}",
+            hint=f"applicable here: {', '.join(cands)}",
+        )
+    errs: dict[str, float] = {}
+    w = spec.workload
+    for name, a in cands.items():
+        try:
+            if not a.supports(w):
+                continue
+            errs[name] = float(expected_rmse(w, a, noise))
+        except ConfigurationError:
+            continue
+    if not errs:  # pragma: no cover - identity always supports
+        raise ConfigurationError(f"batch: no strategy supports {spec.text}")
+    chosen = strategy if strategy != "auto" else min(errs, key=lambda k: (errs[k], STRATEGIES.index(k)))
+    if chosen not in errs:
+        raise ConfigurationError(f"batch: strategy {chosen!r} does not support {spec.text}")
+    return BatchPlan(spec, cands, errs, chosen)
+
+
+def rmse_at(unit_rmse: float, currency: Currency, cost: float) -> float:
+    """Expected RMSE at ``cost`` from the RMSE at cost 1 (∝ 1/ε, 1/√ρ, 1/μ)."""
+    return unit_rmse / (math.sqrt(cost) if str(currency.definition) == "zcdp" else cost)
+
+
+def cost_for_rmse(unit_rmse: float, currency: Currency, target: float) -> float:
+    """The smallest cost whose expected RMSE is ≤ ``target`` (closed form; rounded up by one part in 10¹²)."""
+    if not (math.isfinite(target) and target > 0):
+        raise ConfigurationError(f"batch: the RMSE target must be a positive number, got {target!r}")
+    c = unit_rmse / target
+    if str(currency.definition) == "zcdp":
+        c = c * c
+    return c * (1.0 + 1e-12)
+
+
+class BatchMechanism(Mechanism):
+    """A workload over declared columns within a WHERE box, answered by the matrix mechanism."""
+
+    kind = "batch"
+
+    def __init__(
+        self,
+        spec: WorkloadSpec,
+        query: Query,
+        currency: Currency,
+        cost: float,
+        *,
+        replace_one: bool,
+        plan: BatchPlan,
+    ) -> None:
+        if tuple(query.group_by) != spec.columns:
+            raise ConfigurationError(
+                "batch: the GROUP BY query must group by the workload's columns"
+            )  # pragma: no cover
+        self.spec = spec
+        self.query = query
+        self.currency = currency
+        self._cost = _check_cost(cost)
+        self.replace_one = replace_one
+        self.plan = plan
+        self.strategy_name = plan.chosen
+        self.strategy = plan.strategies[plan.chosen]
+        self.noise_model = noise_model(currency, self._cost, replace_one=replace_one)
+        p = self.noise_model.p
+        base = float(self.strategy.sensitivity(p))
+        self.sensitivity = base * (replace_factor(p) if replace_one else 1.0)
+        self.scale = opendp_scale(
+            currency, self._cost, self.noise_model.kind, self.sensitivity, self.noise_model.scale(base)
+        )
+        # per-query variance (public, before any read), at the scale actually used
+        var = answer_variances(spec.workload, self.strategy, self.noise_model)
+        ratio = (self.scale / self.noise_model.scale(base)) ** 2
+        self.variances = np.asarray(var, dtype=float) * ratio
+        self.labels = spec.labels()
+        self.expected_rmse = rmse_at(plan.rmse[plan.chosen], currency, self._cost) * math.sqrt(ratio)
+
+    @property
+    def coverage(self) -> Box:
+        return self.query.coverage
+
+    @property
+    def cost(self) -> float:
+        return self._cost
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "workload": self.spec.text,
+            "columns": list(self.spec.columns),
+            "queries": len(self.labels),
+            "strategy": self.strategy_name,
+            "strategy_queries": int(self.strategy.num_queries),
+            "noise": {"kind": self.noise_model.kind, "scale": self.scale, "sensitivity": self.sensitivity},
+            "expected_rmse": self.expected_rmse,
+        }
+
+    def release(self, backend: Backend) -> pd.DataFrame:
+        cells = backend.evaluate(self.query, {}, extended=None)  # type: ignore[call-arg]
+        x = np.asarray(cells.counts, dtype=float)
+        if x.shape[0] != self.spec.n:  # pragma: no cover - declared cells by construction
+            raise RuntimeError("cell count mismatch")
+        y = _sample(self.noise_model.kind, self.scale, self.strategy.measure(x))
+        answers = workload_answers(self.spec.workload, reconstruct(self.strategy, y))
+        return _frame(self.labels, answers, self.variances)
+
+
+def _frame(labels: list[str], answers: np.ndarray, variances: np.ndarray) -> pd.DataFrame:
+    h = _Z95 * np.sqrt(np.maximum(variances, 0.0))
+    return pd.DataFrame({"query": labels, "count": answers, "count_ci_low": answers - h, "count_ci_high": answers + h})
+
+
+def bounding_box(boxes: list[Box]) -> Box:
+    """The smallest box containing every box: per column, the union of their value sets (a column some box
+    leaves unconstrained is unconstrained).  O(k · columns)."""
+    if not boxes:
+        return Box({})
+    cols = set(boxes[0].constraints)
+    for b in boxes[1:]:
+        cols &= set(b.constraints)
+    out = {}
+    for c in cols:
+        s = boxes[0].constraints[c]
+        for b in boxes[1:]:
+            s = s.union(b.constraints[c])  # type: ignore[arg-type]
+        out[c] = s
+    return Box(out)
+
+
+class BoxBatchMechanism(Mechanism):
+    """Several COUNT(*) queries over boxes, measured directly with noise calibrated to their exact batch sensitivity."""
+
+    kind = "batch-boxes"
+
+    def __init__(
+        self, queries: list[Query], schema: Schema, currency: Currency, cost: float, *, replace_one: bool
+    ) -> None:
+        from dpmagic.batch.sensitivity import batch_sensitivity
+
+        for q in queries:
+            if (
+                q.group_by
+                or len(q.aggregates) != 1
+                or q.aggregates[0].func != "count"
+                or q.aggregates[0].column is not None
+                or q.filter is not None
+                or q.is_postprocessed
+            ):
+                raise ConfigurationError(
+                    "batch: each statement must be SELECT COUNT(*) FROM <table> WHERE <box> (an AND of per-column "
+                    "conditions; no GROUP BY, HAVING or OR across columns)",
+                    hint="write one COUNT(*) per box, separated by ';'",
+                )
+        self.queries = queries
+        self.currency = currency
+        self._cost = _check_cost(cost)
+        self.replace_one = replace_one
+        boxes = [q.coverage for q in queries]
+        self.batch_sensitivity = batch_sensitivity(schema, boxes)
+        bs = self.batch_sensitivity
+        d = str(currency.definition)
+        p = 1 if d == "pure" else 2
+        l1, l2 = (bs.replace_l1, bs.replace_l2) if replace_one else (bs.add_remove_l1, bs.add_remove_l2)
+        # an all-empty batch has sensitivity 0: calibrate to 1 (an upper bound; its answers are pure noise)
+        self.sensitivity = max(l1 if p == 1 else l2, 1.0)
+        base = laplace(cost) if p == 1 else gaussian_zcdp(cost) if d == "zcdp" else gaussian_gdp(cost)
+        self.noise_model = base
+        self.scale = opendp_scale(currency, self._cost, base.kind, self.sensitivity, base.scale(self.sensitivity))
+        self.variance = 2.0 * self.scale**2 if base.kind == "laplace" else self.scale**2
+        self._coverage = bounding_box(boxes)
+
+    @property
+    def coverage(self) -> Box:
+        return self._coverage
+
+    @property
+    def cost(self) -> float:
+        return self._cost
+
+    @property
+    def labels(self) -> list[str]:
+        out = []
+        for q in self.queries:
+            m = re.search(r"\bwhere\b(.*)$", q.text.strip().rstrip(";"), re.I | re.S)
+            out.append(" ".join(m.group(1).split()) if m else "all rows")
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        bs = self.batch_sensitivity
+        return {
+            "queries": len(self.queries),
+            "strategy": "workload",
+            "noise": {"kind": self.noise_model.kind, "scale": self.scale, "sensitivity": self.sensitivity},
+            "batch_sensitivity": {
+                "add_remove_l1": bs.add_remove_l1,
+                "replace_l1": bs.replace_l1,
+                "seed001_b1": bs.seed001_b1,
+                "seed001_b2": bs.seed001_b2,
+            },
+        }
+
+    def release(self, backend: Backend) -> pd.DataFrame:
+        x = np.array(
+            [float(backend.evaluate(q, {}, extended=None).counts[0]) for q in self.queries],  # type: ignore[call-arg]
+            dtype=float,
+        )
+        y = _sample(self.noise_model.kind, self.scale, x)
+        return _frame(self.labels, y, np.full(len(y), self.variance))
+
+
+@dataclass
+class BatchPreview:
+    """A dry run of a batch: expected RMSE per strategy, the choice, the charge preview — no data read."""
+
+    workload: str
+    strategy: str
+    cost: float
+    parameter: str
+    rmse: dict[str, float]
+    charge: Any
+    spent: float
+    budget: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [
+            f"dry run of batch {self.workload}: nothing charged, nothing read",
+            f"strategy {self.strategy} at {self.parameter}={self.cost:.4g}",
+        ]
+        lines += [f"  expected RMSE {k}: {v:.4g}" for k, v in self.rmse.items()]
+        ch = self.charge
+        if ch is not None:
+            lines.append(f"would be charged as {ch.charged_as}: bound {ch.before:.4g} → {ch.after:.4g}")
+        lines.append(f"{self.spent:.4g} of {self.budget:.4g} {self.parameter} charged so far")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class BatchResult:
+    """A released batch: one row per workload query (noisy answer and 95% interval), and its charge."""
+
+    df: pd.DataFrame
+    workload: str
+    strategy: str
+    cost: float
+    parameter: str
+    expected_rmse: float
+    charge: Any
+    entry_id: int
+    seconds: float
+    spent: float
+    budget: float
+
+    def summary(self) -> str:
+        return (
+            f"batch {self.workload}: {len(self.df)} queries, strategy {self.strategy}, expected RMSE "
+            f"{self.expected_rmse:.4g}; charged {self.parameter}={self.cost:.4g} "
+            f"({self.spent:.4g} of {self.budget:.4g} {self.parameter} used)"
+        )
+
+    def __repr__(self) -> str:
+        return self.summary() + "\n" + self.df.to_string(max_rows=20)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<p>{html.escape(self.summary())}</p>" + self.df.to_html(max_rows=40, index=False)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def session_batch(
+    session: Any,
+    workload: str,
+    *,
+    where: str | None,
+    strategy: str,
+    cost_spec: float | str | None,
+    rmse_target: float | None,
+    dry_run: bool,
+) -> BatchPreview | BatchResult:
+    """The body of :meth:`dpmagic.Session.batch` (kept here so that the session holds one small method)."""
+    import time
+
+    from dpmagic.batch.spec import parse_workload
+    from dpmagic.query.sql import split_statements
+
+    t0 = time.perf_counter()
+    cur = session.currency
+    replace = session.neighbors == "replace"
+    if rmse_target is not None and cost_spec is not None:
+        raise ConfigurationError("batch: give a cost or an RMSE target, not both")
+
+    def resolve(coverage: Box, unit_rmse: float) -> float:
+        if rmse_target is not None:
+            return cost_for_rmse(unit_rmse, cur, float(rmse_target))
+        if cost_spec is None:
+            return float(session.default_cost)
+        if cost_spec == "max":
+            return float(session.accountant.affordable(coverage))
+        return float(cost_spec)
+
+    mech: BatchMechanism | BoxBatchMechanism
+    if re.search(r"\bselect\b", workload, re.I):
+        if where:
+            raise ConfigurationError("batch: with SELECT statements, put each WHERE inside its statement")
+        if strategy not in ("auto", "workload"):
+            raise ConfigurationError(
+                f"batch: a batch of SELECT statements is measured directly (strategy workload), not {strategy!r}"
+            )
+        stmts = split_statements(workload)
+        if not stmts:
+            raise ConfigurationError("batch: no statement")
+        queries = [session.parse(s) for s in stmts]
+        unit = BoxBatchMechanism(queries, session.schema, cur, 1.0, replace_one=replace)
+        unit_rmse = math.sqrt(unit.variance)
+        cost = resolve(unit.coverage, unit_rmse)
+        mech = BoxBatchMechanism(queries, session.schema, cur, cost, replace_one=replace)
+        name, rmses = "workload", {"workload": math.sqrt(mech.variance)}
+        expected = rmses["workload"]
+        text = ";\n".join(stmts)
+        canonical = "batch-boxes|" + "|".join(q.canonical for q in queries)
+        label = f"{len(queries)} COUNT(*) boxes"
+    else:
+        spec = parse_workload(workload, session.schema)
+        cols = ", ".join(_quote(c) for c in spec.columns)
+        clause = f" WHERE {where}" if where and where.strip() else ""
+        sql = f"SELECT COUNT(*) FROM {_quote(session.table_names[0])}{clause} GROUP BY {cols}"
+        q = session.parse(sql)
+        plan = plan_strategy(spec, cur, replace_one=replace, strategy=strategy)
+        cost = resolve(q.coverage, plan.rmse[plan.chosen])
+        mech = BatchMechanism(spec, q, cur, cost, replace_one=replace, plan=plan)
+        name, rmses = plan.chosen, {k: rmse_at(v, cur, cost) for k, v in plan.rmse.items()}
+        expected = mech.expected_rmse
+        text = f"BATCH {spec.text}" + (f" WHERE {where}" if clause else "") + f" STRATEGY {strategy}"
+        canonical = f"batch|{spec.text}|{strategy}|{q.canonical}"
+        label = spec.text
+    if dry_run:
+        return BatchPreview(
+            workload=label,
+            strategy=name,
+            cost=cost,
+            parameter=cur.parameter,
+            rmse=rmses,
+            charge=session.accountant.preview(mech.coverage, mech.cost),
+            spent=session.spent,
+            budget=session.budget.total,
+            details=mech.describe(),
+        )
+    released = session.run(mech, sql=text, canonical=canonical, started=t0)
+    session._emit("charged", entry=released.entry_id, number=len(session.accountant), seconds=released.seconds)
+    return BatchResult(
+        df=released.df,
+        workload=label,
+        strategy=name,
+        cost=cost,
+        parameter=cur.parameter,
+        expected_rmse=expected,
+        charge=released.charge,
+        entry_id=released.entry_id,
+        seconds=released.seconds,
+        spent=session.spent,
+        budget=session.budget.total,
+    )
