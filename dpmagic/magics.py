@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validate
@@ -429,6 +429,51 @@ class DPMagic(Magics, Configurable):
         result = session.query(sql)
         return self._deliver(result, target)
 
+    # -- %%dpbatch --------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--epsilon", "-e", default=None, help="Cost in ε (pure-DP sessions), or 'max'.")
+    @argument("--rho", "-r", default=None, help="Cost in ρ (zCDP sessions), or 'max'.")
+    @argument("--mu", "-m", default=None, help="Cost in μ (GDP sessions), or 'max'.")
+    @argument(
+        "--strategy", "-s", default="auto", help="auto (smallest expected RMSE), identity, workload, hierarchical, opt."
+    )
+    @argument("--rmse", type=float, default=None, help="Accuracy first: the smallest cost with expected RMSE ≤ this.")
+    @argument("--dry-run", action="store_true", help="Preview strategies, expected RMSE and the charge; spend nothing.")
+    @argument("--out", "-o", default=None, help="Assign the answer's DataFrame to this variable (same as 'name <<').")
+    @cell_magic
+    @_friendly
+    def dpbatch(self, line: str, cell: str) -> Any:
+        """Answer a whole workload at once (matrix mechanism, HDMM strategies; one charge).
+
+        ::
+
+            %%dpbatch [name <<] [--epsilon E | --rho R | --mu M] [--strategy S] [--rmse T] [--dry-run]
+            prefix(age) * identity(sex) + marginals([race, education], 1)
+            WHERE "hours-per-week" >= 40
+
+        or several ``SELECT COUNT(*) FROM t WHERE <box>;`` statements (measured with noise calibrated to their
+        exact batch sensitivity).  Workload language: :mod:`dpmagic.batch.spec`.
+        """
+        target = None
+        m = _ASSIGN.match(line)
+        if m:
+            target, line = m.group(1), m.group(2)
+        args = parse_argstring(self.dpbatch, line)
+        target = args.out or target
+        session = current_session()
+        if _is_statistical(session):
+            raise ConfigurationError("%%dpbatch needs a differential-privacy session (not statistical privacy)")
+        costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
+        workload, where = split_batch_cell(cell)
+        out = session.batch(
+            workload, where=where, strategy=args.strategy, rmse=args.rmse, dry_run=args.dry_run, **costs
+        )
+        if args.dry_run:
+            if target is not None and self.shell is not None:
+                self.shell.user_ns[target] = out
+            return out
+        return self._deliver(out, target)
+
     # -- %dpbudget ---------------------------------------------------------------------------------------
     @magic_arguments()
     @argument("--json", action="store_true", help="Return the summary as a dict instead of displaying it.")
@@ -645,3 +690,24 @@ def numbered_frame(session: Session) -> Any:
     frame = frame.drop(columns=["id"])
     frame.insert(0, "#", range(1, len(frame) + 1))
     return frame
+
+
+_WHERE_LINE = re.compile(r"^\s*where\b", re.I)
+
+
+def split_batch_cell(cell: str) -> tuple[str, str | None]:
+    """A ``%%dpbatch`` body: the workload spec and an optional ``WHERE ...`` line (SELECT bodies are kept whole)."""
+    if _SELECT.search(cell):
+        return cell, None
+    spec: list[str] = []
+    where: list[str] = []
+    for raw in cell.splitlines():
+        ln = raw.split("--", 1)[0] if raw.lstrip().startswith("--") else raw
+        if not ln.strip():
+            continue
+        if where or _WHERE_LINE.match(ln):
+            where.append(ln)
+        else:
+            spec.append(ln)
+    w = " ".join(" ".join(where).split())
+    return " ".join(spec), (re.sub(r"^where\s+", "", w, flags=re.I) or None) if where else None
