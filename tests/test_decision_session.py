@@ -276,3 +276,11 @@ def test_magic_routes_decision_options(ip: InteractiveShell, data: pd.DataFrame)
     assert list(ip.user_ns["hits"]["group"]) == ["A", "E"]
     result, cap = _run(ip, f"%%dpquery --fnr 0.05 --fpr 0.1 --max-group-size 1000 --max-epsilon 1e-9\n{cell}\n")
     assert not result.success and "BudgetExceededError" in cap.stderr + str(result.error_in_exec)
+
+
+def test_two_group_keys_give_tuple_groups(data: pd.DataFrame, schema: Schema) -> None:
+    s = Session(data, schema, "epsilon=5")
+    ans = s.decide(
+        "SELECT g, r, COUNT(*) FROM t GROUP BY g, r HAVING COUNT(*) > 700", fnr=1e-12, fpr=None, max_group_size=1000
+    )
+    assert ans.groups == [(g, r) for g in ("A", "B", "E") for r in ("N", "S")]
