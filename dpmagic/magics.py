@@ -380,6 +380,11 @@ class DPMagic(Magics, Configurable):
         if args.fnr is not None or args.fpr is not None or args.max_epsilon is not None:
             if args.fnr is None:
                 raise ConfigurationError("a decision query needs --fnr (its false-negative target β)")
+            if any(getattr(args, k) is not None for k in ("epsilon", "rho", "mu", "ci")):
+                raise ConfigurationError(
+                    "a decision query (--fnr/--fpr) sets its own cost: drop --epsilon/--rho/--mu/--ci",
+                    hint="cap it with --max-epsilon",
+                )
             answer = session.decide(
                 sql,
                 fnr=args.fnr,

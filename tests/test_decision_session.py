@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 from dpmagic.decision.sql import decision_tree
 from dpmagic.decision.tree import And, Condition, Or
 from dpmagic.errors import BudgetExceededError, DPMagicError, QueryError
+from dpmagic.magics import current_session
 from dpmagic.query.sql import parse_query
 from dpmagic.releases.decision import DecisionPhaseMechanism
 from dpmagic.schema import Schema
@@ -276,6 +277,10 @@ def test_magic_routes_decision_options(ip: InteractiveShell, data: pd.DataFrame)
     assert list(ip.user_ns["hits"]["group"]) == ["A", "E"]
     result, cap = _run(ip, f"%%dpquery --fnr 0.05 --fpr 0.1 --max-group-size 1000 --max-epsilon 1e-9\n{cell}\n")
     assert not result.success and "BudgetExceededError" in cap.stderr + str(result.error_in_exec)
+    spent = current_session().spent
+    result, cap = _run(ip, f"%%dpquery --fnr 0.05 --epsilon 0.1 --max-group-size 1000\n{cell}\n")
+    assert not result.success and "--epsilon" in cap.stderr + str(result.error_in_exec)
+    assert current_session().spent == spent
 
 
 def test_two_group_keys_give_tuple_groups(data: pd.DataFrame, schema: Schema) -> None:
