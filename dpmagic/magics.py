@@ -341,6 +341,10 @@ class DPMagic(Magics, Configurable):
         help="Free post-processing: clip counts (and SUMs of non-negative columns) and their intervals at 0.",
     )
     @argument("--integer", action="store_true", help="Free post-processing: counts as whole numbers.")
+    @argument("--fnr", type=float, default=None, help="Decision query (GROUP BY … HAVING): false-negative target β.")
+    @argument("--fpr", type=float, default=None, help="Decision query: false-positive target α (ProBE's estimate).")
+    @argument("--max-epsilon", type=float, default=None, help="Decision query: cap on the pure-ε loss of a row.")
+    @argument("--max-group-size", type=int, default=None, help="Decision query: public bound on a group's size.")
     @line_cell_magic
     @_friendly
     def dpquery(self, line: str, cell: str | None = None) -> Any:
@@ -373,6 +377,23 @@ class DPMagic(Magics, Configurable):
         session = current_session()
         if _is_statistical(session):
             return self._sp_query(session, args, sql, target)
+        if args.fnr is not None or args.fpr is not None or args.max_epsilon is not None:
+            if args.fnr is None:
+                raise ConfigurationError("a decision query needs --fnr (its false-negative target β)")
+            if any(getattr(args, k) is not None for k in ("epsilon", "rho", "mu", "ci")):
+                raise ConfigurationError(
+                    "a decision query (--fnr/--fpr) sets its own cost: drop --epsilon/--rho/--mu/--ci",
+                    hint="cap it with --max-epsilon",
+                )
+            answer = session.decide(
+                sql,
+                fnr=args.fnr,
+                fpr=args.fpr,
+                max_epsilon=args.max_epsilon,
+                dry_run=args.dry_run,
+                max_group_size=args.max_group_size,
+            )
+            return self._deliver(answer, target)
         costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
         empty = empty_region_message(session.parse(sql))

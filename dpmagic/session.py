@@ -476,6 +476,29 @@ class Session:
             self, workload, where=where, strategy=strategy, cost_spec=spec, rmse_target=rmse, dry_run=dry_run
         )
 
+    def decide(
+        self,
+        sql: str,
+        *,
+        fnr: float,
+        fpr: float | None,
+        max_epsilon: float | None = None,
+        dry_run: bool = False,
+        max_group_size: int | None = None,
+    ) -> Any:
+        """Answer a GROUP BY … HAVING decision query with false-negative target ``fnr`` (proven) and
+        false-positive target ``fpr`` (ProBE's estimate), each read charged through :meth:`run`.
+
+        ``max_group_size`` is a public bound on a group's size (required); ``max_epsilon`` caps the pure-ε loss
+        of a row; ``dry_run`` shows the planned Phase One cost and reads nothing.  Returns a
+        :class:`dpmagic.decision.session.DecisionAnswer` (see ``docs/decision-queries.md``).
+        """
+        from dpmagic.decision.session import decide
+
+        return decide(
+            self, sql, fnr=fnr, fpr=fpr, max_epsilon=max_epsilon, dry_run=dry_run, max_group_size=max_group_size
+        )
+
     def budget_map(self, first: str, second: str) -> pd.DataFrame:
         """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
         columns: where the budget has gone.  Rows are ``first``'s values, columns ``second``'s."""

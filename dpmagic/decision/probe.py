@@ -73,6 +73,10 @@ __all__ = [
 
 Group = Hashable
 Charge = Callable[[float, dict[str, Any]], None]
+#: charge-then-measure in one call (the session's ``Session.run`` of one mechanism)
+Step = Callable[[int, "MeasureRequest", dict[str, Any]], Mapping[Group, float]]
+#: checks, before a phase spends anything, that the ε of each of its possible reads is affordable
+Afford = Callable[[list[float]], bool]
 
 
 @dataclass(frozen=True)
@@ -315,10 +319,17 @@ class _Params:
 
 
 class _Executor:
-    def __init__(self, p: DecisionPlan, charge: Charge, measure: Callable[[int, MeasureRequest], Mapping]) -> None:
+    def __init__(
+        self,
+        p: DecisionPlan,
+        charge: Charge | None,
+        measure: Callable[[int, MeasureRequest], Mapping] | None,
+        step: Step | None = None,
+    ) -> None:
         self.plan = p
         self.charge = charge
         self.measure = measure
+        self.step = step
         self.order = {g: k for k, g in enumerate(p.groups)}
         self.per_group: dict[Group, float] = {g: 0.0 for g in p.groups}
         self.per_group_cost: dict[Group, list[float]] = {g: [] for g in p.groups}
@@ -348,8 +359,12 @@ class _Executor:
             "phase": prm.phase,
             "epsilon": prm.epsilon,
         }
-        self.charge(prm.cost, coverage)  # must return before anything is read
-        out = self.measure(i, req)
+        if self.step is not None:
+            out = self.step(i, req, coverage)  # charges, then reads (one Session.run)
+        else:
+            assert self.charge is not None and self.measure is not None
+            self.charge(prm.cost, coverage)  # must return before anything is read
+            out = self.measure(i, req)
         if set(out.keys()) != set(need):
             raise QueryError("measure() must return exactly one noisy value per requested group")
         for g in need:
@@ -433,18 +448,27 @@ def _search_u(st: Statistic, prm: _Params, reported: set[Group], f_cap: Callable
 
 def run(
     p: DecisionPlan,
-    charge: Charge,
-    measure: Callable[[int, MeasureRequest], Mapping[Group, float]],
+    charge: Charge | None = None,
+    measure: Callable[[int, MeasureRequest], Mapping[Group, float]] | None = None,
     *,
     max_epsilon: float,
     max_rounds: int = 8,
+    step: Step | None = None,
+    afford: Afford | None = None,
 ) -> DecisionResult:
     """Execute Phase One, and Phase Two when α is set (module docstring). ``charge`` precedes every read.
 
     Refuses (BudgetExceededError, nothing charged) if Phase One alone could exceed ``max_epsilon`` (the
     pure-ε loss of any row). A Phase Two that would exceed it is not run: the result is then ``denied``
     with the Phase One spending. Cost: O(n·|groups|) plus the callbacks.
+
+    Instead of ``charge`` and ``measure`` a session passes ``step(i, request, coverage)``, which charges and
+    then reads in one call (one :meth:`dpmagic.Session.run` per read), and ``afford(epsilons)``, asked before
+    each phase with the ε of every read the phase may make: False refuses Phase One (BudgetExceededError,
+    nothing charged) or denies Phase Two before it spends anything.
     """
+    if step is None and (charge is None or measure is None):
+        raise QueryError("run() needs charge and measure, or step")
     if not (isinstance(max_epsilon, (int, float)) and max_epsilon > 0):
         raise BudgetError(f"max_epsilon must be positive, got {max_epsilon!r}")
     if p.phase_one_epsilon > max_epsilon:
@@ -452,7 +476,12 @@ def run(
             f"Phase One needs ε={p.phase_one_epsilon:.4g} per row, above max_epsilon={max_epsilon:.4g}",
             hint="raise max_epsilon, or relax beta",
         )
-    ex = _Executor(p, charge, measure)
+    if afford is not None and not afford([c.epsilon for c in p.conditions]):
+        raise BudgetExceededError(
+            f"Phase One needs ε={p.phase_one_epsilon:.4g} per row, more than the budget left on this region",
+            hint="relax the false-negative target, or query a region with budget left",
+        )
+    ex = _Executor(p, charge, measure, step)
     tree = p.minimised.tree
     params1 = {c.index: _Params(c.u, c.beta, c.epsilon, c.cost, c.scale, 1) for c in p.conditions}
     reported = set(ex.evaluate(tree, list(p.groups), params1))
@@ -554,6 +583,8 @@ def run(
                 f"Phase Two would need ε={projected:.4g} per row, above max_epsilon={max_epsilon:.4g}",
                 None,
             )
+        if afford is not None and not afford([new_params[i].epsilon for i in idx]):
+            return finish(None, True, f"Phase Two would need ε={projected:.4g} per row, beyond the budget left", None)
         params, spent_bound = new_params, projected
         current = set(ex.evaluate(tree, list(p.groups), params))
         fnr += math.fsum(params[i].beta for i in idx)

@@ -1,0 +1,224 @@
+"""A decision query in a session: SQL → condition tree → ProBE plan → one charged mechanism per read.
+
+:func:`decide` is :meth:`dpmagic.Session.decide`.  Order of operations (invariant 2): parse and validate the
+SQL, build the condition tree (:mod:`dpmagic.decision.sql`) and the data-independent plan
+(:func:`dpmagic.decision.probe.plan`, from the thresholds, the declared bounds and the public maximum group
+size only); check Phase One against ``max_epsilon`` and against the budget left on the query's WHERE box;
+then every read is one :class:`~dpmagic.releases.decision.DecisionPhaseMechanism` passed to
+:meth:`dpmagic.Session.run`, which records its charge before the backend is touched.  Before each Phase Two
+round the round's worst case is checked against ``max_epsilon`` and the budget again; a round that does not
+fit is not started (the answer is then *denied*, with what the completed phases spent).
+
+Guarantees of the answer (Lahjouji et al., ProBE, arXiv:2406.15655): the false-negative rate of every group is
+at most the reported ``fnr_bound`` ≤ β, **proven** for every data set (union bound over the measured atoms,
+:mod:`dpmagic.decision.probe`); the false-positive rate is controlled by ProBE's **estimate** from the noisy
+outputs — a target, not a worst-case theorem.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from dpmagic.decision.mechanism import cost_of_epsilon
+from dpmagic.decision.probe import DecisionPlan, MeasureRequest, _compose, plan, run
+from dpmagic.decision.sql import decision_tree, group_keys, public_bounds
+from dpmagic.errors import BudgetError, QueryError
+from dpmagic.releases.decision import DecisionPhaseMechanism
+
+if TYPE_CHECKING:
+    from dpmagic.query.model import Query
+    from dpmagic.session import Session
+
+__all__ = ["DecisionAnswer", "decide"]
+
+
+@dataclass
+class DecisionAnswer:
+    """The answer of a decision query: the groups reported to satisfy HAVING, what it cost, its guarantees.
+
+    ``groups`` is None when the query was denied (``reason`` says why) or for a dry run.  ``cost`` is what the
+    query charged in the session's currency (composed over its reads, all on the same WHERE box);
+    ``epsilon`` the pure-ε loss of the worst row (add/remove; ×2 under replace-one).  ``phases`` has each
+    phase's u, β, ε per condition; ``reads`` each charged read (ledger entry id, condition, groups read).
+    """
+
+    sql: str
+    groups: list[Any] | None
+    denied: bool
+    reason: str | None
+    dry_run: bool
+    cost: float
+    epsilon: float
+    fnr_target: float
+    fnr_bound: float
+    fpr_target: float | None
+    fpr_estimate: float | None
+    plan: dict[str, Any]
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    reads: list[dict[str, Any]] = field(default_factory=list)
+    parameter: str = "epsilon"
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """The reported groups as a one-column frame (empty when denied or a dry run)."""
+        return pd.DataFrame({"group": list(self.groups or [])})
+
+    @property
+    def guarantees(self) -> str:
+        fpr = (
+            "no false-positive target (Phase Two off)"
+            if self.fpr_target is None
+            else f"FPR target {self.fpr_target:g}: ProBE's estimate from the noisy outputs"
+            + ("" if self.fpr_estimate is None else f" ({self.fpr_estimate:.3g})")
+            + ", not a proven bound"
+        )
+        return f"FNR ≤ {self.fnr_bound:.3g} (≤ β = {self.fnr_target:g}) proven for every group; {fpr}"
+
+    def summary(self) -> str:
+        if self.dry_run:
+            p = self.plan
+            return (
+                f"dry run: Phase One would charge {self.parameter}={p['phase_one_cost']:.6g} "
+                f"(ε={p['phase_one_epsilon']:.6g} per row) over {p['groups']} groups; nothing was read"
+            )
+        head = (
+            f"denied ({self.reason})"
+            if self.denied
+            else f"{len(self.groups or [])} group(s) reported to satisfy HAVING"
+        )
+        return f"{head}; charged {self.parameter}={self.cost:.6g} (ε={self.epsilon:.6g} per row) in {len(self.reads)} read(s); {self.guarantees}"
+
+    def __repr__(self) -> str:
+        return f"DecisionAnswer({self.summary()})"
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = "".join(f"<li>{html.escape(str(g))}</li>" for g in (self.groups or []))
+        return f"<div><p>{html.escape(self.summary())}</p><ul>{rows}</ul></div>"
+
+
+def _definition(session: Session) -> str:
+    return str(session.currency.definition.value)
+
+
+def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_group_size: int | None) -> DecisionPlan:
+    """The data-independent ProBE plan of ``q`` (reads nothing)."""
+    if max_group_size is None:
+        raise QueryError(
+            "a decision query needs a public bound on the size of a group (max_group_size)",
+            hint="pass max_group_size=N (%%dpquery --max-group-size N): a bound declared by the data custodian",
+        )
+    tree = decision_tree(q, session.schema)
+    bounds, ints = public_bounds(session.schema, tree)
+    return plan(
+        tree,
+        groups=group_keys(q),
+        max_group_size=max_group_size,
+        beta=fnr,
+        alpha=fpr,
+        bounds=bounds,
+        integer_columns=ints,
+        definition=_definition(session),  # type: ignore[arg-type]
+    )
+
+
+def decide(
+    session: Session,
+    sql: str,
+    *,
+    fnr: float,
+    fpr: float | None,
+    max_epsilon: float | None = None,
+    dry_run: bool = False,
+    max_group_size: int | None = None,
+) -> DecisionAnswer:
+    """Answer the decision query ``sql`` (module docstring).  Raises before anything is charged on bad input,
+    an unaffordable Phase One, or one above ``max_epsilon``."""
+    if max_epsilon is not None and not (
+        isinstance(max_epsilon, (int, float)) and not isinstance(max_epsilon, bool) and max_epsilon > 0
+    ):
+        raise BudgetError(f"max_epsilon must be a positive number, got {max_epsilon!r}")
+    q = session.parse(sql)
+    p = make_plan(session, q, fnr=fnr, fpr=fpr, max_group_size=max_group_size)
+    definition = _definition(session)
+    replace = session.neighbors == "replace"
+    k = 2.0 if replace else 1.0
+    parameter = session.currency.parameter
+    parameter = getattr(parameter, "value", parameter)
+    summary = p.summary()
+    summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)  # type: ignore[arg-type]
+    summary["neighbors"] = session.neighbors
+    if dry_run:
+        return DecisionAnswer(
+            sql=sql,
+            groups=None,
+            denied=False,
+            reason=None,
+            dry_run=True,
+            cost=0.0,
+            epsilon=0.0,
+            fnr_target=p.beta,
+            fnr_bound=math.fsum(c.beta for c in p.conditions),
+            fpr_target=p.alpha,
+            fpr_estimate=None,
+            plan=summary,
+            parameter=str(parameter),
+        )
+
+    reads: list[dict[str, Any]] = []
+    weight = session.currency.weight
+
+    def afford(epsilons: list[float]) -> bool:
+        cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)  # type: ignore[arg-type]
+        return weight(cost) <= weight(session.affordable(q))
+
+    def step(i: int, req: MeasureRequest, coverage: dict[str, Any]) -> dict[Any, float]:
+        mech = DecisionPhaseMechanism(
+            q,
+            req,
+            str(p.by_index(i).condition),
+            definition=definition,
+            replace_one=replace,  # type: ignore[arg-type]
+        )
+        released = session.run(
+            mech,
+            sql=sql,
+            canonical=f"{q.canonical} /* decision phase {req.phase}: {mech.condition} */",
+            details={"decision": {"fnr": p.beta, "fpr": p.alpha}},
+        )
+        reads.append(
+            {
+                "entry": released.entry_id,
+                "phase": req.phase,
+                "condition": mech.condition,
+                "groups": len(req.groups),
+                "cost": mech.cost,
+                "epsilon": mech.loss_epsilon,
+            }
+        )
+        return dict(zip(released.df["group"].tolist(), released.df["noisy"].tolist()))
+
+    cap = math.inf if max_epsilon is None else float(max_epsilon) / k
+    res = run(p, max_epsilon=cap, step=step, afford=afford)
+    return DecisionAnswer(
+        sql=sql,
+        groups=None if res.groups is None else [g for g in p.groups if g in res.groups],
+        denied=res.denied,
+        reason=res.reason,
+        dry_run=False,
+        cost=_compose([r["cost"] for r in reads], definition),  # type: ignore[arg-type]
+        epsilon=math.fsum(r["epsilon"] for r in reads),
+        fnr_target=p.beta,
+        fnr_bound=res.fnr_bound,
+        fpr_target=p.alpha,
+        fpr_estimate=res.fpr_estimate,
+        plan=summary,
+        phases=res.phases,
+        reads=reads,
+        parameter=str(parameter),
+    )

@@ -1,0 +1,120 @@
+"""One measurement of a ProBE decision query as a mechanism (Lahjouji et al., arXiv:2406.15655).
+
+A decision query (:mod:`dpmagic.decision`) measures, phase by phase, one condition's statistic
+(COUNT(*), SUM(col) or SUM(col − c) for AVG(col) > c) on a public set of groups with the threshold-shift
+Laplace mechanism (Ghayyur et al., MIDE, PVLDB 15(11), 2022).  Each such read is one
+:class:`DecisionPhaseMechanism`, charged by :meth:`dpmagic.Session.run` before it reads anything:
+
+* **coverage** — the query's WHERE box: the groups are disjoint cells inside it, so one read is one node, and
+  reads of decision queries on disjoint WHERE boxes compose in parallel;
+* **cost** — the read's pure ε (Δ/b of its discrete Laplace) in the session's currency: ε; ρ = ε²/2 (Bun &
+  Steinke, TCC 2016, Prop. 1.4); μ = 2Φ⁻¹(e^ε/(1+e^ε)), the smallest μ with ε-DP ⇒ μ-GDP (Dong, Roth & Su,
+  JRSS-B 2022; :func:`dpmagic.decision.mechanism.gdp_mu_of_pure_epsilon`).  Under replace-one neighbours a
+  row moved between two groups changes two statistics by Δ each (and within a group a SUM by ≤ 2Δ), so the
+  read is charged for 2ε;
+* **describe()** — the phase, the condition, its statistic, u, β, ε, the noise and the number of groups read
+  (all public: from the thresholds, the declared bounds and the public maximum group size);
+* **release(backend)** — the exact per-cell COUNT and integer SUM of the query's WHERE and GROUP BY from the
+  backend, the statistic of the requested groups, OpenDP's discrete Laplace of the planned scale, and the
+  noisy value with its decision ``σ·ṽ > σ·c − u`` per group.
+
+Cost of ``release``: one backend pass (O(rows)) plus O(groups) noise draws.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from dpmagic.decision.mechanism import cost_of_epsilon
+from dpmagic.query.model import Aggregate
+from dpmagic.releases.base import Backend, Mechanism
+
+if TYPE_CHECKING:
+    from dpmagic.decision.mechanism import Definition
+    from dpmagic.decision.probe import MeasureRequest
+    from dpmagic.query.model import Query
+    from dpmagic.sets import Box
+
+__all__ = ["DecisionPhaseMechanism"]
+
+
+class DecisionPhaseMechanism(Mechanism):
+    """One threshold-shift Laplace read of one condition on a public set of groups of ``query``."""
+
+    kind = "decision"
+
+    def __init__(
+        self,
+        query: Query,
+        request: MeasureRequest,
+        condition: str,
+        *,
+        definition: Definition,
+        replace_one: bool,
+    ) -> None:
+        if request.kind != "discrete_laplace":
+            raise ValueError("decision reads support integer statistics only")  # refused earlier by decision.sql
+        self.query = query
+        self.request = request
+        self.condition = condition
+        self.replace_one = replace_one
+        self.loss_epsilon = (2.0 if replace_one else 1.0) * request.epsilon
+        self._cost = cost_of_epsilon(self.loss_epsilon, definition)
+
+    @property
+    def coverage(self) -> Box:
+        return self.query.coverage
+
+    @property
+    def cost(self) -> float:
+        return self._cost
+
+    def describe(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "phase": r.phase,
+            "condition": self.condition,
+            "statistic": r.statistic.text,
+            "u": r.u,
+            "beta": r.beta,
+            "epsilon": r.epsilon,
+            "loss_epsilon": self.loss_epsilon,
+            "noise": {"kind": r.kind, "scale": r.scale, "sensitivity": r.sensitivity},
+            "groups_read": len(r.groups),
+        }
+
+    def measurement_query(self) -> Query:
+        """The exact aggregates read: COUNT(*) (and SUM(col)) per declared cell of the same WHERE/GROUP BY."""
+        col = self.request.statistic.column
+        aggs = [Aggregate("count", None, "count")]
+        if col is not None:
+            aggs.append(Aggregate("sum", col, "sum"))
+        return dataclasses.replace(
+            self.query, aggregates=tuple(aggs), outputs=None, having=None, order_by=(), limit=None, hidden=()
+        )
+
+    def release(self, backend: Backend) -> pd.DataFrame:
+        from dpmagic.decision.local import laplace_sampler
+
+        r, st = self.request, self.request.statistic
+        q = self.measurement_query()
+        units = {st.column: 1.0} if st.column is not None else None
+        cells = backend.evaluate(q, units, extended=None)  # type: ignore[call-arg]
+        single = len(q.groups) == 1
+        index = {(k[0] if single else k): j for j, k in enumerate(cells.keys)}
+        exact: list[int] = []
+        for g in r.groups:
+            j = index[g]
+            n = int(cells.counts[j])
+            if st.column is None:
+                exact.append(n)
+            else:  # SUM(clamp(col)) − shift·COUNT: exact integers (shift is whole for integer statistics)
+                exact.append(int(cells.sums[st.column][j]) - int(st.shift) * n)
+        noisy = [float(v) for v in laplace_sampler(r.kind, r.scale)(exact)] if exact else []
+        cut = st.sign * st.threshold - r.u
+        df = pd.DataFrame({"group": list(r.groups), "noisy": noisy})
+        df["reported"] = [st.sign * v > cut for v in noisy]
+        return df
