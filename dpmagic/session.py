@@ -496,7 +496,11 @@ class Session:
             c = self._resolve(q, spec, ci, min_rows)
             plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
             details = {**_plan_details(plan), "cache_key": key}
-            entry_id, charge = self.accountant.charge(q.coverage, c, sql=sql, canonical=q.canonical, details=details)
+            # one overlap computation, outside the ledger's write lock; committed as is unless someone charged since
+            pre = self.accountant.preview(q.coverage, c)
+            entry_id, charge = self.accountant.charge(
+                q.coverage, c, sql=sql, canonical=q.canonical, details=details, preview=pre
+            )
         except BudgetExceededError as exc:
             self._emit("refused", message=str(exc))
             raise
