@@ -140,3 +140,53 @@ def test_whole_domain_and_duplicate_queries(wl, w) -> None:
         assert adm.bounds.overlap.exact
         assert adm.bounds.overlap.lower == pytest.approx(brute_max(SCHEMA, bx + [box], ws + [w]), abs=1e-12)
         _sound(adm.bounds, bx + [box], ws + [w])
+
+
+# ------------------------------------------------------------------------------------------------------
+# the floor of an admission's region search, on instances too large for the load tensor (searches run)
+# ------------------------------------------------------------------------------------------------------
+def _wide_schema(m: int = 24):
+    from dpmagic.schema import CategoricalColumn, Schema
+
+    return Schema({f"c{i}": CategoricalColumn(f"c{i}", ("a", "b", "c", "d")) for i in range(m)})
+
+
+@st.composite
+def wide_workloads(draw):
+    from dpmagic.sets import CategorySet
+
+    schema = _wide_schema()
+    names = schema.names
+    out = []
+    for _ in range(draw(st.integers(5, 40))):
+        cols = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+        cons = {
+            c: CategorySet.of_indices(schema[c], draw(st.sets(st.integers(0, 3), min_size=1, max_size=3))) for c in cols
+        }
+        out.append((Box(cons), draw(weights_st)))
+    return schema, out
+
+
+@FAST
+@given(wide_workloads(), st.sampled_from([-1.0, 0.0, 0.5, 1.0, 3.0]))
+def test_region_floor_is_sound(data, delta) -> None:
+    """With ``floor``, the region result is a proven interval around the exact max R; exact whenever R > floor."""
+    from dpmagic.overlap import BoxStore, solve_overlap
+
+    schema, wl = data
+    store = BoxStore(schema)
+    store.extend([b for b, _ in wl[:-1]], [w for _, w in wl[:-1]])
+    region = wl[-1][0]
+    ref = solve_overlap(store, region=region)
+    assert ref.exact
+    floor = ref.lower - delta
+    r = solve_overlap(store, region=region, floor=floor)
+    assert r.lower <= ref.lower + 1e-12 <= r.upper + 2e-12
+    assert row_load(store.boxes, store.weights[: store.n].tolist(), r.witness) == pytest.approx(r.lower)
+    assert region.contains_row(r.witness)
+    if r.exact:
+        assert r.lower == pytest.approx(ref.lower)
+    if ref.lower > floor:
+        assert r.exact
+    else:
+        assert r.upper <= max(floor, ref.lower) + 1e-9

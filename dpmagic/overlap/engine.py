@@ -406,7 +406,7 @@ class OverlapEngine:
             return min(self.display_time_limit, self.time_limit), False
         return self.time_limit, self.charged == "clique"
 
-    def _region(self, box: Box, nb: np.ndarray, limit: float) -> OverlapResult:
+    def _region(self, box: Box, nb: np.ndarray, limit: float, floor: float = -math.inf) -> OverlapResult:
         """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first."""
         st = self._store
         if len(nb) == 0:
@@ -419,7 +419,7 @@ class OverlapEngine:
             if box.contains_row(row):
                 return OverlapResult(old.lower, old.upper, True, row, old.members, "witness-in-box", 0.0)
         hint = old.upper if old is not None else math.inf
-        return solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint)
+        return solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
 
     def _admission(self, box: Box, w: float) -> _Admission:
         st = self._store
@@ -433,7 +433,11 @@ class OverlapEngine:
         limit, need_clique = self._needs()
         if limit is None:  # nothing but Σw is charged: no search at all
             return _Admission(box, w, qid, False, nb, None, color, _Clique(w, math.inf, False, (qid,)))
-        region = self._region(box, nb, limit)
+        # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters
+        floor = -math.inf
+        if not need_clique and self._gamma is not None and self._gamma.exact:
+            floor = self._gamma.lower - w
+        region = self._region(box, nb, limit, floor)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         if is_helly_box(box) and bool(st.helly[nb].all()):

@@ -625,7 +625,14 @@ def _plan(store: BoxStore, prob: Problem, ids: np.ndarray, method: str) -> list[
 
 
 def _portfolio(
-    store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, rnd: _Rounding, method: str, grace: float
+    store: BoxStore,
+    prob: Problem,
+    ids: np.ndarray,
+    deadline: float,
+    rnd: _Rounding,
+    method: str,
+    grace: float,
+    floor: float = -math.inf,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of a compressed problem within ``deadline`` (wall clock).
 
@@ -699,7 +706,7 @@ def _portfolio(
                     gdata = graph_data(prob, sub_deadline)
                 except _GraphTimeout:
                     continue
-            r = graph_search(prob, sub_deadline, data=gdata, best=best_val)
+            r = graph_search(prob, sub_deadline, data=gdata, best=max(best_val, floor))
             tags.append("graph-search" if cap is None else "graph-probe")
             offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
             upper = min(upper, rnd.up(r.upper))
@@ -707,7 +714,7 @@ def _portfolio(
                 exact = True
                 break
         else:
-            at, ub, ex, tag = _column_bb(prob, sub_deadline, rnd, best_val, gdata.adj if gdata else None)
+            at, ub, ex, tag = _column_bb(prob, sub_deadline, rnd, max(best_val, floor), gdata.adj if gdata else None)
             tags.append(tag)
             offer(at)
             upper = min(upper, ub)
@@ -736,6 +743,8 @@ def _portfolio(
             pass
     if best_val > -math.inf and is_exact(best_val, upper):
         exact = True
+    if exact and best_val < floor:
+        exact = False  # proven: nothing above the floor (upper is the floor, rounded up); the max itself unknown
     return best_atoms, upper, exact, "+".join(tags) if tags else "none"
 
 
@@ -765,6 +774,7 @@ def solve_overlap(
     time_limit: float = 10.0,
     upper_hint: float = math.inf,
     method: str = "auto",
+    floor: float = -math.inf,
 ) -> OverlapResult:
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
@@ -775,6 +785,11 @@ def solve_overlap(
     ``"milp"`` (HiGHS only).  ``time_limit`` is a wall-clock budget for the whole call (encoding included);
     on a timeout ``upper`` is the smallest *proven* bound (search frontier, LP / MILP dual bound,
     ``upper_hint``, Σw) and ``lower`` the exact load of the best witness row found.
+
+    ``floor``: the caller only needs the maximum when it exceeds ``floor`` (an admission: γ_new =
+    max(γ_old, w + max over the box), so loads ≤ γ_old − w do not matter).  The branch and bounds then prune
+    against it from the start; the result is either exact (a witness above the floor) or the proven
+    interval ``[witness load, floor rounded up]``.  Only the searches use it (the tensor is exact anyway).
     """
     t0 = time.perf_counter()
     deadline = t0 + time_limit
@@ -806,7 +821,7 @@ def solve_overlap(
             upper = ub if ub is not None else math.inf
         else:
             grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
-            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace)
+            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace, floor)
     else:
         upper = 0.0
     witness = _witness(store, prob, atoms)
