@@ -68,7 +68,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import Box
+from dpmagic.sets import Box, CategorySet
 
 from .clique import max_weight_clique
 from .encoding import BoxStore, is_helly_box
@@ -93,6 +93,10 @@ RECOLOR_MAX = 2048
 _ENGINE_TOKENS = itertools.count(1)
 #: largest graph whose display-only clique is searched from scratch by ``bounds()`` (dense t × t adjacency)
 DISPLAY_CLIQUE_MAX = 2000
+#: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
+POOL_SIZE = 32
+#: pooled rows moved into a new box (column by column) before any search
+PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
 _BLOCK = 512
 
@@ -171,6 +175,7 @@ class Admission:
     _cm: np.ndarray
     _gamma: OverlapResult
     _clique: _Clique
+    _rows: tuple[tuple[dict[str, Any], float], ...] = ()
 
 
 class OverlapEngine:
@@ -201,6 +206,8 @@ class OverlapEngine:
         self.display_time_limit = float(display_time_limit)
         self._version = 0
         self._refined: tuple[int, int] | None = None
+        #: [row, lower bound of its load] of heavy rows seen (witnesses), heaviest first
+        self._pool: list[list[Any]] = []
         self._token = next(_ENGINE_TOKENS)
         self.time_limit = float(time_limit)
         self.clique_time_limit = self.time_limit if clique_time_limit is None else float(clique_time_limit)
@@ -234,6 +241,7 @@ class OverlapEngine:
         ids = self._store.extend(list(boxes), weights)
         if len(ids):
             self._version += 1
+            self._pool = []
             self._gamma = None
             self._clique = None
         return ids
@@ -330,9 +338,14 @@ class OverlapEngine:
         chi = sum_up(cm.tolist())
         g2 = self._gamma_after(g, adm, committed=False)
         c2 = _clique_after(c, adm)
+        rows: tuple[tuple[dict[str, Any], float], ...] = ()
+        if adm.region is not None and adm.region.witness is not None and g2.witness is not None:
+            rows = ((g2.witness, g2.lower),)
+            if adm.region.witness is not g2.witness:  # the region's best row, with the new node's weight
+                rows += ((dict(adm.region.witness), sum_down([adm.region.lower, float(weight)])),)
         return Admission(
             box, float(weight), _compose(seq, chi, c2, g2), adm.neighbors, self.state, self.charged,
-            adm.color, cm, g2, c2,
+            adm.color, cm, g2, c2, rows,
         )  # fmt: skip
 
     def preview(self, box: Box, weight: float) -> Bounds:
@@ -353,6 +366,7 @@ class OverlapEngine:
         self._colored = q + 1
         self._gamma = adm._gamma
         self._clique = adm._clique
+        self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
         return q
@@ -362,6 +376,44 @@ class OverlapEngine:
         return self.commit(self.admit(box, weight))
 
     # -- internals ----------------------------------------------------------------------------------------
+    def _project(self, row: dict[str, Any], box: Box) -> dict[str, Any]:
+        """``row`` moved into ``box``: each column it violates gets the box's value of largest load, the other
+        columns fixed (one pass, coordinate-wise).  ``O(t)`` per candidate value, vectorised."""
+        st = self._store
+        n = st.n
+        w = st.weights[:n]
+        out = dict(row)
+        for c, vs in box.constraints.items():
+            if vs.contains(out[c]):
+                continue
+            cands = _values_in(vs)
+            col = st.cols.get(c)
+            if col is None or len(cands) == 1:
+                out[c] = cands[0]
+                continue
+            others = st.alive[:n].copy()
+            for name, cs in st.cols.items():
+                if name != c:
+                    others &= cs.contains(out[name], n) if name in out else ~cs.constrained[:n]
+            loads = [float(w[others & col.contains(v, n)].sum()) for v in cands]
+            out[c] = cands[int(np.argmax(loads))]
+        return out
+
+    def _update_pool(self, box: Box, w: float, rows: tuple[tuple[dict[str, Any], float], ...]) -> None:
+        """After registering (box, w): the pooled rows inside it gain w (as a lower bound); add ``rows``."""
+        pool = self._pool
+        if box.is_empty():
+            return
+        for item in pool:
+            r = _complete_in(item[0], box)
+            if box.contains_row(r):
+                item[0], item[1] = r, sum_down([item[1], w])
+        for row, load in rows:
+            if all(row != item[0] for item in pool):
+                pool.append([row, load])
+        pool.sort(key=lambda it: -it[1])
+        del pool[POOL_SIZE:]
+
     def _refine_display(self) -> None:
         """Tighten non-exact display-only γ and ω from scratch within ``display_time_limit`` each."""
         self._refined = self.state
@@ -419,7 +471,31 @@ class OverlapEngine:
             if box.contains_row(row):
                 return OverlapResult(old.lower, old.upper, True, row, old.members, "witness-in-box", 0.0)
         hint = old.upper if old is not None else math.inf
-        return solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
+        # known heavy rows (the pool), moved into the box column by column (the value of largest load with the
+        # other columns fixed): the best one's exact load is a lower bound of R; when it reaches γ_old, R is exact
+        best_row, best, members = None, -math.inf, ()
+        tried = 0
+        for row, load in self._pool:
+            if load <= best:
+                break
+            r = _complete_in(row, box)
+            if not box.contains_row(r):
+                if tried >= PROJECT_ROWS:
+                    continue
+                tried += 1
+                r = self._project(r, box)
+            lr, mr, _ = self._row_load(r, None)
+            if lr > best:
+                best_row, best, members = r, lr, mr
+                if is_exact(best, hint) or best >= hint:
+                    return OverlapResult(best, max(best, hint), True, best_row, members, "pool-row-in-box", 0.0)
+        if best_row is not None:
+            floor = max(floor, best)
+        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
+        if best_row is not None and res.lower < best:
+            up = max(res.upper, best)
+            res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
+        return res
 
     def _admission(self, box: Box, w: float) -> _Admission:
         st = self._store
@@ -619,6 +695,31 @@ class OverlapEngine:
 
 
 _EMPTY_RESULT = OverlapResult(0.0, 0.0, True, {}, (), "empty", 0.0)
+
+
+def _values_in(vs: Any) -> list[Any]:
+    """Candidate values of a value set: every category of a category set; for an interval set one value per
+    interval (its closed ends, else an inner point)."""
+    if isinstance(vs, CategorySet):
+        return [v for i, v in enumerate(vs.column.values) if vs.bits >> i & 1]
+    out: list[Any] = []
+    for iv in vs.intervals:
+        pts = [p for p in (iv.lo, iv.hi) if math.isfinite(p)]
+        pts = [p for p in pts if vs.contains(p)]
+        out.extend(pts[:1] if pts else [])
+    return out or [vs.some_value()]
+
+
+def _complete_in(row: dict[str, Any], box: Box) -> dict[str, Any]:
+    """``row`` with a value inside ``box`` for each of its columns the row lacks (no registered node constrains
+    them, so the row's load does not depend on them)."""
+    missing = [c for c in box.constraints if c not in row]
+    if not missing:
+        return row
+    out = dict(row)
+    for c in missing:
+        out[c] = box.constraints[c].some_value()
+    return out
 
 
 def _clique_after(old: _Clique, adm: _Admission) -> _Clique:

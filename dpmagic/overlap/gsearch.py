@@ -40,6 +40,10 @@ GRAPH_MAX_N = 6000
 _BLOCK = 512
 
 
+class _Reached(Exception):
+    """The search found a set as heavy as its target (a proven upper bound): it is optimal."""
+
+
 class _Timeout(Exception):
     pass
 
@@ -174,6 +178,7 @@ class _Search:
         self.deadline = deadline
         self.tol = tol
         self.best = -1.0
+        self.target = math.inf  # a proven upper bound of the answer: reaching it ends the search
         self.best_inter: list[int] | None = None
         self.calls = 0
         self.top_bound = math.inf
@@ -217,6 +222,8 @@ class _Search:
             elif nw > self.best + self.tol:
                 self.best = nw
                 self.best_inter = ninter
+                if nw >= self.target:
+                    raise _Reached
         if top:
             self.top_bound = self.best
 
@@ -228,12 +235,14 @@ def graph_search(
     data: GraphData | None = None,
     best: float = -1.0,
     tol: float = 0.0,
+    target: float = math.inf,
 ) -> GraphSearchResult:
     """Exact max-weight overlapping set of ``prob`` (γ_w of the sub-problem) by graph branch and bound.
 
     ``best`` is a known lower bound (a witness's load): only strictly better sets are searched for, so the
     result may then have ``atoms == {}`` with ``best`` unchanged (nothing better exists).  Raises nothing on
-    a timeout: the result is ``exact=False`` with a proven ``upper``.
+    a timeout: the result is ``exact=False`` with a proven ``upper``.  ``target``: a proven upper bound of
+    the answer (e.g. the current γ for a region of it); a set reaching it is optimal and ends the search.
     """
     t0 = time.perf_counter()
     n = prob.n
@@ -258,6 +267,7 @@ def graph_search(
             vcols[v].append(j)
     search = _Search(adj, wl, qbits, consbits, vcols, deadline, tol)
     search.best = best
+    search.target = target
     comps: list[tuple[float, int]] = []
     for P in _components_bits(adj, n):
         _, bnds = colour_bound(P, search.adj, search.w, nadj=search.nadj)
@@ -275,6 +285,8 @@ def graph_search(
             search.top_bound = cb
             try:
                 search.expand(P, 0.0, full, top=True)
+            except _Reached:
+                break  # optimal: nothing exceeds the target
             except _Timeout:
                 exact = False
                 upper = max(upper, search.top_bound)

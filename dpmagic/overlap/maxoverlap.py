@@ -633,6 +633,7 @@ def _portfolio(
     method: str,
     grace: float,
     floor: float = -math.inf,
+    target: float = math.inf,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of a compressed problem within ``deadline`` (wall clock).
 
@@ -706,7 +707,7 @@ def _portfolio(
                     gdata = graph_data(prob, sub_deadline)
                 except _GraphTimeout:
                     continue
-            r = graph_search(prob, sub_deadline, data=gdata, best=max(best_val, floor))
+            r = graph_search(prob, sub_deadline, data=gdata, best=max(best_val, floor), target=target)
             tags.append("graph-search" if cap is None else "graph-probe")
             offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
             upper = min(upper, rnd.up(r.upper))
@@ -821,7 +822,7 @@ def solve_overlap(
             upper = ub if ub is not None else math.inf
         else:
             grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
-            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace, floor)
+            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace, floor, upper_hint)
     else:
         upper = 0.0
     witness = _witness(store, prob, atoms)
