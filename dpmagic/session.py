@@ -33,6 +33,7 @@ from dpmagic.backends.pandas import PandasBackend
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.mechanisms import Noise
 from dpmagic.postprocess import answer_notes, tidy
+from dpmagic.progress import Ticker
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.release import ReleasePlan, cost_for_target, plan_noise, release, units_of
@@ -275,7 +276,8 @@ class Session:
 
     # -- events ------------------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[str, dict[str, Any]], None]) -> None:
-        """Call ``callback(kind, info)`` on every event: ``computing``, ``charged``, ``cached``, ``refused``."""
+        """Call ``callback(kind, info)`` on every event: ``computing``, ``progress`` (every 0.25 s once the
+        accounting took 0.5 s: ``elapsed``, ``limit`` in seconds), ``charged``, ``cached``, ``refused``, ``failed``."""
         self._listeners.append(callback)
 
     def _emit(self, kind: str, **info: Any) -> None:
@@ -487,20 +489,19 @@ class Session:
         cells = 1
         for g in q.group_by:
             cells *= self.schema[g].size  # type: ignore[union-attr]
-        self._emit(
-            "computing",
-            message=f"checking the maximum overlap with {len(self.accountant)} registered queries"
-            + (f", then answering {cells:,} cells" if cells > 1 else ""),
-        )
+        computing = f"checking the maximum overlap with {len(self.accountant)} registered queries"
+        self._emit("computing", message=computing + (f", then answering {cells:,} cells" if cells > 1 else ""))
+        tick = Ticker(lambda s: self._emit("progress", elapsed=s, message=computing, limit=self.accountant.time_limit))
         try:
-            c = self._resolve(q, spec, ci, min_rows)
-            plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
-            details = {**_plan_details(plan), "cache_key": key}
-            # one overlap computation, outside the ledger's write lock; committed as is unless someone charged since
-            pre = self.accountant.preview(q.coverage, c)
-            entry_id, charge = self.accountant.charge(
-                q.coverage, c, sql=sql, canonical=q.canonical, details=details, preview=pre
-            )
+            with tick:  # accounting only (public): the data is read after it
+                c = self._resolve(q, spec, ci, min_rows)
+                plan = plan_noise(q, self.schema, self.currency, c, replace_one=self.neighbors == "replace")
+                details = {**_plan_details(plan), "cache_key": key}
+                # one overlap computation, outside the ledger's write lock; committed as is unless one was added since
+                pre = self.accountant.preview(q.coverage, c)
+                entry_id, charge = self.accountant.charge(
+                    q.coverage, c, sql=sql, canonical=q.canonical, details=details, preview=pre
+                )
         except BudgetExceededError as exc:
             self._emit("refused", message=str(exc))
             raise
