@@ -29,13 +29,14 @@ from dpmagic.accountant.currency import Budget, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
+from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.schema import NumericColumn, Schema
 from dpmagic.sets import Box, box_from_json, box_to_json
 
 __all__ = ["Accountant", "Charge", "ChargeBound", "CHARGE_BOUNDS", "Neighbors", "NEIGHBORS"]
 
-ChargeBound = Literal["exact", "clique", "chromatic", "sequential"]
+ChargeBound = ChargeKind  # one definition: dpmagic.overlap.engine
 CHARGE_BOUNDS: tuple[ChargeBound, ...] = ("exact", "clique", "chromatic", "sequential")
 Neighbors = Literal["add-remove", "replace"]
 NEIGHBORS: tuple[Neighbors, ...] = ("add-remove", "replace")

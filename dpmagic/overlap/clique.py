@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from .deadline import SearchTimeout
 from .graph import as_csr
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
@@ -88,10 +89,6 @@ def colour_bound(
     return order, bounds
 
 
-class _Timeout(Exception):
-    pass
-
-
 class _Search:
     def __init__(self, adj: list[int], w: list[float], deadline: float) -> None:
         self.adj = adj
@@ -106,7 +103,7 @@ class _Search:
     def expand(self, P: int, cw: float, C: list[int], top: bool = False) -> None:
         self.calls += 1
         if self.calls & 15 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 16th
-            raise _Timeout
+            raise SearchTimeout
         adj, w = self.adj, self.w
         order, bounds = colour_bound(P, adj, w, self.best - cw, self.nadj)
         for i in range(len(order) - 1, -1, -1):
@@ -192,7 +189,7 @@ def max_weight_clique(
             search.top_bound = totals[k]
             try:
                 search.expand((1 << len(vorder)) - 1, 0.0, [], top=True)
-            except _Timeout:
+            except SearchTimeout:
                 exact = False
                 upper = max(upper, search.top_bound)
                 # components not reached: bounded by their total weight

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .clique import colour_bound
+from .deadline import SearchTimeout
 from .encoding import Problem, words_intersect
 
 __all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
@@ -42,10 +43,6 @@ _BLOCK = 512
 
 class _Reached(Exception):
     """The search found a set as heavy as its target (a proven upper bound): it is optimal."""
-
-
-class _Timeout(Exception):
-    pass
 
 
 @dataclass
@@ -81,7 +78,7 @@ def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
     full: list[int] = []
     for ci, c in enumerate(prob.columns):
         if time.perf_counter() > deadline:
-            raise _Timeout
+            raise SearchTimeout
         M = c.dense()
         a = c.a
         constrained = ~M.all(axis=1)
@@ -99,7 +96,7 @@ def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
         # with a deadline check between blocks (a dense 5,000 × 5,000 build is seconds)
         for s0 in range(0, len(R), _BLOCK):
             if time.perf_counter() > deadline:
-                raise _Timeout
+                raise SearchTimeout
             s1 = min(len(R), s0 + _BLOCK)
             hit = words_intersect(x[s0:s1], x)
             if len(R) == n:
@@ -186,7 +183,7 @@ class _Search:
     def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
         self.calls += 1
         if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 8th
-            raise _Timeout
+            raise SearchTimeout
         adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
         order, bounds = colour_bound(P, adj, w, self.best + self.tol - wX, self.nadj)
         for i in range(len(order) - 1, -1, -1):
@@ -250,7 +247,7 @@ def graph_search(
     if data is None:
         try:
             data = graph_data(prob, deadline)
-        except _Timeout:
+        except SearchTimeout:
             return GraphSearchResult(best, {}, math.inf, False, 0, time.perf_counter() - t0)
     A = data.adj
     deg = A.sum(axis=1)
@@ -287,7 +284,7 @@ def graph_search(
                 search.expand(P, 0.0, full, top=True)
             except _Reached:
                 break  # optimal: nothing exceeds the target
-            except _Timeout:
+            except SearchTimeout:
                 exact = False
                 upper = max(upper, search.top_bound)
                 for cb2, _ in comps[k + 1 :]:

@@ -75,9 +75,9 @@ import scipy.sparse as sp
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
+from .deadline import SearchTimeout
 from .encoding import BoxStore, Problem, _packed_words, build_problem, words_intersect
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
-from .gsearch import _Timeout as _GraphTimeout
 from .rounding import grid_of, is_exact, proven_upper, sum_down, sum_up
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack"]
@@ -154,10 +154,6 @@ class OverlapResult:
     def value(self) -> float:
         """The value an accountant charges: ``upper``."""
         return self.upper
-
-
-class _Timeout(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -270,7 +266,7 @@ def _components(
     """Connected components of the query graph of ``prob`` (None if not worth computing).
 
     The pairwise test is built in blocks of ``_COMP_BLOCK`` rows, checking ``deadline`` between blocks
-    (raises :class:`_Timeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
+    (raises :class:`SearchTimeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
     """
     n = prob.n
     if adjacency is not None and n >= 2:
@@ -284,7 +280,7 @@ def _components(
         blk = adj[s0:s1]
         for c, x in zip(prob.columns, packed):
             if time.perf_counter() > deadline:
-                raise _Timeout
+                raise SearchTimeout
             if x is not None:
                 blk &= words_intersect(x[s0:s1], x)
             else:
@@ -301,7 +297,7 @@ def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | No
     """Connected components of a dense boolean adjacency (None if connected), breadth first.
 
     Each vertex's row is read once (``O(n²)`` bit operations, no sparse conversion of a dense graph); the
-    deadline is checked once per BFS level (raises :class:`_Timeout`).
+    deadline is checked once per BFS level (raises :class:`SearchTimeout`).
     """
     n = adj.shape[0]
     labels = np.full(n, -1, dtype=np.int64)
@@ -313,7 +309,7 @@ def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | No
         frontier = np.array([s0])
         while len(frontier):
             if time.perf_counter() > deadline:
-                raise _Timeout
+                raise SearchTimeout
             reach = adj[frontier].any(axis=0)
             reach &= labels < 0
             frontier = np.flatnonzero(reach)
@@ -379,7 +375,7 @@ class _BranchAndBound:
         if bound <= self.best:
             return
         if time.perf_counter() > self.deadline:
-            raise _Timeout  # this node stays on the frontier with its bound
+            raise SearchTimeout  # this node stays on the frontier with its bound
         if min(maxes) >= total - self.slack - 1e-300:
             picks = {c.name: int(np.argmax(s)) for c, s in zip(cols, sums)}
             if all(c.covers(picks[c.name]).all() for c in cols):
@@ -566,7 +562,7 @@ def _column_bb(
         else:
             bb.solve(prob, {}, math.inf)
         upper = rnd.up(bb.best)
-    except _Timeout:
+    except SearchTimeout:
         exact = False
         upper = rnd.up(bb.frontier_upper())
         bb.frames.clear()
@@ -705,7 +701,7 @@ def _portfolio(
             if gdata is None:
                 try:
                     gdata = graph_data(prob, sub_deadline)
-                except _GraphTimeout:
+                except SearchTimeout:
                     continue
             r = graph_search(prob, sub_deadline, data=gdata, best=max(best_val, floor), target=target)
             tags.append("graph-search" if cap is None else "graph-probe")
