@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from .deadline import SearchTimeout
-from .graph import as_csr
+from .graph import as_csr, components
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
@@ -155,8 +154,7 @@ def max_weight_clique(
     n = A.shape[0]
     if n == 0:
         return CliqueResult(0.0, 0.0, True, (), time.perf_counter() - t0)
-    ncomp, labels = connected_components(A, directed=False)
-    comps = [np.flatnonzero(labels == k) for k in range(ncomp)]
+    comps = components(A)
     totals = [float(w[c].sum()) for c in comps]
     order_c = np.argsort(-np.array(totals), kind="stable")
     best = 0.0

@@ -32,6 +32,7 @@ import numpy as np
 from .clique import colour_bound
 from .deadline import SearchTimeout
 from .encoding import Problem, words_intersect
+from .graph import components
 
 __all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
 
@@ -129,26 +130,6 @@ class GraphSearchResult:
     exact: bool
     nodes: int
     seconds: float
-
-
-def _components_bits(adj: list[int], n: int) -> list[int]:
-    """Connected components of the graph with bit-set rows ``adj`` (breadth-first, one OR per vertex)."""
-    remaining = (1 << n) - 1
-    comps: list[int] = []
-    while remaining:
-        comp = 0
-        frontier = remaining & -remaining
-        while frontier:
-            comp |= frontier
-            nxt = 0
-            while frontier:
-                low = frontier & -frontier
-                frontier ^= low
-                nxt |= adj[low.bit_length() - 1]
-            frontier = nxt & ~comp
-        comps.append(comp)
-        remaining &= ~comp
-    return comps
 
 
 def _to_bits(mask: np.ndarray) -> int:
@@ -266,7 +247,10 @@ def graph_search(
     search.best = best
     search.target = target
     comps: list[tuple[float, int]] = []
-    for P in _components_bits(adj, n):
+    for ids in components(Ao):  # as bit sets over the label order
+        mask = np.zeros(n, dtype=bool)
+        mask[ids] = True
+        P = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
         _, bnds = colour_bound(P, search.adj, search.w, nadj=search.nadj)
         comps.append((bnds[-1] if bnds else 0.0, P))
     comps.sort(key=lambda x: -x[0])

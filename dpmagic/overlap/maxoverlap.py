@@ -77,6 +77,7 @@ from dpmagic.sets import Box
 
 from .deadline import SearchTimeout
 from .encoding import BoxStore, Problem, _packed_words, build_problem, words_intersect
+from .graph import components
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
 from .rounding import grid_of, is_exact, proven_upper, sum_down, sum_up
 
@@ -294,30 +295,11 @@ def _components(
 
 
 def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | None:
-    """Connected components of a dense boolean adjacency (None if connected), breadth first.
-
-    Each vertex's row is read once (``O(n²)`` bit operations, no sparse conversion of a dense graph); the
-    deadline is checked once per BFS level (raises :class:`SearchTimeout`).
-    """
-    n = adj.shape[0]
-    labels = np.full(n, -1, dtype=np.int64)
-    k = 0
-    for s0 in range(n):
-        if labels[s0] >= 0:
-            continue
-        labels[s0] = k
-        frontier = np.array([s0])
-        while len(frontier):
-            if time.perf_counter() > deadline:
-                raise SearchTimeout
-            reach = adj[frontier].any(axis=0)
-            reach &= labels < 0
-            frontier = np.flatnonzero(reach)
-            labels[frontier] = k
-        k += 1
-        if k == 1 and bool((labels >= 0).all()):
-            return None
-    return [np.flatnonzero(labels == c) for c in range(k)]
+    """Connected components of a dense boolean adjacency (None if connected): :func:`.graph.components`."""
+    if time.perf_counter() > deadline:
+        raise SearchTimeout
+    comps = components(adj)
+    return None if len(comps) <= 1 else comps
 
 
 class _BranchAndBound:
