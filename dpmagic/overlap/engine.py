@@ -29,6 +29,20 @@ exact ``γ_w``              ``γ_new = max(γ_old, w_q + max_load_over(q's box))
                            then HiGHS (MILP or LP relaxation) for a proven bound on a timeout
 ========================  =====================================================================================
 
+Admission (issue 11) is one computation: :meth:`OverlapEngine.admit` returns an :class:`Admission` (the
+bounds after the add, plus the state to install); :meth:`OverlapEngine.commit` installs it without solving
+again, or recomputes it when the engine changed in between (``state``: identity and a change counter).
+``add = commit(admit(...))`` and ``preview = admit(...).bounds``.  With ``charged`` set (the accountant's
+bound), an admission computes what that bound needs first: ``sequential`` no search at all (γ keeps its
+old witness as a lower bound, its upper is the colouring / Σw); ``chromatic`` the colour and γ within
+``display_time_limit``; ``exact`` γ exactly, ω display-only (its lower bound is the witness's members, its
+upper χ).  :meth:`bounds` refines non-exact display-only bounds from scratch within ``display_time_limit``
+each (once per state).  Before any search an admission tries cheap certificates: no neighbour (R = 0); the
+exact γ witness inside the box (R = γ, exact); a *pool* of heavy rows (witnesses seen, their loads kept as
+lower bounds), each moved into the box column by column — a row reaching γ_old makes R exact, otherwise
+its load seeds the search's floor.  When ω is not derived from R, the search itself only needs R above
+``γ_old − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
 ``DSATUR_MAX``) or greedy in insertion order in vectorised blocks, and ω is γ for all-Helly workloads or a
@@ -95,6 +109,8 @@ _ENGINE_TOKENS = itertools.count(1)
 DISPLAY_CLIQUE_MAX = 2000
 #: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
 POOL_SIZE = 32
+#: default ``hard_time_limit`` (seconds)
+HARD_TIME_LIMIT = 0.5
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -197,6 +213,7 @@ class OverlapEngine:
         clique_time_limit: float | None = None,
         charged: ChargeKind | None = None,
         display_time_limit: float = 0.05,
+        hard_time_limit: float = HARD_TIME_LIMIT,
     ) -> None:
         self.schema = schema
         #: the bound the caller charges (None: keep every bound exact).  Admissions compute what it needs
@@ -204,6 +221,10 @@ class OverlapEngine:
         #: all), so they never delay an answer (their reported values stay proven bounds, maybe intervals).
         self.charged: ChargeKind | None = charged
         self.display_time_limit = float(display_time_limit)
+        #: once γ is only bounded (a from-scratch or region search timed out: a hard instance), an admission's
+        #: region search gets at most this long, so one hard instance does not make every admission wait for
+        #: ``time_limit`` (γ_new stays a proven interval; the colouring usually bounds it more tightly anyway)
+        self.hard_time_limit = float(hard_time_limit)
         self._version = 0
         self._refined: tuple[int, int] | None = None
         #: [row, lower bound of its load] of heavy rows seen (witnesses), heaviest first
@@ -470,7 +491,8 @@ class OverlapEngine:
             row = self._complete_row(old.witness, box)
             if box.contains_row(row):
                 return OverlapResult(old.lower, old.upper, True, row, old.members, "witness-in-box", 0.0)
-        hint = old.upper if old is not None else math.inf
+        # R ≤ γ_old ≤ χ_old: a proven target for the searches
+        hint = min(old.upper if old is not None else math.inf, sum_up(self._cm.tolist()))
         # known heavy rows (the pool), moved into the box column by column (the value of largest load with the
         # other columns fixed): the best one's exact load is a lower bound of R; when it reaches γ_old, R is exact
         best_row, best, members = None, -math.inf, ()
@@ -513,6 +535,8 @@ class OverlapEngine:
         floor = -math.inf
         if not need_clique and self._gamma is not None and self._gamma.exact:
             floor = self._gamma.lower - w
+        if self._gamma is not None and not self._gamma.exact:
+            limit = min(limit, self.hard_time_limit)
         region = self._region(box, nb, limit, floor)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
