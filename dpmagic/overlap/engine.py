@@ -48,6 +48,10 @@ defers the bounds: γ is then solved once from scratch, the colouring is DSatur 
 ``DSATUR_MAX``) or greedy in insertion order in vectorised blocks, and ω is γ for all-Helly workloads or a
 branch and bound on the whole graph.
 
+Size: this module is one class (≈ 700 lines) because its parts share one state that must stay consistent
+— the colouring, γ with its witness, ω, the row pool and the state counter that validates admissions; the
+algorithms themselves live in :mod:`.maxoverlap`, :mod:`.gsearch`, :mod:`.clique` and :mod:`.graph`.
+
 Reported numbers keep ``overlap.lower ≤ γ ≤ overlap.upper ≤ clique ≤ chromatic ≤ sequential``:
 ``overlap.upper`` is the minimum of every proven bound, a non-exact clique is replaced by its proven upper bound.
 Incremental γ and ω equal a from-scratch computation (same values; the witness may differ on ties); the
