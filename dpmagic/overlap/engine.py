@@ -80,6 +80,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -231,6 +232,7 @@ class OverlapEngine:
         self.hard_time_limit = float(hard_time_limit)
         self._version = 0
         self._refined: tuple[int, int] | None = None
+        self._wsum, self._wsum_n = Fraction(0), 0  # exact Σw of nodes [0, _wsum_n)
         #: [row, lower bound of its load] of heavy rows seen (witnesses), heaviest first
         self._pool: list[list[Any]] = []
         self._token = next(_ENGINE_TOKENS)
@@ -335,8 +337,7 @@ class OverlapEngine:
             self._refine_display()
         g = self._current_gamma()
         c = self._current_clique()
-        n = self._store.n
-        seq = sum_up(self._store.weights[:n].tolist())
+        seq = _float_up(self._weight_sum())
         chi = sum_up(self._cm.tolist())
         return _compose(seq, chi, c, g)
 
@@ -357,8 +358,7 @@ class OverlapEngine:
         c = self._current_clique()
         self._sync_coloring()
         adm = self._admission(box, float(weight))
-        n = self._store.n
-        seq = sum_up(self._store.weights[:n].tolist() + [float(weight)])
+        seq = _float_up(self._weight_sum() + Fraction(float(weight)))
         cm = self._cm_after(adm)
         chi = sum_up(cm.tolist())
         g2 = self._gamma_after(g, adm, committed=False)
@@ -401,6 +401,16 @@ class OverlapEngine:
         return self.commit(self.admit(box, weight))
 
     # -- internals ----------------------------------------------------------------------------------------
+    def _weight_sum(self) -> Fraction:
+        """The exact sum of the registered weights (kept incrementally: ``O(1)`` per added node)."""
+        n = self._store.n
+        if self._wsum_n != n:
+            self._wsum = self._wsum + sum(
+                (Fraction(x) for x in self._store.weights[self._wsum_n : n].tolist()), Fraction(0)
+            )
+            self._wsum_n = n
+        return self._wsum
+
     def _project(self, row: dict[str, Any], box: Box) -> dict[str, Any]:
         """``row`` moved into ``box``: each column it violates gets the box's value of largest load, the other
         columns fixed (one pass, coordinate-wise).  ``O(t)`` per candidate value, vectorised."""
@@ -483,7 +493,9 @@ class OverlapEngine:
             return min(self.display_time_limit, self.time_limit), False
         return self.time_limit, self.charged == "clique"
 
-    def _region(self, box: Box, nb: np.ndarray, limit: float, floor: float = -math.inf) -> OverlapResult:
+    def _region(
+        self, box: Box, nb: np.ndarray, limit: float, floor: float = -math.inf, helly: bool = False
+    ) -> OverlapResult:
         """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first."""
         st = self._store
         if len(nb) == 0:
@@ -506,7 +518,7 @@ class OverlapEngine:
                 break
             r = _complete_in(row, box)
             if not box.contains_row(r):
-                if tried >= PROJECT_ROWS:
+                if helly or tried >= PROJECT_ROWS:  # Helly regions: the load tensor is cheaper than projecting
                     continue
                 tried += 1
                 r = self._project(r, box)
@@ -541,10 +553,11 @@ class OverlapEngine:
             floor = self._gamma.lower - w
         if self._gamma is not None and not self._gamma.exact:
             limit = min(limit, self.hard_time_limit)
-        region = self._region(box, nb, limit, floor)
+        helly = is_helly_box(box) and bool(st.helly[nb].all())
+        region = self._region(box, nb, limit, floor, helly)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
-        if is_helly_box(box) and bool(st.helly[nb].all()):
+        if helly:
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
             clique = _Clique(lower, max(lower, add_up(w, region.upper)), region.exact, members)
@@ -587,7 +600,7 @@ class OverlapEngine:
     ) -> tuple[float, tuple[int, ...], list[float]]:
         st = self._store
         m = st.contains_mask(row)
-        members = tuple(int(i) for i in np.flatnonzero(m))
+        members = tuple(np.flatnonzero(m).tolist())
         ws = st.weights[: st.n][m].tolist()
         if extra is not None and extra[0].contains_row(row):
             members = members + (st.n,)
@@ -723,6 +736,12 @@ class OverlapEngine:
 
 
 _EMPTY_RESULT = OverlapResult(0.0, 0.0, True, {}, (), "empty", 0.0)
+
+
+def _float_up(x: Fraction) -> float:
+    """The smallest float64 ≥ the exact rational ``x`` (as :func:`~.rounding.sum_up` of the summands)."""
+    f = float(x)  # correctly rounded to nearest
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
 
 
 def _values_in(vs: Any) -> list[Any]:
