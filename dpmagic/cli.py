@@ -27,7 +27,7 @@ from dpmagic.errors import DPMagicError, QueryError
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
-__all__ = ["main", "load_workload", "analyse"]
+__all__ = ["main", "load_workload", "analyse", "split_sql"]
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,53 @@ class WorkloadItem:
     box: Box
 
 
+def split_sql(text: str) -> list[str]:
+    """Split a ``.sql`` text on the ``;`` outside strings, quoted identifiers and comments; statements that are
+    blank or only comments are dropped.  Each statement is then parsed once, by
+    :func:`~dpmagic.query.sql.parse_query` (splitting with sqlglot parsed and regenerated every statement
+    first: ≈ 1.3 ms a statement).  ``'…'``, ``"…"`` and `````…````` quote (doubled quotes escape), ``--`` comments
+    run to the end of the line, ``/* … */`` comments to their end.  One pass, ``O(len(text))``.
+    """
+    out: list[str] = []
+    start = 0
+    meaningful = False  # the current statement has something other than whitespace and comments
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"`":
+            j = i + 1
+            while j < n:
+                if text[j] == ch:
+                    if j + 1 < n and text[j + 1] == ch:  # doubled quote: an escaped quote
+                        j += 2
+                        continue
+                    break
+                j += 1
+            meaningful = True
+            i = j + 1
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+        elif ch == ";":
+            if meaningful:
+                out.append(text[start:i].strip())
+            start, meaningful = i + 1, False
+            i += 1
+        else:
+            if not ch.isspace():
+                meaningful = True
+            i += 1
+    if meaningful:
+        out.append(text[start:].strip())
+    return out
+
+
 def load_workload(path: Path, schema: Schema) -> list[WorkloadItem]:
     """Read a ``.sql`` (statements separated by ``;``, weight 1) or ``.jsonl`` (``{"sql", "weight"}``) log."""
-    from dpmagic.query.sql import parse_query, split_statements
+    from dpmagic.query.sql import parse_query
 
     if not path.is_file():
         raise QueryError(f"query file {str(path)!r} does not exist")
@@ -61,7 +105,7 @@ def load_workload(path: Path, schema: Schema) -> list[WorkloadItem]:
                 raise QueryError(f"{where}: weight must be a positive number, got {w!r}")
             raw.append((obj["sql"], float(w), where))
     else:
-        for i, stmt in enumerate(split_statements(text), 1):
+        for i, stmt in enumerate(split_sql(text), 1):
             raw.append((stmt, 1.0, f"statement {i}"))
     items = []
     for sql, w, where in raw:

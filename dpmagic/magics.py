@@ -280,6 +280,11 @@ class DPMagic(Magics, Configurable):
         view = panel_view(session)
         if getattr(self.shell, "kernel", None) is None:  # terminal IPython: no widget frontend
             print(view)
+            if not getattr(session, "_terminal_progress", False):  # a line while the accountant works > 0.5 s
+                from dpmagic.progress import terminal_progress
+
+                session.subscribe(terminal_progress())
+                session._terminal_progress = True  # type: ignore[attr-defined]
             return
         if where == "side":
             try:

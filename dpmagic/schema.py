@@ -25,10 +25,12 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from dpmagic.errors import DataValidationError, SchemaError
 
@@ -295,6 +297,8 @@ class Schema:
         rows, with an :class:`UnsafeInferenceWarning`: the resulting domain leaks information and the
         privacy guarantee no longer holds for those columns.
         """
+        import pandas as pd  # imported where used: `import dpmagic` stays light
+
         bounds = dict(bounds or {})
         categories = {k: list(v) for k, v in (categories or {}).items()}
         columns: dict[str, Column] = {}
@@ -407,6 +411,8 @@ class Schema:
           with ``out_of_range="clamp"`` (a custodian's choice), the value is clamped to the nearest bound.
           Clamping changes no row's membership in the privacy unit and is applied to a copy.
         """
+        import pandas as pd
+
         if out_of_range not in ("error", "clamp"):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         if not isinstance(df, pd.DataFrame):
@@ -444,6 +450,8 @@ def _py(v: Any) -> Any:
 
 
 def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Series:
+    import pandas as pd
+
     values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
     present = pd.unique(values)
     bad = [_py(v) for v in present if col.index_of(_py(v)) is None]
@@ -456,6 +464,8 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
 
 
 def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+    import pandas as pd
+
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         raise DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values")
     if col.is_int:
@@ -477,6 +487,8 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
 
 def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
     """An int column's values as exact int64 (never through a double: 2^53 + 1 stays 2^53 + 1)."""
+    import pandas as pd
+
     lo, hi = int(col.lower), int(col.upper)
     if pd.api.types.is_integer_dtype(series):
         unsigned = pd.api.types.is_unsigned_integer_dtype(series)

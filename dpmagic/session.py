@@ -31,6 +31,7 @@ from dpmagic.backends.pandas import PandasBackend
 from dpmagic.costs import CostSpec, cache_key, parse_cost, resolve_cost
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.postprocess import tidy
+from dpmagic.progress import Ticker
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.releases import Mechanism, QueryMechanism
@@ -190,7 +191,8 @@ class Session:
 
     # -- events ------------------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[str, dict[str, Any]], None]) -> None:
-        """Call ``callback(kind, info)`` on every event: ``computing``, ``charged``, ``cached``, ``refused``."""
+        """Call ``callback(kind, info)`` on every event: ``computing``, ``progress`` (every 0.25 s once the
+        accounting took 0.5 s: ``elapsed``, ``limit`` in seconds), ``charged``, ``cached``, ``refused``, ``failed``."""
         self._listeners.append(callback)
 
     def _emit(self, kind: str, **info: Any) -> None:
@@ -422,14 +424,20 @@ class Session:
         is released).  ``seconds`` of the result is the time from ``started`` to the data read: public work only.
         """
         t0 = time.perf_counter() if started is None else started
+        computing = f"checking the maximum overlap with {len(self.accountant)} registered queries"
+        tick = Ticker(lambda s: self._emit("progress", elapsed=s, message=computing, limit=self.accountant.time_limit))
         try:
-            entry_id, charge = self.accountant.charge(
-                mechanism.coverage,
-                mechanism.cost,
-                sql=sql,
-                canonical=canonical,
-                details={"kind": mechanism.kind, **mechanism.describe(), **(details or {})},
-            )
+            with tick:  # accounting only (public): the data is read after it
+                # one overlap computation, outside the ledger's write lock; committed as is unless one was added since
+                pre = self.accountant.preview(mechanism.coverage, mechanism.cost)
+                entry_id, charge = self.accountant.charge(
+                    mechanism.coverage,
+                    mechanism.cost,
+                    sql=sql,
+                    canonical=canonical,
+                    details={"kind": mechanism.kind, **mechanism.describe(), **(details or {})},
+                    preview=pre,
+                )
         except BudgetExceededError as exc:
             self._emit("refused", message=str(exc))
             raise

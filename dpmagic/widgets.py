@@ -49,9 +49,21 @@ class BudgetWidget:
         self.approx = w.HTML()
         self.worst = w.HTML()
         self.status = w.HTML()
+        # elapsed accounting time against the time limit; shown only while the accountant works > 0.5 s
+        self.working = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=w.Layout(display="none"))
         self.queries = w.HTML()
         self.widget = w.VBox(
-            [self.title, self.progress, self.numbers, self.bounds, self.approx, self.worst, self.status, self.queries],
+            [
+                self.title,
+                self.progress,
+                self.numbers,
+                self.bounds,
+                self.approx,
+                self.worst,
+                self.status,
+                self.working,
+                self.queries,
+            ],
             layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%"),
         )
         for widget, cls in [
@@ -62,6 +74,7 @@ class BudgetWidget:
             (self.approx, "dpmagic-approx"),
             (self.worst, "dpmagic-worst"),
             (self.status, "dpmagic-status"),
+            (self.working, "dpmagic-working"),
             (self.queries, "dpmagic-queries"),
         ]:
             widget.add_class(cls)
@@ -74,6 +87,18 @@ class BudgetWidget:
         if kind == "computing":
             self.status.value = _status("⏳ " + info.get("message", "computing the maximum overlap…"), "#555")
             return
+        if kind == "progress":  # the accountant has worked > 0.5 s: elapsed time against its time limit
+            elapsed, limit = float(info.get("elapsed", 0.0)), float(info.get("limit", 0.0) or 0.0)
+            self.working.max = max(limit, elapsed, 1e-9)
+            self.working.value = elapsed
+            self.working.description = f"{elapsed:.1f} s"
+            self.working.layout.display = None
+            msg = info.get("message", "computing the maximum overlap")
+            self.status.value = _status(
+                f"⏳ {msg}… {elapsed:.1f} s" + (f" (limit {limit:g} s)" if limit else ""), "#555"
+            )
+            return
+        self.working.layout.display = "none"
         self.refresh()
         number = query_numbers(self.session).get(info.get("entry", -1), info.get("entry"))
         if kind == "refused":

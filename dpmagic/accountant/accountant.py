@@ -11,27 +11,32 @@ invariant").  The bound charged is chosen per session:
 * ``chromatic`` — the weight of a proper colouring χ_w ≥ ω_w;
 * ``sequential`` — Σ w, plain sequential composition.
 
-All four are always computed and shown.  The charge is committed to the :class:`~dpmagic.accountant.ledger.Ledger`
+The charged bound is computed first and exactly (``sequential`` runs no overlap search at all; ``chromatic``
+only colours); the others are shown as proven bounds computed within a small display budget
+(:class:`~dpmagic.overlap.engine.OverlapEngine` ``charged``).  One admission is one computation:
+:meth:`Accountant.preview` returns a :class:`Charge` carrying the engine's admission, and
+:meth:`Accountant.charge` commits it when no charge was appended since (otherwise it recomputes).  The charge is committed to the :class:`~dpmagic.accountant.ledger.Ledger`
 before the caller may read any data.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from dpmagic.accountant.currency import Budget, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.errors import BudgetExceededError, ConfigurationError
-from dpmagic.overlap import Bounds, OverlapEngine
+from dpmagic.overlap import Admission, Bounds, OverlapEngine
+from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.schema import NumericColumn, Schema
 from dpmagic.sets import Box, box_from_json, box_to_json
 
 __all__ = ["Accountant", "Charge", "ChargeBound", "CHARGE_BOUNDS", "Neighbors", "NEIGHBORS"]
 
-ChargeBound = Literal["exact", "clique", "chromatic", "sequential"]
+ChargeBound = ChargeKind  # one definition: dpmagic.overlap.engine
 CHARGE_BOUNDS: tuple[ChargeBound, ...] = ("exact", "clique", "chromatic", "sequential")
 Neighbors = Literal["add-remove", "replace"]
 NEIGHBORS: tuple[Neighbors, ...] = ("add-remove", "replace")
@@ -61,6 +66,8 @@ class Charge:
     neighbors: tuple[int, ...] = ()
     worst_row: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the engine's admission behind these numbers: :meth:`Accountant.charge` commits it without solving again
+    admission: Admission | None = field(default=None, repr=False, compare=False)
 
     @property
     def increase(self) -> float:
@@ -97,13 +104,17 @@ class Accountant:
         self.ledger = ledger if ledger is not None else Ledger()
         self.key = key
         self.time_limit = time_limit
-        self.engine = OverlapEngine(schema, time_limit=time_limit)
+        self.engine = self._new_engine()
         self._entry_ids: list[int] = []
         self._fold = EntryFold()
         self._seen = 0
         self._charged = 0.0
         self._charged_as: str = bound
         self._sync()
+
+    def _new_engine(self) -> OverlapEngine:
+        # under the replace-one relation the pair search needs no γ, but the fallback 2×bound does
+        return OverlapEngine(self.schema, time_limit=self.time_limit, charged=self.bound)
 
     def _sync(self) -> None:
         """Fold in every event of this key appended since the last look (by this or another process).
@@ -124,7 +135,7 @@ class Accountant:
                 weights.append(float(ev.body["weight"]))
                 self._entry_ids.append(ev.seq)
             elif ev.kind == "reset":
-                self.engine = OverlapEngine(self.schema, time_limit=self.time_limit)
+                self.engine = self._new_engine()
                 self._entry_ids = []
                 boxes, weights = [], []
             elif ev.kind == "budget":
@@ -195,14 +206,19 @@ class Accountant:
         return weight <= self.budget.total_weight * (1.0 + BUDGET_RTOL)
 
     def preview(self, box: Box, cost: float) -> Charge:
-        """What admitting a query with this coverage and cost would charge; changes nothing."""
+        """What admitting a query with this coverage and cost would charge; changes nothing.
+
+        The returned :class:`Charge` carries the engine's admission: passing it to :meth:`charge` commits it
+        without solving the overlap again (unless another process charged in between).
+        """
         cost = check_cost(cost, f"the query's {self.currency.parameter}")
         self._sync()
         weight = self.currency.weight(cost)
         before = self.charged_weight
-        after_bounds = self.engine.preview(box, weight)
+        adm = self.engine.admit(box, weight)
+        after_bounds = adm.bounds
         after, label = self._charge_value(after_bounds, (box, weight))
-        neighbors = tuple(self._entry_ids[int(i)] for i in self.engine.neighbors(box))
+        neighbors = tuple(self._entry_ids[int(i)] for i in adm.neighbors)
         return Charge(
             cost=cost,
             weight=weight,
@@ -216,18 +232,31 @@ class Accountant:
             admissible=self._fits(after),
             neighbors=neighbors,
             worst_row=after_bounds.overlap.witness,
+            admission=adm,
         )
 
     def charge(
-        self, box: Box, cost: float, *, sql: str, canonical: str, details: dict[str, Any] | None = None
+        self,
+        box: Box,
+        cost: float,
+        *,
+        sql: str,
+        canonical: str,
+        details: dict[str, Any] | None = None,
+        preview: Charge | None = None,
     ) -> tuple[int, Charge]:
         """Admit and durably record a query, or raise :class:`BudgetExceededError` and change nothing.
 
         The check and the charge are one ``BEGIN IMMEDIATE`` transaction that first reads every charge other
         processes have made on this ledger key, so concurrent kernels can never together overspend.
+        ``preview``: a :meth:`preview` of this very (box, cost), computed before the transaction; it is reused
+        when the engine did not change since (no charge was appended by anyone), else recomputed inside.
         """
         with self.ledger.transaction():
-            ch = self.preview(box, cost)
+            self._sync()
+            ch = self._reuse(preview, box, cost) if preview is not None else None
+            if ch is None:
+                ch = self.preview(box, cost)
             if not ch.admissible:
                 cur = self.currency
                 raise BudgetExceededError(
@@ -253,11 +282,22 @@ class Accountant:
             )
         entry_id = event.seq
         self._fold.apply(event)
-        self.engine.add(box, ch.weight)
+        assert ch.admission is not None
+        self.engine.commit(ch.admission)  # recomputes only if the engine changed since the admission
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
         self._charged, self._charged_as = ch.after, ch.charged_as
         return entry_id, ch
+
+    def _reuse(self, preview: Charge, box: Box, cost: float) -> Charge | None:
+        """``preview`` refreshed against the current budget, if it is still this engine's admission of (box, cost)."""
+        adm = preview.admission
+        if adm is None or adm.state != self.engine.state or adm.charged != self.engine.charged:
+            return None
+        if adm.box != box or check_cost(cost, f"the query's {self.currency.parameter}") != preview.cost:
+            return None
+        total = self.budget.total_weight  # a budget event changes no engine state: re-check the fit
+        return replace(preview, before=self.charged_weight, total=total, admissible=self._fits(preview.after))
 
     def affordable(self, box: Box) -> float:
         """The largest cost a query on ``box`` could be given now (budget minus max current load on it).

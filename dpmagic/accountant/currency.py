@@ -18,9 +18,6 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from scipy.optimize import brentq
-from scipy.stats import norm
-
 from dpmagic.errors import BudgetError
 
 __all__ = ["Definition", "Parameter", "Currency", "Budget", "CURRENCIES", "currency_for", "parse_budget"]
@@ -95,6 +92,8 @@ def currency_for(parameter_or_definition: str) -> Currency:
 
 def gdp_delta(mu: float, eps: float) -> float:
     """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong, Roth & Su 2019, Cor. 2.13)."""
+    from scipy.stats import norm  # imported where used (scipy.stats alone takes ~0.5 s)
+
     # the second term as exp(ε + log Φ(·)): e^ε alone overflows beyond ε ≈ 709 (large μ), the product does not
     return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
 
@@ -108,6 +107,8 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = 1.0
     while gdp_delta(mu, hi) > delta:
         hi *= 2.0
+    from scipy.optimize import brentq
+
     return float(brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12))
 
 

@@ -2,7 +2,7 @@
 
 DESIGN.md §2; seed 000 §3–7.  Public API:
 
-* :class:`OverlapEngine` — incremental accountant-side engine (``add``, ``preview``, ``max_load_over``,
+* :class:`OverlapEngine` — incremental accountant-side engine (``admit`` / ``commit``, ``add``, ``preview``, ``max_load_over``,
   ``bounds`` …), see :mod:`dpmagic.overlap.engine` for the algorithms and measured timings;
 * :func:`max_overlap` — exact weighted maximum overlap γ_w with a witness row;
 * :func:`max_weight_clique`, :func:`weighted_coloring_bound`, :func:`overlap_adjacency` — the graph bounds.
@@ -10,12 +10,13 @@ DESIGN.md §2; seed 000 §3–7.  Public API:
 
 from .clique import CliqueResult, max_weight_clique
 from .encoding import BoxStore, build_problem, is_helly_box
-from .engine import Bounds, OverlapEngine
+from .engine import Admission, Bounds, OverlapEngine
 from .graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
 from .maxoverlap import OverlapResult, max_overlap, milp_overlap, solve_overlap
 
 __all__ = [
     "OverlapEngine",
+    "Admission",
     "Bounds",
     "OverlapResult",
     "CliqueResult",

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
-from .graph import as_csr
+from .deadline import SearchTimeout
+from .graph import as_csr, components
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
@@ -88,10 +88,6 @@ def colour_bound(
     return order, bounds
 
 
-class _Timeout(Exception):
-    pass
-
-
 class _Search:
     def __init__(self, adj: list[int], w: list[float], deadline: float) -> None:
         self.adj = adj
@@ -106,7 +102,7 @@ class _Search:
     def expand(self, P: int, cw: float, C: list[int], top: bool = False) -> None:
         self.calls += 1
         if self.calls & 15 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 16th
-            raise _Timeout
+            raise SearchTimeout
         adj, w = self.adj, self.w
         order, bounds = colour_bound(P, adj, w, self.best - cw, self.nadj)
         for i in range(len(order) - 1, -1, -1):
@@ -158,8 +154,7 @@ def max_weight_clique(
     n = A.shape[0]
     if n == 0:
         return CliqueResult(0.0, 0.0, True, (), time.perf_counter() - t0)
-    ncomp, labels = connected_components(A, directed=False)
-    comps = [np.flatnonzero(labels == k) for k in range(ncomp)]
+    comps = components(A)
     totals = [float(w[c].sum()) for c in comps]
     order_c = np.argsort(-np.array(totals), kind="stable")
     best = 0.0
@@ -192,7 +187,7 @@ def max_weight_clique(
             search.top_bound = totals[k]
             try:
                 search.expand((1 << len(vorder)) - 1, 0.0, [], top=True)
-            except _Timeout:
+            except SearchTimeout:
                 exact = False
                 upper = max(upper, search.top_bound)
                 # components not reached: bounded by their total weight

@@ -29,10 +29,28 @@ exact ``γ_w``              ``γ_new = max(γ_old, w_q + max_load_over(q's box))
                            then HiGHS (MILP or LP relaxation) for a proven bound on a timeout
 ========================  =====================================================================================
 
+Admission (issue 11) is one computation: :meth:`OverlapEngine.admit` returns an :class:`Admission` (the
+bounds after the add, plus the state to install); :meth:`OverlapEngine.commit` installs it without solving
+again, or recomputes it when the engine changed in between (``state``: identity and a change counter).
+``add = commit(admit(...))`` and ``preview = admit(...).bounds``.  With ``charged`` set (the accountant's
+bound), an admission computes what that bound needs first: ``sequential`` no search at all (γ keeps its
+old witness as a lower bound, its upper is the colouring / Σw); ``chromatic`` the colour and γ within
+``display_time_limit``; ``exact`` γ exactly, ω display-only (its lower bound is the witness's members, its
+upper χ).  :meth:`bounds` refines non-exact display-only bounds from scratch within ``display_time_limit``
+each (once per state).  Before any search an admission tries cheap certificates: no neighbour (R = 0); the
+exact γ witness inside the box (R = γ, exact); a *pool* of heavy rows (witnesses seen, their loads kept as
+lower bounds), each moved into the box column by column — a row reaching γ_old makes R exact, otherwise
+its load seeds the search's floor.  When ω is not derived from R, the search itself only needs R above
+``γ_old − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
 ``DSATUR_MAX``) or greedy in insertion order in vectorised blocks, and ω is γ for all-Helly workloads or a
 branch and bound on the whole graph.
+
+Size: this module is one class (≈ 700 lines) because its parts share one state that must stay consistent
+— the colouring, γ with its witness, ω, the row pool and the state counter that validates admissions; the
+algorithms themselves live in :mod:`.maxoverlap`, :mod:`.gsearch`, :mod:`.clique` and :mod:`.graph`.
 
 Reported numbers keep ``overlap.lower ≤ γ ≤ overlap.upper ≤ clique ≤ chromatic ≤ sequential``:
 ``overlap.upper`` is the minimum of every proven bound, a non-exact clique is replaced by its proven upper bound.
@@ -57,17 +75,19 @@ Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_ove
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 
 from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import Box
+from dpmagic.sets import Box, CategorySet
 
 from .clique import max_weight_clique
 from .encoding import BoxStore, is_helly_box
@@ -81,7 +101,7 @@ from .graph import (
 from .maxoverlap import OverlapResult, solve_overlap
 from .rounding import add_up, is_exact, sum_down, sum_up
 
-__all__ = ["OverlapEngine", "Bounds", "ChargeKind", "DSATUR_MAX"]
+__all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
 
 ChargeKind = Literal["exact", "clique", "chromatic", "sequential"]
 
@@ -89,6 +109,15 @@ ChargeKind = Literal["exact", "clique", "chromatic", "sequential"]
 DSATUR_MAX = 6000
 #: largest graph recoloured during ``add`` (a recolouring at t = 2,048 costs ≈ 0.1 s once; 4,096 ≈ 0.4 s)
 RECOLOR_MAX = 2048
+_ENGINE_TOKENS = itertools.count(1)
+#: largest graph whose display-only clique is searched from scratch by ``bounds()`` (dense t × t adjacency)
+DISPLAY_CLIQUE_MAX = 2000
+#: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
+POOL_SIZE = 32
+#: default ``hard_time_limit`` (seconds)
+HARD_TIME_LIMIT = 0.5
+#: pooled rows moved into a new box (column by column) before any search
+PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
 _BLOCK = 512
 
@@ -148,6 +177,28 @@ class _Admission:
     clique: _Clique | None
 
 
+@dataclass(frozen=True, eq=False)
+class Admission:
+    """One admission computed by :meth:`OverlapEngine.admit`: the bounds after adding ``(box, weight)`` and the
+    engine state that :meth:`OverlapEngine.commit` installs without solving anything again.
+
+    ``state`` is the engine's identity and state counter when it was computed; committing it to an engine that changed
+    since (another add, a bulk load, a recolouring) recomputes it instead.
+    """
+
+    box: Box
+    weight: float
+    bounds: Bounds
+    neighbors: np.ndarray
+    state: tuple[int, int]
+    charged: ChargeKind | None
+    _color: int
+    _cm: np.ndarray
+    _gamma: OverlapResult
+    _clique: _Clique
+    _rows: tuple[tuple[dict[str, Any], float], ...] = ()
+
+
 class OverlapEngine:
     """Registered (box, weight) nodes with incremental bounds on the weighted maximum overlap.
 
@@ -165,8 +216,26 @@ class OverlapEngine:
         time_limit: float = 10.0,
         recolor: bool = True,
         clique_time_limit: float | None = None,
+        charged: ChargeKind | None = None,
+        display_time_limit: float = 0.05,
+        hard_time_limit: float = HARD_TIME_LIMIT,
     ) -> None:
         self.schema = schema
+        #: the bound the caller charges (None: keep every bound exact).  Admissions compute what it needs
+        #: first; display-only bounds get at most ``display_time_limit`` seconds (``sequential``: no search at
+        #: all), so they never delay an answer (their reported values stay proven bounds, maybe intervals).
+        self.charged: ChargeKind | None = charged
+        self.display_time_limit = float(display_time_limit)
+        #: once γ is only bounded (a from-scratch or region search timed out: a hard instance), an admission's
+        #: region search gets at most this long, so one hard instance does not make every admission wait for
+        #: ``time_limit`` (γ_new stays a proven interval; the colouring usually bounds it more tightly anyway)
+        self.hard_time_limit = float(hard_time_limit)
+        self._version = 0
+        self._refined: tuple[int, int] | None = None
+        self._wsum, self._wsum_n = Fraction(0), 0  # exact Σw of nodes [0, _wsum_n)
+        #: [row, lower bound of its load] of heavy rows seen (witnesses), heaviest first
+        self._pool: list[list[Any]] = []
+        self._token = next(_ENGINE_TOKENS)
         self.time_limit = float(time_limit)
         self.clique_time_limit = self.time_limit if clique_time_limit is None else float(clique_time_limit)
         self.recolor = recolor
@@ -198,6 +267,8 @@ class OverlapEngine:
         """Register many nodes at once; bounds are recomputed lazily on the next request."""
         ids = self._store.extend(list(boxes), weights)
         if len(ids):
+            self._version += 1
+            self._pool = []
             self._gamma = None
             self._clique = None
         return ids
@@ -255,54 +326,214 @@ class OverlapEngine:
         return self._current_gamma()
 
     def bounds(self) -> Bounds:
-        """All four bounds, consistently ordered (see the module docstring)."""
+        """All four bounds, consistently ordered (see the module docstring).
+
+        When a ``charged`` bound lets the display-only bounds lag behind (intervals), they are refined here,
+        from scratch, within ``display_time_limit`` each (once per engine state; ω only for t ≤
+        ``DISPLAY_CLIQUE_MAX``): for display, never on an admission's path.
+        """
+        self._sync_coloring()
+        if self.charged is not None and self._refined != self.state:
+            self._refine_display()
         g = self._current_gamma()
         c = self._current_clique()
-        self._sync_coloring()
-        n = self._store.n
-        seq = sum_up(self._store.weights[:n].tolist())
+        seq = _float_up(self._weight_sum())
         chi = sum_up(self._cm.tolist())
         return _compose(seq, chi, c, g)
 
-    def preview(self, box: Box, weight: float) -> Bounds:
-        """The bounds as if ``(box, weight)`` were added, without changing the engine."""
+    @property
+    def state(self) -> tuple[int, int]:
+        """(this engine's identity, a counter bumped by every change of its nodes or of its colouring)."""
+        return self._token, self._version
+
+    def admit(self, box: Box, weight: float) -> Admission:
+        """Compute, once, what adding ``(box, weight)`` does to every bound; the engine does not change.
+
+        ``admission.bounds`` is what :meth:`preview` returns; :meth:`commit` applies it.  Cost: the region
+        sub-problem ``max_load_over(box)`` (skipped when the charged bound does not need it, see ``charged``)
+        plus ``O(t·m)`` for the neighbours and the colour.
+        """
         self._check_weight(weight)
         g = self._current_gamma()
         c = self._current_clique()
         self._sync_coloring()
         adm = self._admission(box, float(weight))
-        n = self._store.n
-        seq = sum_up(self._store.weights[:n].tolist() + [float(weight)])
+        seq = _float_up(self._weight_sum() + Fraction(float(weight)))
         cm = self._cm_after(adm)
         chi = sum_up(cm.tolist())
         g2 = self._gamma_after(g, adm, committed=False)
         c2 = _clique_after(c, adm)
-        return _compose(seq, chi, c2, g2)
+        rows: tuple[tuple[dict[str, Any], float], ...] = ()
+        if adm.region is not None and adm.region.witness is not None and g2.witness is not None:
+            rows = ((g2.witness, g2.lower),)
+            if adm.region.witness is not g2.witness:  # the region's best row, with the new node's weight
+                rows += ((dict(adm.region.witness), sum_down([adm.region.lower, float(weight)])),)
+        return Admission(
+            box, float(weight), _compose(seq, chi, c2, g2), adm.neighbors, self.state, self.charged,
+            adm.color, cm, g2, c2, rows,
+        )  # fmt: skip
 
-    def add(self, box: Box, weight: float) -> int:
-        """Register one node and update all bounds incrementally; returns its id."""
-        self._check_weight(weight)
-        g = self._current_gamma()
-        c = self._current_clique()
-        self._sync_coloring()
-        adm = self._admission(box, float(weight))
-        q = int(self._store.extend([box], [float(weight)])[0])
-        assert q == adm.qid
-        self._cm = self._cm_after(adm)
+    def preview(self, box: Box, weight: float) -> Bounds:
+        """The bounds as if ``(box, weight)`` were added, without changing the engine."""
+        return self.admit(box, weight).bounds
+
+    def commit(self, admission: Admission) -> int:
+        """Register the admitted node, installing the state computed by :meth:`admit` (nothing is solved again
+        when the engine did not change since; otherwise the admission is recomputed first).  Returns its id."""
+        adm = admission
+        if adm.state != self.state or adm.charged != self.charged:
+            adm = self.admit(adm.box, adm.weight)
+        q = int(self._store.extend([adm.box], [adm.weight])[0])
+        self._version += 1
+        self._cm = adm._cm
         self._ensure_color_cap()
-        self._colors[q] = adm.color
+        self._colors[q] = adm._color
         self._colored = q + 1
-        self._gamma = self._gamma_after(g, adm, committed=True)
-        self._clique = _clique_after(c, adm)
+        self._gamma = adm._gamma
+        self._clique = adm._clique
+        self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
         return q
 
+    def add(self, box: Box, weight: float) -> int:
+        """Register one node and update all bounds incrementally; returns its id (``commit(admit(...))``)."""
+        return self.commit(self.admit(box, weight))
+
     # -- internals ----------------------------------------------------------------------------------------
+    def _weight_sum(self) -> Fraction:
+        """The exact sum of the registered weights (kept incrementally: ``O(1)`` per added node)."""
+        n = self._store.n
+        if self._wsum_n != n:
+            self._wsum = self._wsum + sum(
+                (Fraction(x) for x in self._store.weights[self._wsum_n : n].tolist()), Fraction(0)
+            )
+            self._wsum_n = n
+        return self._wsum
+
+    def _project(self, row: dict[str, Any], box: Box) -> dict[str, Any]:
+        """``row`` moved into ``box``: each column it violates gets the box's value of largest load, the other
+        columns fixed (one pass, coordinate-wise).  ``O(t)`` per candidate value, vectorised."""
+        st = self._store
+        n = st.n
+        w = st.weights[:n]
+        out = dict(row)
+        for c, vs in box.constraints.items():
+            if vs.contains(out[c]):
+                continue
+            cands = _values_in(vs)
+            col = st.cols.get(c)
+            if col is None or len(cands) == 1:
+                out[c] = cands[0]
+                continue
+            others = st.alive[:n].copy()
+            for name, cs in st.cols.items():
+                if name != c:
+                    others &= cs.contains(out[name], n) if name in out else ~cs.constrained[:n]
+            loads = [float(w[others & col.contains(v, n)].sum()) for v in cands]
+            out[c] = cands[int(np.argmax(loads))]
+        return out
+
+    def _update_pool(self, box: Box, w: float, rows: tuple[tuple[dict[str, Any], float], ...]) -> None:
+        """After registering (box, w): the pooled rows inside it gain w (as a lower bound); add ``rows``."""
+        pool = self._pool
+        if box.is_empty():
+            return
+        for item in pool:
+            r = _complete_in(item[0], box)
+            if box.contains_row(r):
+                item[0], item[1] = r, sum_down([item[1], w])
+        for row, load in rows:
+            if all(row != item[0] for item in pool):
+                pool.append([row, load])
+        pool.sort(key=lambda it: -it[1])
+        del pool[POOL_SIZE:]
+
+    def _refine_display(self) -> None:
+        """Tighten non-exact display-only γ and ω from scratch within ``display_time_limit`` each."""
+        self._refined = self.state
+        st = self._store
+        n = st.n
+        limit = min(self.display_time_limit, self.time_limit)
+        g = self._current_gamma()
+        if not g.exact and n:
+            chi = sum_up(self._cm.tolist())
+            r = solve_overlap(st, time_limit=limit, upper_hint=min(g.upper, chi))
+            best = r if r.lower >= g.lower else g
+            upper = max(min(r.upper, g.upper), best.lower)
+            self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
+        c = self._current_clique()
+        if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
+            g = self._gamma
+            assert g is not None
+            ids = np.flatnonzero(st.alive[:n])
+            A = overlap_adjacency(st, ids=ids)
+            pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
+            chi = sum_up(self._cm.tolist())
+            cr = max_weight_clique(A, st.weights[ids], limit, upper_hint=min(chi, c.upper), initial=pos)
+            if cr.lower >= c.lower:
+                members, lower = tuple(int(ids[i]) for i in cr.members), cr.lower
+            else:
+                members, lower = c.members, c.lower
+            upper = max(min(cr.upper, c.upper), lower)
+            self._clique = _Clique(lower, upper, cr.exact or is_exact(lower, upper), members)
+
     @staticmethod
     def _check_weight(weight: float) -> None:
         if not (isinstance(weight, (int, float, np.floating)) and math.isfinite(weight) and weight > 0):
             raise ValueError(f"a node's weight must be a positive finite number, got {weight!r}")
+
+    def _needs(self) -> tuple[float | None, bool]:
+        """(time limit of the region sub-problem or None to skip it, whether ω must be searched exactly)."""
+        if self.charged is None:
+            return self.time_limit, True
+        if self.charged == "sequential":
+            return None, False
+        if self.charged == "chromatic":
+            return min(self.display_time_limit, self.time_limit), False
+        return self.time_limit, self.charged == "clique"
+
+    def _region(
+        self, box: Box, nb: np.ndarray, limit: float, floor: float = -math.inf, helly: bool = False
+    ) -> OverlapResult:
+        """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first."""
+        st = self._store
+        if len(nb) == 0:
+            row = {name: vs.some_value() for name, vs in box.constraints.items()}  # any row of the box
+            return OverlapResult(0.0, 0.0, True, row, (), "no-neighbour", 0.0)
+        old = self._gamma
+        if old is not None and old.exact and old.witness is not None:
+            # the exact γ witness lies in the box: max over the box ≤ γ = load(witness), so it is exact
+            row = self._complete_row(old.witness, box)
+            if box.contains_row(row):
+                return OverlapResult(old.lower, old.upper, True, row, old.members, "witness-in-box", 0.0)
+        # R ≤ γ_old ≤ χ_old: a proven target for the searches
+        hint = min(old.upper if old is not None else math.inf, sum_up(self._cm.tolist()))
+        # known heavy rows (the pool), moved into the box column by column (the value of largest load with the
+        # other columns fixed): the best one's exact load is a lower bound of R; when it reaches γ_old, R is exact
+        best_row, best, members = None, -math.inf, ()
+        tried = 0
+        for row, load in self._pool:
+            if load <= best:
+                break
+            r = _complete_in(row, box)
+            if not box.contains_row(r):
+                if helly or tried >= PROJECT_ROWS:  # Helly regions: the load tensor is cheaper than projecting
+                    continue
+                tried += 1
+                r = self._project(r, box)
+            lr, mr, _ = self._row_load(r, None)
+            if lr > best:
+                best_row, best, members = r, lr, mr
+                if is_exact(best, hint) or best >= hint:
+                    return OverlapResult(best, max(best, hint), True, best_row, members, "pool-row-in-box", 0.0)
+        if best_row is not None:
+            floor = max(floor, best)
+        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
+        if best_row is not None and res.lower < best:
+            up = max(res.upper, best)
+            res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
+        return res
 
     def _admission(self, box: Box, w: float) -> _Admission:
         st = self._store
@@ -311,18 +542,32 @@ class OverlapEngine:
             return _Admission(box, w, qid, True, np.zeros(0, dtype=np.int64), None, -1, None)
         t0 = time.perf_counter()
         nb = np.flatnonzero(st.overlap_mask(box))
-        hint = self._gamma.upper if self._gamma is not None else math.inf
-        region = solve_overlap(st, nb, region=box, time_limit=self.time_limit, upper_hint=hint)
-        # one admission keeps one time limit: the clique search only gets what the γ step left
-        clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         col_nb = self._colors[nb] if len(nb) else np.zeros(0, dtype=np.int64)
         color = cheapest_color(col_nb, w, self._cm)
-        if is_helly_box(box) and bool(st.helly[nb].all()):
+        limit, need_clique = self._needs()
+        if limit is None:  # nothing but Σw is charged: no search at all
+            return _Admission(box, w, qid, False, nb, None, color, _Clique(w, math.inf, False, (qid,)))
+        # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters
+        floor = -math.inf
+        if not need_clique and self._gamma is not None and self._gamma.exact:
+            floor = self._gamma.lower - w
+        if self._gamma is not None and not self._gamma.exact:
+            limit = min(limit, self.hard_time_limit)
+        helly = is_helly_box(box) and bool(st.helly[nb].all())
+        region = self._region(box, nb, limit, floor, helly)
+        # one admission keeps one time limit: the clique search only gets what the γ step left
+        clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
+        if helly:
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
             clique = _Clique(lower, max(lower, add_up(w, region.upper)), region.exact, members)
         elif len(nb) == 0:
             clique = _Clique(w, w, True, (qid,))
+        elif not need_clique:
+            # ω is display-only here: the witness's members form a clique (lower); ω ≤ χ bounds it (upper)
+            members = tuple(region.members) + (qid,)
+            lower = sum_down(st.weights[list(region.members)].tolist() + [w])
+            clique = _Clique(lower, math.inf, False, members)
         elif self._clique is not None and not self._clique.exact:
             # ω is already only bounded: do not search again, bound ω(N(q)) by a greedy colouring
             adj = st.pairwise(nb)
@@ -355,7 +600,7 @@ class OverlapEngine:
     ) -> tuple[float, tuple[int, ...], list[float]]:
         st = self._store
         m = st.contains_mask(row)
-        members = tuple(int(i) for i in np.flatnonzero(m))
+        members = tuple(np.flatnonzero(m).tolist())
         ws = st.weights[: st.n][m].tolist()
         if extra is not None and extra[0].contains_row(row):
             members = members + (st.n,)
@@ -379,13 +624,14 @@ class OverlapEngine:
             return old
         t0 = time.perf_counter()
         res = adm.region
-        assert res is not None
         extra = None if committed else (adm.box, adm.weight)
+        old_row = self._complete_row(old.witness, adm.box)
+        lo, mo, _ = self._row_load(old_row, extra)
+        if res is None:  # not searched (sequential charge): the old witness still bounds γ from below
+            return OverlapResult(lo, max(lo, math.inf), False, old_row, mo, "not-searched", time.perf_counter() - t0)
         # candidate: the best row of the new box; incumbent: the old witness (completed for new columns)
         cand_row = dict(res.witness or {})
-        old_row = self._complete_row(old.witness, adm.box)
         lc, mc, _ = self._row_load(cand_row, extra)
-        lo, mo, _ = self._row_load(old_row, extra)
         if lc >= lo:
             lower, members, witness = lc, mc, cand_row
         else:
@@ -399,7 +645,9 @@ class OverlapEngine:
 
     def _current_gamma(self) -> OverlapResult:
         if self._gamma is None:
-            self._gamma = solve_overlap(self._store, time_limit=self.time_limit)
+            limit, _ = self._needs()
+            limit = min(self.display_time_limit, self.time_limit) if limit is None else limit
+            self._gamma = solve_overlap(self._store, time_limit=limit)
         return self._gamma
 
     def _current_clique(self) -> _Clique:
@@ -410,6 +658,8 @@ class OverlapEngine:
             alive = st.alive[:n]
             if bool(st.helly[:n][alive].all()):
                 self._clique = _Clique(g.lower, g.upper, g.exact, g.members)
+            elif not self._needs()[1]:
+                self._clique = _Clique(g.lower, math.inf, False, g.members)  # display-only: ω ≤ χ
             else:
                 self._sync_coloring()
                 chi = sum_up(self._cm.tolist())
@@ -471,6 +721,7 @@ class OverlapEngine:
         ids = np.flatnonzero(st.alive[:n])
         A = overlap_adjacency(st, ids=ids)
         value, colors = weighted_coloring_bound(A, st.weights[ids])
+        self._version += 1
         current = sum_up(self._cm.tolist()) if keep_better else math.inf
         self._last_recolor = n
         if value < current or not keep_better:
@@ -485,6 +736,37 @@ class OverlapEngine:
 
 
 _EMPTY_RESULT = OverlapResult(0.0, 0.0, True, {}, (), "empty", 0.0)
+
+
+def _float_up(x: Fraction) -> float:
+    """The smallest float64 ≥ the exact rational ``x`` (as :func:`~.rounding.sum_up` of the summands)."""
+    f = float(x)  # correctly rounded to nearest
+    return f if Fraction(f) >= x else math.nextafter(f, math.inf)
+
+
+def _values_in(vs: Any) -> list[Any]:
+    """Candidate values of a value set: every category of a category set; for an interval set one value per
+    interval (its closed ends, else an inner point)."""
+    if isinstance(vs, CategorySet):
+        return [v for i, v in enumerate(vs.column.values) if vs.bits >> i & 1]
+    out: list[Any] = []
+    for iv in vs.intervals:
+        pts = [p for p in (iv.lo, iv.hi) if math.isfinite(p)]
+        pts = [p for p in pts if vs.contains(p)]
+        out.extend(pts[:1] if pts else [])
+    return out or [vs.some_value()]
+
+
+def _complete_in(row: dict[str, Any], box: Box) -> dict[str, Any]:
+    """``row`` with a value inside ``box`` for each of its columns the row lacks (no registered node constrains
+    them, so the row's load does not depend on them)."""
+    missing = [c for c in box.constraints if c not in row]
+    if not missing:
+        return row
+    out = dict(row)
+    for c in missing:
+        out[c] = box.constraints[c].some_value()
+    return out
 
 
 def _clique_after(old: _Clique, adm: _Admission) -> _Clique:

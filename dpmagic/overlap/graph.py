@@ -6,6 +6,7 @@ Seed 000 §5–6.3, DESIGN.md §2: any proper colouring gives the safe upper bou
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import scipy.sparse as sp
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
+from .deadline import check
 from .encoding import BoxStore
 from .rounding import sum_up
 
@@ -78,6 +80,42 @@ def as_csr(adjacency: Any) -> sp.csr_matrix:
     A.setdiag(False)
     A.eliminate_zeros()
     return A
+
+
+def components(adjacency: Any, deadline: float = math.inf) -> list[np.ndarray]:
+    """Connected components (sorted vertex ids each) of an undirected graph: the one component routine of the
+    package.  A dense boolean matrix is searched breadth first on its rows (each row read once, ``O(n²)``
+    bit operations, no sparse conversion — which costs ~30 ms at n = 900); a sparse matrix goes to scipy's
+    ``connected_components`` (``O(n + nnz)``).  ``deadline`` is checked once per BFS level (raises
+    :class:`~.deadline.SearchTimeout`)."""
+    if isinstance(adjacency, np.ndarray):
+        n = adjacency.shape[0]
+        labels = np.full(n, -1, dtype=np.int64)
+        k = 0
+        for s0 in range(n):
+            if labels[s0] >= 0:
+                continue
+            labels[s0] = k
+            frontier = np.array([s0])
+            while len(frontier):
+                check(deadline)
+                reach = adjacency[frontier].any(axis=0)
+                reach &= labels < 0
+                frontier = np.flatnonzero(reach)
+                labels[frontier] = k
+            k += 1
+    else:
+        from scipy.sparse.csgraph import connected_components
+
+        A = as_csr(adjacency)
+        if A.shape[0] == 0:
+            return []
+        k, labels = connected_components(A, directed=False)
+    if k <= 1:
+        return [np.arange(len(labels))] if len(labels) else []
+    order = np.argsort(labels, kind="stable")
+    cuts = np.flatnonzero(np.diff(labels[order])) + 1
+    return np.split(order, cuts)
 
 
 def coloring_value(colors: np.ndarray, weights: np.ndarray) -> float:

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .clique import colour_bound
+from .deadline import SearchTimeout
 from .encoding import Problem, words_intersect
+from .graph import components
 
 __all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
 
@@ -40,8 +42,8 @@ GRAPH_MAX_N = 6000
 _BLOCK = 512
 
 
-class _Timeout(Exception):
-    pass
+class _Reached(Exception):
+    """The search found a set as heavy as its target (a proven upper bound): it is optimal."""
 
 
 @dataclass
@@ -77,7 +79,7 @@ def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
     full: list[int] = []
     for ci, c in enumerate(prob.columns):
         if time.perf_counter() > deadline:
-            raise _Timeout
+            raise SearchTimeout
         M = c.dense()
         a = c.a
         constrained = ~M.all(axis=1)
@@ -95,7 +97,7 @@ def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
         # with a deadline check between blocks (a dense 5,000 × 5,000 build is seconds)
         for s0 in range(0, len(R), _BLOCK):
             if time.perf_counter() > deadline:
-                raise _Timeout
+                raise SearchTimeout
             s1 = min(len(R), s0 + _BLOCK)
             hit = words_intersect(x[s0:s1], x)
             if len(R) == n:
@@ -130,26 +132,6 @@ class GraphSearchResult:
     seconds: float
 
 
-def _components_bits(adj: list[int], n: int) -> list[int]:
-    """Connected components of the graph with bit-set rows ``adj`` (breadth-first, one OR per vertex)."""
-    remaining = (1 << n) - 1
-    comps: list[int] = []
-    while remaining:
-        comp = 0
-        frontier = remaining & -remaining
-        while frontier:
-            comp |= frontier
-            nxt = 0
-            while frontier:
-                low = frontier & -frontier
-                frontier ^= low
-                nxt |= adj[low.bit_length() - 1]
-            frontier = nxt & ~comp
-        comps.append(comp)
-        remaining &= ~comp
-    return comps
-
-
 def _to_bits(mask: np.ndarray) -> int:
     return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
 
@@ -174,6 +156,7 @@ class _Search:
         self.deadline = deadline
         self.tol = tol
         self.best = -1.0
+        self.target = math.inf  # a proven upper bound of the answer: reaching it ends the search
         self.best_inter: list[int] | None = None
         self.calls = 0
         self.top_bound = math.inf
@@ -181,7 +164,7 @@ class _Search:
     def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
         self.calls += 1
         if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 8th
-            raise _Timeout
+            raise SearchTimeout
         adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
         order, bounds = colour_bound(P, adj, w, self.best + self.tol - wX, self.nadj)
         for i in range(len(order) - 1, -1, -1):
@@ -217,6 +200,8 @@ class _Search:
             elif nw > self.best + self.tol:
                 self.best = nw
                 self.best_inter = ninter
+                if nw >= self.target:
+                    raise _Reached
         if top:
             self.top_bound = self.best
 
@@ -228,12 +213,14 @@ def graph_search(
     data: GraphData | None = None,
     best: float = -1.0,
     tol: float = 0.0,
+    target: float = math.inf,
 ) -> GraphSearchResult:
     """Exact max-weight overlapping set of ``prob`` (γ_w of the sub-problem) by graph branch and bound.
 
     ``best`` is a known lower bound (a witness's load): only strictly better sets are searched for, so the
     result may then have ``atoms == {}`` with ``best`` unchanged (nothing better exists).  Raises nothing on
-    a timeout: the result is ``exact=False`` with a proven ``upper``.
+    a timeout: the result is ``exact=False`` with a proven ``upper``.  ``target``: a proven upper bound of
+    the answer (e.g. the current γ for a region of it); a set reaching it is optimal and ends the search.
     """
     t0 = time.perf_counter()
     n = prob.n
@@ -241,7 +228,7 @@ def graph_search(
     if data is None:
         try:
             data = graph_data(prob, deadline)
-        except _Timeout:
+        except SearchTimeout:
             return GraphSearchResult(best, {}, math.inf, False, 0, time.perf_counter() - t0)
     A = data.adj
     deg = A.sum(axis=1)
@@ -258,8 +245,12 @@ def graph_search(
             vcols[v].append(j)
     search = _Search(adj, wl, qbits, consbits, vcols, deadline, tol)
     search.best = best
+    search.target = target
     comps: list[tuple[float, int]] = []
-    for P in _components_bits(adj, n):
+    for ids in components(Ao):  # as bit sets over the label order
+        mask = np.zeros(n, dtype=bool)
+        mask[ids] = True
+        P = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
         _, bnds = colour_bound(P, search.adj, search.w, nadj=search.nadj)
         comps.append((bnds[-1] if bnds else 0.0, P))
     comps.sort(key=lambda x: -x[0])
@@ -275,7 +266,9 @@ def graph_search(
             search.top_bound = cb
             try:
                 search.expand(P, 0.0, full, top=True)
-            except _Timeout:
+            except _Reached:
+                break  # optimal: nothing exceeds the target
+            except SearchTimeout:
                 exact = False
                 upper = max(upper, search.top_bound)
                 for cb2, _ in comps[k + 1 :]:

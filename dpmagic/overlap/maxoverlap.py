@@ -45,6 +45,10 @@ On a timeout the result is the best proven interval ``[lower, upper]`` with ``ex
 the exact load of a concrete witness row, ``upper`` the smallest proven bound (branch-and-bound frontier,
 LP relaxation, and whatever the caller passes in ``upper_hint`` — e.g. an exact clique or a colouring).
 
+Size (≈ 800 lines): the tensor, the column branch and bound, HiGHS and the portfolio share the compressed
+problem, its rounding (:class:`_Rounding`) and the witness evaluation; splitting them would export those
+private pieces (issue 12 asks for fewer cross-module private imports, not more).
+
 Floating point (:mod:`.rounding`): loads inside the solvers are float64 sums.  Every reported ``upper`` goes
 through one function, :func:`~.rounding.proven_upper` (via :class:`_Rounding`): the computed value plus twice
 the standard rounding-error bound of its evaluation (``≤ 2n + a_max + 4`` additions of ± weights whose
@@ -75,9 +79,10 @@ import scipy.sparse as sp
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
+from .deadline import SearchTimeout
 from .encoding import BoxStore, Problem, _packed_words, build_problem, words_intersect
+from .graph import components
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
-from .gsearch import _Timeout as _GraphTimeout
 from .rounding import grid_of, is_exact, proven_upper, sum_down, sum_up
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack"]
@@ -154,10 +159,6 @@ class OverlapResult:
     def value(self) -> float:
         """The value an accountant charges: ``upper``."""
         return self.upper
-
-
-class _Timeout(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ def _components(
     """Connected components of the query graph of ``prob`` (None if not worth computing).
 
     The pairwise test is built in blocks of ``_COMP_BLOCK`` rows, checking ``deadline`` between blocks
-    (raises :class:`_Timeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
+    (raises :class:`SearchTimeout`).  ``O(n² m)`` elementary operations, ``O(n²)`` bits of memory.
     """
     n = prob.n
     if adjacency is not None and n >= 2:
@@ -284,7 +285,7 @@ def _components(
         blk = adj[s0:s1]
         for c, x in zip(prob.columns, packed):
             if time.perf_counter() > deadline:
-                raise _Timeout
+                raise SearchTimeout
             if x is not None:
                 blk &= words_intersect(x[s0:s1], x)
             else:
@@ -298,30 +299,9 @@ def _components(
 
 
 def _dense_components(adj: np.ndarray, deadline: float) -> list[np.ndarray] | None:
-    """Connected components of a dense boolean adjacency (None if connected), breadth first.
-
-    Each vertex's row is read once (``O(n²)`` bit operations, no sparse conversion of a dense graph); the
-    deadline is checked once per BFS level (raises :class:`_Timeout`).
-    """
-    n = adj.shape[0]
-    labels = np.full(n, -1, dtype=np.int64)
-    k = 0
-    for s0 in range(n):
-        if labels[s0] >= 0:
-            continue
-        labels[s0] = k
-        frontier = np.array([s0])
-        while len(frontier):
-            if time.perf_counter() > deadline:
-                raise _Timeout
-            reach = adj[frontier].any(axis=0)
-            reach &= labels < 0
-            frontier = np.flatnonzero(reach)
-            labels[frontier] = k
-        k += 1
-        if k == 1 and bool((labels >= 0).all()):
-            return None
-    return [np.flatnonzero(labels == c) for c in range(k)]
+    """Connected components of a dense boolean adjacency (None if connected): :func:`.graph.components`."""
+    comps = components(adj, deadline)
+    return None if len(comps) <= 1 else comps
 
 
 class _BranchAndBound:
@@ -379,7 +359,7 @@ class _BranchAndBound:
         if bound <= self.best:
             return
         if time.perf_counter() > self.deadline:
-            raise _Timeout  # this node stays on the frontier with its bound
+            raise SearchTimeout  # this node stays on the frontier with its bound
         if min(maxes) >= total - self.slack - 1e-300:
             picks = {c.name: int(np.argmax(s)) for c, s in zip(cols, sums)}
             if all(c.covers(picks[c.name]).all() for c in cols):
@@ -566,7 +546,7 @@ def _column_bb(
         else:
             bb.solve(prob, {}, math.inf)
         upper = rnd.up(bb.best)
-    except _Timeout:
+    except SearchTimeout:
         exact = False
         upper = rnd.up(bb.frontier_upper())
         bb.frames.clear()
@@ -625,7 +605,15 @@ def _plan(store: BoxStore, prob: Problem, ids: np.ndarray, method: str) -> list[
 
 
 def _portfolio(
-    store: BoxStore, prob: Problem, ids: np.ndarray, deadline: float, rnd: _Rounding, method: str, grace: float
+    store: BoxStore,
+    prob: Problem,
+    ids: np.ndarray,
+    deadline: float,
+    rnd: _Rounding,
+    method: str,
+    grace: float,
+    floor: float = -math.inf,
+    target: float = math.inf,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of a compressed problem within ``deadline`` (wall clock).
 
@@ -697,9 +685,9 @@ def _portfolio(
             if gdata is None:
                 try:
                     gdata = graph_data(prob, sub_deadline)
-                except _GraphTimeout:
+                except SearchTimeout:
                     continue
-            r = graph_search(prob, sub_deadline, data=gdata, best=best_val)
+            r = graph_search(prob, sub_deadline, data=gdata, best=max(best_val, floor), target=target)
             tags.append("graph-search" if cap is None else "graph-probe")
             offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
             upper = min(upper, rnd.up(r.upper))
@@ -707,7 +695,7 @@ def _portfolio(
                 exact = True
                 break
         else:
-            at, ub, ex, tag = _column_bb(prob, sub_deadline, rnd, best_val, gdata.adj if gdata else None)
+            at, ub, ex, tag = _column_bb(prob, sub_deadline, rnd, max(best_val, floor), gdata.adj if gdata else None)
             tags.append(tag)
             offer(at)
             upper = min(upper, ub)
@@ -736,6 +724,8 @@ def _portfolio(
             pass
     if best_val > -math.inf and is_exact(best_val, upper):
         exact = True
+    if exact and best_val < floor:
+        exact = False  # proven: nothing above the floor (upper is the floor, rounded up); the max itself unknown
     return best_atoms, upper, exact, "+".join(tags) if tags else "none"
 
 
@@ -765,6 +755,7 @@ def solve_overlap(
     time_limit: float = 10.0,
     upper_hint: float = math.inf,
     method: str = "auto",
+    floor: float = -math.inf,
 ) -> OverlapResult:
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
@@ -775,6 +766,11 @@ def solve_overlap(
     ``"milp"`` (HiGHS only).  ``time_limit`` is a wall-clock budget for the whole call (encoding included);
     on a timeout ``upper`` is the smallest *proven* bound (search frontier, LP / MILP dual bound,
     ``upper_hint``, Σw) and ``lower`` the exact load of the best witness row found.
+
+    ``floor``: the caller only needs the maximum when it exceeds ``floor`` (an admission: γ_new =
+    max(γ_old, w + max over the box), so loads ≤ γ_old − w do not matter).  The branch and bounds then prune
+    against it from the start; the result is either exact (a witness above the floor) or the proven
+    interval ``[witness load, floor rounded up]``.  Only the searches use it (the tensor is exact anyway).
     """
     t0 = time.perf_counter()
     deadline = t0 + time_limit
@@ -806,7 +802,7 @@ def solve_overlap(
             upper = ub if ub is not None else math.inf
         else:
             grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
-            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace)
+            atoms, upper, _, used = _portfolio(store, prob, ids, deadline, rnd, method, grace, floor, upper_hint)
     else:
         upper = 0.0
     witness = _witness(store, prob, atoms)

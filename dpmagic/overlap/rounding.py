@@ -29,24 +29,28 @@ _U = 2.0**-53  # unit roundoff of float64
 _ETA = 2.0**-1074  # smallest subnormal (absolute error of an operation in the subnormal range)
 
 
-def sum_up(values: Iterable[float]) -> float:
-    """The smallest float64 ≥ the exact real sum of ``values``.  ``O(k)``."""
+def _directed_sum(values: Iterable[float], up: bool) -> float:
+    """``math.fsum`` (correctly rounded to nearest), moved one ulp toward ``±inf`` when it lies on the wrong
+    side of the exact sum (the residual's sign, itself computed exactly by ``fsum``)."""
     xs = [float(v) for v in values]
     s = math.fsum(xs)
     if not math.isfinite(s):
         return s
     xs.append(-s)
-    return s if math.fsum(xs) <= 0.0 else math.nextafter(s, math.inf)
+    r = math.fsum(xs)  # exact sum − s, correctly rounded (so its sign is exact)
+    if up:
+        return s if r <= 0.0 else math.nextafter(s, math.inf)
+    return s if r >= 0.0 else math.nextafter(s, -math.inf)
+
+
+def sum_up(values: Iterable[float]) -> float:
+    """The smallest float64 ≥ the exact real sum of ``values``.  ``O(k)``."""
+    return _directed_sum(values, True)
 
 
 def sum_down(values: Iterable[float]) -> float:
     """The largest float64 ≤ the exact real sum of ``values``.  ``O(k)``."""
-    xs = [float(v) for v in values]
-    s = math.fsum(xs)
-    if not math.isfinite(s):
-        return s
-    xs.append(-s)
-    return s if math.fsum(xs) >= 0.0 else math.nextafter(s, -math.inf)
+    return _directed_sum(values, False)
 
 
 def add_up(a: float, b: float) -> float:
