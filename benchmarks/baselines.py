@@ -1,14 +1,14 @@
-"""Seed 000's own algorithms, as baselines for dpmagic's overlap engine.
+"""Smith et al. 2022's own algorithms, as baselines for dpmagic's overlap engine.
 
-Every baseline starts from the boxes, so its time includes building the query graph the way seed 000 §6–7
+Every baseline starts from the boxes, so its time includes building the query graph the way Smith et al. 2022 §6–7
 does: one pairwise :meth:`~dpmagic.sets.Box.overlaps` test per pair of queries (Prop. 3, O(m t²)) into a
 ``networkx.Graph``.  Then:
 
-* :func:`dsatur_bound` — ``networkx.algorithms.coloring.greedy_color(G, strategy="DSATUR")`` (seed 000
+* :func:`dsatur_bound` — ``networkx.algorithms.coloring.greedy_color(G, strategy="DSATUR")`` (Smith et al. 2022
   Algorithm 2, §6.3): a proper colouring, whose weight Σ over colour classes of the class's max weight
   (the number of colours when unweighted) is a safe upper bound χ̃_w ≥ γ_w;
 * :func:`networkx_clique` — ``networkx.max_weight_clique(G, weight="weight")`` (exact ω_w; integer weights);
-* :func:`algorithm1_clique` — seed 000 Algorithm 1 (§6.1): branch and bound for the maximum weight clique,
+* :func:`algorithm1_clique` — Smith et al. 2022 Algorithm 1 (§6.1): branch and bound for the maximum weight clique,
   branching on a maximum-degree vertex and pruning with ``comp(X) + χ̃_w(G) <= comp(B)`` (a greedy weighted
   colouring of the candidate subgraph);
 * :func:`algorithm1_overlap` — its maximum-overlap variant (§6.2): additionally abandon a branch as soon as
@@ -86,7 +86,7 @@ def _check(deadline: float) -> None:
 def build_graph(
     boxes: Sequence[Box], weights: Sequence[float] | None = None, deadline: float = float("inf")
 ) -> nx.Graph:
-    """The query graph (seed 000 §5): a vertex per box (attribute ``weight``), an edge per overlapping pair.
+    """The query graph (Smith et al. 2022 §5): a vertex per box (attribute ``weight``), an edge per overlapping pair.
 
     Pairwise :meth:`Box.overlaps` tests, O(m t²); raises :class:`BaselineTimeout` after ``deadline``
     (a ``time.perf_counter()`` value).
@@ -113,7 +113,7 @@ def _graph(boxes: Sequence[Box], weights: Sequence[float] | None, deadline: floa
 
 
 def coloring_weight(coloring: dict[int, int], weights: dict[int, float]) -> float:
-    """Σ over colour classes of the class's maximum weight (seed 000 §5, w(S))."""
+    """Σ over colour classes of the class's maximum weight (Smith et al. 2022 §5, w(S))."""
     best: dict[int, float] = {}
     for v, c in coloring.items():
         best[c] = max(best.get(c, 0.0), weights[v])
@@ -126,7 +126,7 @@ def dsatur_bound(
     time_limit: float = 60.0,
     graph: nx.Graph | None = None,
 ) -> BaselineResult:
-    """Seed 000 Algorithm 2: networkx DSatur colouring of the query graph; value = colouring weight."""
+    """Smith et al. 2022 Algorithm 2: networkx DSatur colouring of the query graph; value = colouring weight."""
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     try:
@@ -198,7 +198,7 @@ def networkx_clique(
 
 
 # --------------------------------------------------------------------------------------------------
-# seed 000 Algorithm 1 (and the §6.2 maximum-overlap variant), on bitset adjacency
+# Smith et al. 2022 Algorithm 1 (and the §6.2 maximum-overlap variant), on bitset adjacency
 
 
 def _bits(mask: int) -> list[int]:
@@ -211,7 +211,7 @@ def _bits(mask: int) -> list[int]:
 
 
 class _Algorithm1:
-    """Seed 000 Algorithm 1: max weight clique with colouring-based pruning and max-degree branching.
+    """Smith et al. 2022 Algorithm 1: max weight clique with colouring-based pruning and max-degree branching.
 
     The graph is kept as Python-int bitsets (``adj[v]`` has bit u set iff u ~ v); a sub-problem is the
     bitset ``P`` of candidate vertices.  At every node the bound is ``comp(X) + χ̃_w(G[P])`` where χ̃_w is a
@@ -331,7 +331,7 @@ def algorithm1_clique(
     time_limit: float = 60.0,
     graph: nx.Graph | None = None,
 ) -> BaselineResult:
-    """Seed 000 Algorithm 1 (§6.1): exact maximum weight clique ω_w of the query graph."""
+    """Smith et al. 2022 Algorithm 1 (§6.1): exact maximum weight clique ω_w of the query graph."""
     return _algorithm1("alg1_clique", boxes, weights, time_limit, graph, overlap=False)
 
 
@@ -341,7 +341,7 @@ def algorithm1_overlap(
     time_limit: float = 60.0,
     graph: nx.Graph | None = None,
 ) -> BaselineResult:
-    """Seed 000 §6.2: Algorithm 1 restricted to candidate sets with non-empty joint intersection: exact γ_w."""
+    """Smith et al. 2022 §6.2: Algorithm 1 restricted to candidate sets with non-empty joint intersection: exact γ_w."""
     return _algorithm1("alg1_overlap", boxes, weights, time_limit, graph, overlap=True)
 
 

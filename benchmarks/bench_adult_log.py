@@ -1,4 +1,4 @@
-"""Seed 000 Table 1-style analysis of analyst query logs on the Adult data.
+"""Smith et al. 2022 Table 1-style analysis of analyst query logs on the Adult data.
 
 Usage::
 
@@ -6,11 +6,11 @@ Usage::
     python benchmarks/bench_adult_log.py --mode full   # 50 noise repetitions
 
 For several generated analyst logs (:func:`workloads.adult_query_log`, different seeds and sizes)
-and their concatenation ("combined", as in seed 000 Table 1) it reports:
+and their concatenation ("combined", as in Smith et al. 2022 Table 1) it reports:
 
 * t (queries), γ (exact maximum overlap, each query weight 1), ω and χ̃ (dpmagic's engine), the networkx
-  DSatur bound and seed 000's Algorithm 1 overlap variant (10 s limit) for comparison, and the utility
-  gain 1 − γ/t (seed 000 §3.3, Eq. 6);
+  DSatur bound and Smith et al. 2022's Algorithm 1 overlap variant (10 s limit) for comparison, and the utility
+  gain 1 − γ/t (Smith et al. 2022 §3.3, Eq. 6);
 * the average L1 error of the COUNT queries of the log answered with OpenDP's discrete Gaussian at the same
   total budget μ = 1 (GDP): sequential composition gives every query μ' = 1/√t, overlap accounting
   μ' = 1/√γ (the loss of every row is √(load · μ'²) ≤ 1).  A COUNT (or GROUP BY COUNT: disjoint cells,
@@ -47,7 +47,7 @@ from dpmagic.mechanisms import noise_for, release_integer  # noqa: E402
 from dpmagic.overlap import OverlapEngine  # noqa: E402
 from dpmagic.query.sql import parse_query  # noqa: E402
 
-#: (log name, number of queries, seed) — sizes in the range of seed 000 Table 1 (t = 2 … 284)
+#: (log name, number of queries, seed) — sizes in the range of Smith et al. 2022 Table 1 (t = 2 … 284)
 LOGS: list[tuple[str, int, int]] = [
     ("A", 12, 1),
     ("B", 40, 2),
@@ -116,7 +116,7 @@ def analyse(name: str, sqls: list[str], schema: Any, backend: PandasBackend, rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Seed 000 Table 1-style analysis of Adult analyst logs")
+    ap = argparse.ArgumentParser(description="Smith et al. 2022 Table 1-style analysis of Adult analyst logs")
     ap.add_argument("--mode", choices=["quick", "full"], default="quick")
     args = ap.parse_args(argv)
     reps = 10 if args.mode == "quick" else 50
@@ -175,14 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     md = "\n".join(
         [
-            f"## Adult analyst logs: seed 000 Table 1-style analysis ({args.mode} mode)",
+            f"## Adult analyst logs: Smith et al. 2022 Table 1-style analysis ({args.mode} mode)",
             "",
             f"Machine: {info['nproc']} CPUs ({info['cpu']}), Python {info['python']}; {info['date']}. "
             f"Total budget μ = 1 (GDP); discrete Gaussian (OpenDP); {reps} noise repetitions per log.",
             "",
             md_table(headers, table),
             "",
-            "Each query counts 1 (seed 000 Table 1). Errors are measured on the log's COUNT queries (GROUP BY "
+            "Each query counts 1 (Smith et al. 2022 Table 1). Errors are measured on the log's COUNT queries (GROUP BY "
             "counts contribute one error per declared cell). Expected reduction = 1 − √(γ/t).",
         ]
     )

@@ -1,4 +1,4 @@
-"""dpmagic's overlap engine against seed 000's algorithms, side by side on the same instances.
+"""dpmagic's overlap engine against Smith et al. 2022's algorithms, side by side on the same instances.
 
 Usage::
 
@@ -6,15 +6,15 @@ Usage::
     python benchmarks/bench_overlap.py --mode full     # full mode (~10–15 minutes)
     python benchmarks/bench_overlap.py --sections census,admission
 
-Sections (seed 000 §7; DESIGN.md §4):
+Sections (Smith et al. 2022 §7; docs/design.md §4):
 
 * ``census``    — census workload (§7.2) at t = 2,000 and t = 20,000: dpmagic exact γ from scratch
   (``OverlapEngine.extend`` + ``overlap()``, encoding included), all four bounds (``bounds()``), against the
   baselines of :mod:`baselines` (pairwise ``Box.overlaps`` graph + networkx DSatur, networkx
-  ``max_weight_clique``, seed 000 Algorithm 1 and its §6.2 overlap variant) on a few instances;
+  ``max_weight_clique``, Smith et al. 2022 Algorithm 1 and its §6.2 overlap variant) on a few instances;
 * ``admission`` — 10,000 census queries registered, then ``preview`` + ``add`` of one more query, repeated;
 * ``uniform``   — uniform synthetic workloads (§7.1), the hard small-domain case (10 columns, 2–5 values)
-  and larger m: the seed 000 exact overlap baseline (10 s limit) vs dpmagic, with [lower, upper], ω, DSatur;
+  and larger m: the Smith et al. 2022 exact overlap baseline (10 s limit) vs dpmagic, with [lower, upper], ω, DSatur;
 * ``utility``   — utility gain 1 − γ/t (and 1 − ω/t, 1 − χ/t) on census sets for t = 25…2,000 (Fig. 4).
 
 Results go to ``benchmarks/results/bench_overlap_<mode>.json`` and ``.md``.
@@ -255,7 +255,7 @@ def bench_census(cfg: Config) -> tuple[dict[str, Any], str]:
                 if not r["baselines"][n]["timed_out"]
             )
         summary.append(row)
-    md = ["### Census workload (seed 000 §7.2): exact γ, dpmagic vs seed 000 baselines", ""]
+    md = ["### Census workload (Smith et al. 2022 §7.2): exact γ, dpmagic vs Smith et al. 2022 baselines", ""]
     headers = [
         "t",
         "instances",
@@ -508,7 +508,7 @@ def bench_uniform(cfg: Config) -> tuple[dict[str, Any], str]:
             ]
         )
     md = [
-        "### Uniform synthetic workloads (seed 000 §7.1): dpmagic vs seed 000 exact overlap (Alg. 1, §6.2)",
+        "### Uniform synthetic workloads (Smith et al. 2022 §7.1): dpmagic vs Smith et al. 2022 exact overlap (Alg. 1, §6.2)",
         "",
         md_table(headers, rows),
         "",
@@ -572,7 +572,7 @@ def bench_utility(cfg: Config) -> tuple[dict[str, Any], str]:
             f"utility t={t}: gain γ {100 * rec['gain_overlap_mean']:.1f}% χ {100 * rec['gain_chromatic_mean']:.1f}%",
         )
     md = [
-        "### Utility gain on census sets (seed 000 §7.2, Fig. 4): 1 − bound / t",
+        "### Utility gain on census sets (Smith et al. 2022 §7.2, Fig. 4): 1 − bound / t",
         "",
         md_table(
             [

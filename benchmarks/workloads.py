@@ -1,19 +1,19 @@
 """Seeded, reproducible query workloads for benchmarks, tests and notebooks.
 
-Three families, all following seed 000 (Smith et al., *Making the Most of Parallel Composition*) §7:
+Three families, all following Smith et al. 2022 (Smith et al., *Making the Most of Parallel Composition*) §7:
 
-* **Census** (seed 000 §7.2, DESIGN.md §4): :func:`census_schema`, :func:`census_workload`.  Income is
+* **Census** (Smith et al. 2022 §7.2, docs/design.md §4): :func:`census_schema`, :func:`census_workload`.  Income is
   5,000 equal-width ranges over (0, 750,000), modelled as an ``int`` column ``income`` holding the range
   index 1..5000 (index i is the income range ((i−1)·150, i·150]), so the paper's ``Income ∈ (0, i)`` is the
   prefix ``income <= i`` of an ordered column.  Age is 5 ranges over (0, 100) (categorical band labels),
   Marital 4 values, Race 7, Gender 2.  Each query is a prefix on income AND, for each of age, marital, race
   and gender, either one value or no condition, chosen uniformly among the k values plus "all" — the
   paper's "either single elements from the field's domain or all elements".
-* **Uniform synthetic** (seed 000 §7.1): :func:`uniform_schema` (k values per column, k uniform in a small
+* **Uniform synthetic** (Smith et al. 2022 §7.1): :func:`uniform_schema` (k values per column, k uniform in a small
   range: the hard small-domain case), :func:`paper_uniform_schema` (10^e values per column, e uniform in
   1..6, the paper's domain-size sweep) and :func:`uniform_workload` (a query constrains m' ~ U{1..m}
   columns, each to a uniformly random subset of size a' ~ U{1..|A|}).
-* **Adult analyst log** (the kind of log seed 000 Table 1 analyses): :func:`adult_query_log` returns a few
+* **Adult analyst log** (the kind of log Smith et al. 2022 Table 1 analyses): :func:`adult_query_log` returns a few
   hundred realistic SQL statements on the Adult schema (``dpmagic/data/adult.schema.json``).
 
 Every generator takes a ``seed`` and uses its own :class:`numpy.random.Generator`, so the same arguments
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------------
-# census workload (seed 000 §7.2; Ektelo §9.2)
+# census workload (Smith et al. 2022 §7.2; Ektelo §9.2)
 
 #: number of equal-width income ranges (the ``income`` column holds the range index 1..5000)
 CENSUS_INCOME_RANGES = 5000
@@ -80,7 +80,7 @@ _CENSUS_CATEGORICAL: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def census_schema() -> Schema:
-    """The census domain of seed 000 §7.2 (|D| = 5000·5·4·7·2 = 1.4·10⁶).
+    """The census domain of Smith et al. 2022 §7.2 (|D| = 5000·5·4·7·2 = 1.4·10⁶).
 
     ``income`` is an ``int`` column of income-range indices 1..5000 (index i is ((i−1)·150, i·150] dollars),
     so ``Income ∈ (0, i·150]`` is the prefix ``income <= i``; the other four columns are categorical.
@@ -103,7 +103,7 @@ def census_query(
 ) -> Box:
     """One census query: ``income <= income`` AND each given categorical column equal to its value.
 
-    ``None`` means no condition on that column (all its values), as in seed 000 §7.2.
+    ``None`` means no condition on that column (all its values), as in Smith et al. 2022 §7.2.
     """
     if not 1 <= income <= CENSUS_INCOME_RANGES:
         raise ValueError(f"income range index must be in 1..{CENSUS_INCOME_RANGES}, got {income}")
@@ -123,7 +123,7 @@ def census_query(
 
 
 def census_workload(t: int, seed: int, schema: Schema | None = None) -> list[Box]:
-    """``t`` random census queries (seed 000 §7.2): i, a, m, r, g uniform and independent.
+    """``t`` random census queries (Smith et al. 2022 §7.2): i, a, m, r, g uniform and independent.
 
     i is uniform in 1..5000; each categorical column is uniform over its k values plus "all" (no
     condition).  Same ``(t, seed)`` → same boxes.  Pass ``schema`` (from :func:`census_schema`) to share
@@ -162,7 +162,7 @@ def census_sql(box: Box, table: str = "census") -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# uniform synthetic workload (seed 000 §7.1)
+# uniform synthetic workload (Smith et al. 2022 §7.1)
 
 _VALUES_CACHE: dict[int, tuple[int, ...]] = {}
 
@@ -193,7 +193,7 @@ def _categorical(name: str, k: int) -> CategoricalColumn:
 def uniform_schema(m: int, k_range: tuple[int, int] = (2, 5), seed: int = 0) -> Schema:
     """``m`` categorical columns ``c0..c{m-1}``, column j with k_j ~ U{k_range[0]..k_range[1]} values 0..k_j−1.
 
-    With about 10 columns and k in 2..5 this is the hard small-domain case of seed 000 §7.1 / DESIGN.md §4
+    With about 10 columns and k in 2..5 this is the hard small-domain case of Smith et al. 2022 §7.1 / docs/design.md §4
     (queries overlap often and category sets break the Helly property, so ω can exceed γ).
     """
     lo, hi = k_range
@@ -207,7 +207,7 @@ def uniform_schema(m: int, k_range: tuple[int, int] = (2, 5), seed: int = 0) -> 
 def paper_uniform_schema(
     m: int, seed: int = 0, exponents: Sequence[int] = (1, 2, 3, 4, 5, 6), max_log10_domain: float = 80_000
 ) -> Schema:
-    """Seed 000 §7.1's domains: ``m`` columns, column j with 10^e_j values, e_j uniform over ``exponents``.
+    """Smith et al. 2022 §7.1's domains: ``m`` columns, column j with 10^e_j values, e_j uniform over ``exponents``.
 
     The paper draws m from 10 to 50,000 and caps the domain at 10^80000; columns are added until
     log10 |D| would exceed ``max_log10_domain``, so the result may have fewer than ``m`` columns.  Note that
@@ -228,7 +228,7 @@ def paper_uniform_schema(
 
 
 def uniform_workload(schema: Schema, t: int, seed: int) -> list[Box]:
-    """``t`` random queries on a categorical ``schema`` (seed 000 §7.1, "Uniform distribution").
+    """``t`` random queries on a categorical ``schema`` (Smith et al. 2022 §7.1, "Uniform distribution").
 
     Each query picks m' ~ U{1..m} distinct columns uniformly, and for each a uniformly random subset of
     a' ~ U{1..|A|} of its values (non-empty by construction).  A subset that is the whole column is a
@@ -348,7 +348,7 @@ def write_sql(boxes: Iterable[Box], path: str | Path, table: str = "data") -> Pa
 
 
 # --------------------------------------------------------------------------------------------------
-# Adult analyst query log (the kind of log seed 000 Table 1 analyses)
+# Adult analyst query log (the kind of log Smith et al. 2022 Table 1 analyses)
 
 _AGE_BANDS: tuple[tuple[int, int], ...] = ((17, 24), (25, 34), (35, 44), (45, 54), (55, 64), (65, 90))
 _HOURS_BANDS: tuple[tuple[int, int], ...] = ((1, 19), (20, 34), (35, 40), (41, 50), (51, 99))
@@ -491,7 +491,7 @@ def _statement(select: str, preds: Sequence[str], group: str | None) -> str:
 
 
 def adult_query_log(n: int = 300, seed: int = 0, *, counts_only: bool = False) -> list[str]:
-    """``n`` realistic analyst SQL statements on the Adult table (seed 000 Table 1-style log).
+    """``n`` realistic analyst SQL statements on the Adult table (Smith et al. 2022 Table 1-style log).
 
     The log is a sequence of short exploration *episodes*, each of a kind an analyst writes:
 

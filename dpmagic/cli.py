@@ -1,7 +1,7 @@
 """The ``dpmagic`` command line.
 
 ``dpmagic overlap --schema SCHEMA.json QUERIES [--json] [--neighbors add-remove|replace] [--timeout SECONDS]``
-analyses a query log for a data custodian (DESIGN.md §3.2): it needs only the public schema and the queries,
+analyses a query log for a data custodian (docs/design.md §3.2): it needs only the public schema and the queries,
 never the data, and reports the sequential sum, the maximum overlap (with a witness row), the clique and
 colouring bounds and the utility gain.  Exit status 0 on success; 2 with a one-line message on stderr for a
 bad schema or query.
@@ -120,7 +120,7 @@ def load_workload(path: Path, schema: Schema) -> list[WorkloadItem]:
 def analyse(
     items: list[WorkloadItem], schema: Schema, *, timeout: float = 60.0, neighbors: str = "add-remove"
 ) -> dict[str, Any]:
-    """The JSON object of DESIGN.md §3.2 for a parsed workload."""
+    """The JSON object of docs/design.md §3.2 for a parsed workload."""
     from dpmagic.overlap import OverlapEngine
 
     t0 = time.perf_counter()
@@ -143,7 +143,7 @@ def analyse(
     lower, upper, exact = o.lower, o.upper, o.exact
     witness = o.witness
     if neighbors == "replace":
-        # Replace-one (bounded DP, seed 001): the loss of a pair (x, x') is the weight of the queries covering
+        # Replace-one (bounded DP, Inan et al. 2017): the loss of a pair (x, x') is the weight of the queries covering
         # x or x'.  Exact on a small compressed domain; otherwise in [γ, min(2γ, Σw)].
         from dpmagic.overlap.pairs import max_pair_load
 
@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmagic", description="dpmagic command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("overlap", help="analyse a query log: maximum overlap, clique and colouring bounds")
-    p.add_argument("--schema", required=True, help="public schema JSON file (DESIGN.md §3.1)")
+    p.add_argument("--schema", required=True, help="public schema JSON file (docs/design.md §3.1)")
     p.add_argument("queries", help=".sql file (statements separated by ';') or .jsonl file ({sql, weight} per line)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--neighbors", choices=["add-remove", "replace"], default="add-remove")

@@ -53,7 +53,7 @@ def _layout(g: nx.Graph) -> dict[int, np.ndarray]:
 
 def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     """The query graph (an edge when two queries can touch the same row), vertices coloured by the colouring
-    bound, the maximum-overlap set drawn with thick red borders (seed 000 §5, Fig. 8).
+    bound, the maximum-overlap set drawn with thick red borders (Smith et al. 2022 §5, Fig. 8).
 
     Vertices are numbered 1..n like everywhere else; each connected component is laid out on its own, isolated
     queries in a row below; a legend explains colours, sizes and borders in plain words.

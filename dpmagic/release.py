@@ -63,7 +63,7 @@ def plan_noise(
     column's values inside the WHERE box:
 
     ===========================  ==============  ==================================================================
-    release                      add/remove one  replace one (bounded DP, seed 001)
+    release                      add/remove one  replace one (bounded DP, Inan et al. 2017)
     ===========================  ==============  ==================================================================
     COUNT, no GROUP BY           1               1 (a replaced row can leave the box; 0 → 1 if the box is everything)
     COUNT per GROUP BY cell      1               2 (L1) / √2 (L2): one cell −1, another +1 (GDP: 1 per cell at μ/√2)

@@ -1,6 +1,6 @@
 """The public domain: a schema declares every column's possible values, never read from the rows.
 
-The JSON format is DESIGN.md §3.1::
+The JSON format is docs/design.md §3.1::
 
     {"dataset": "adult-2026-v1", "table": "adult", "privacy_unit": "one row",
      "columns": {"age": {"type": "int", "lower": 17, "upper": 90},
@@ -246,7 +246,7 @@ class Schema:
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Any) -> Schema:
-        """Build a schema from the parsed JSON object of DESIGN.md §3.1 (extra keys are ignored)."""
+        """Build a schema from the parsed JSON object of docs/design.md §3.1 (extra keys are ignored)."""
         if not isinstance(data, Mapping):
             raise SchemaError("a schema must be a JSON object with a 'columns' object")
         cols = data.get("columns")

@@ -7,7 +7,7 @@ for COUNT, the (clamped; for float columns, quantised: :func:`dpmagic.mechanisms
 
 Let V be the set of values v(x) takes over the rows x ∈ B (B is a product of per-column sets, so V is the same
 in every cell), with lo = inf V, hi = sup V, M = max(|lo|, |hi|) and W = hi − lo.  A neighbouring step changes
-the vector of cell answers as follows (seed 000 for add/remove; seed 001, Inan et al., for bounded DP):
+the vector of cell answers as follows (Smith et al. 2022 for add/remove; Inan et al. 2017, Inan et al., for bounded DP):
 
 * **add/remove one row** x: nothing if x ∉ B, else one cell by v(x): the change is (M) at most.
 * **replace one row** x → x′:

@@ -1,6 +1,6 @@
 """Coverage algebra: per-column value sets and boxes over the declared domain.
 
-A predicate on one column has a *coverage*: the set of declared values that satisfy it (seed 000 §3.1).
+A predicate on one column has a *coverage*: the set of declared values that satisfy it (Smith et al. 2022 §3.1).
 dpmagic represents it exactly:
 
 * :class:`CategorySet` — a subset of a categorical column's declared values, stored as a bit mask over
@@ -12,7 +12,7 @@ dpmagic represents it exactly:
 
 A conjunction of such predicates is a :class:`Box`: a product over columns of value sets, where a column
 that is not constrained is the whole domain (a tautology).  Two boxes overlap iff their sets intersect on
-every column (seed 000, Prop. 3) — an O(m) test.
+every column (Smith et al. 2022, Prop. 3) — an O(m) test.
 """
 
 from __future__ import annotations
@@ -359,7 +359,7 @@ class Box:
         return Box(out)
 
     def overlaps(self, other: Box) -> bool:
-        """Seed 000 Prop. 3: disjoint iff some column's sets are disjoint; O(m)."""
+        """Smith et al. 2022 Prop. 3: disjoint iff some column's sets are disjoint; O(m)."""
         if self.is_empty() or other.is_empty():
             return False
         for c, s in self.constraints.items():

@@ -47,7 +47,7 @@ def test_batch_sensitivity_matches_brute_force(boxes):
     assert res.add_remove_l2 == math.sqrt(add_remove)
     assert res.replace_l1 == replace
     assert res.replace_l2 == math.sqrt(replace)
-    # seed 001's bounds are upper bounds of the exact replace-one value, never below it
+    # Inan et al. 2017's bounds are upper bounds of the exact replace-one value, never below it
     assert replace <= res.seed001_b2 <= res.seed001_b1  # |C1 ∪ C2| ≤ min(k, 2·MCS)
     assert replace <= 2 * add_remove
 

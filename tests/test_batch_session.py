@@ -168,7 +168,7 @@ def test_replace_factor() -> None:
 
 
 def test_box_batch_sensitivity_brute_force() -> None:
-    """BoxBatchMechanism's noise is calibrated to the exact batch sensitivity of its boxes (seed 001)."""
+    """BoxBatchMechanism's noise is calibrated to the exact batch sensitivity of its boxes (Inan et al. 2017)."""
     s = _session()
     sql = [
         "SELECT COUNT(*) FROM t WHERE a <= 2",

@@ -1,4 +1,4 @@
-"""`dpmagic overlap`: the DESIGN.md §3.2 contract."""
+"""`dpmagic overlap`: the docs/design.md §3.2 contract."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ SCHEMA = {
     },
 }
 EXAMPLE_3 = """
--- seed 000, Example 3
+-- Smith et al. 2022, Example 3
 SELECT COUNT(*) FROM t WHERE Postcode = 'A' AND Native = 'Y';
 SELECT COUNT(*) FROM t WHERE Postcode IN ('A', 'B');
 SELECT COUNT(*) FROM t WHERE Postcode IN ('A', 'C') AND Native = 'N';

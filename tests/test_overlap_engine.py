@@ -202,7 +202,7 @@ def test_float_weights_never_under_report(wl):
 
 
 # ------------------------------------------------------------------------------------------------------
-# known cases (seed 000)
+# known cases (Smith et al. 2022)
 # ------------------------------------------------------------------------------------------------------
 PN = Schema(
     {"Postcode": CategoricalColumn("Postcode", ("A", "B", "C")), "Native": CategoricalColumn("Native", ("Y", "N"))}

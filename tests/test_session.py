@@ -292,7 +292,7 @@ def test_every_charging_bound_is_safe_and_ordered(adult, bound) -> None:
     ]:
         s.query(sql, epsilon=0.2)
     b = s.bounds_summary()
-    # seed 000 Prop. 4: pairwise overlapping category sets with no common row: ω = 3 · 0.2, γ = 2 · 0.2
+    # Smith et al. 2022 Prop. 4: pairwise overlapping category sets with no common row: ω = 3 · 0.2, γ = 2 · 0.2
     assert b["overlap_upper"] == pytest.approx(0.4) and b["clique"] == pytest.approx(0.6)
     expected = {"exact": 0.4, "clique": 0.6, "chromatic": b["chromatic"], "sequential": 0.6}[bound]
     assert s.spent == pytest.approx(expected) and s.spent >= 0.4 - 1e-12

@@ -1,4 +1,4 @@
-"""Exact statistical-privacy curves of property queries (Breutigam & Reischuk, seed 004) against brute force."""
+"""Exact statistical-privacy curves of property queries (Breutigam & Reischuk, Breutigam & Reischuk) against brute force."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tables I and II of Breutigam & Reischuk (seed 004), transcribed from the paper, reproduced.
+"""Tables I and II of Breutigam & Reischuk (Breutigam & Reischuk), transcribed from the paper, reproduced.
 
 The paper prints σ and δ cut (not rounded) to four decimals, and "#DP" = ⌊n²σ²ε²/(8 ln(e + ε/δ))⌋ — except in
 Table I's ε = 0.01 column, whose five entries equal that value rounded to the nearest integer (2.72 → 3,

@@ -1,4 +1,4 @@
-"""Workload generators (benchmarks/workloads.py) and the seed 000 baselines (benchmarks/baselines.py)."""
+"""Workload generators (benchmarks/workloads.py) and the Smith et al. 2022 baselines (benchmarks/baselines.py)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_algorithm1_matches_networkx_and_brute_force(seed):
 
 
 def test_overlap_variant_differs_from_clique_on_prop4_example():
-    # seed 000 Prop. 4: {a,b}, {b,c}, {a,c} pairwise overlap but share no value
+    # Smith et al. 2022 Prop. 4: {a,b}, {b,c}, {a,c} pairwise overlap but share no value
     col = CategoricalColumn("x", ("a", "b", "c"))
     s = Schema({"x": col})
     boxes = [

@@ -1,8 +1,8 @@
 """The session accountant: a per-row privacy filter charged by the maximum overlap.
 
 For every domain row x, load(x) is the sum of the additive weights (ε, ρ or μ²) of the released mechanisms
-whose coverage contains x; the session's privacy loss is max_x load(x) (seed 000, Thm. 6).  A query is
-admitted only if an *upper bound* of the new maximum load stays within the budget (DESIGN.md §2, "The
+whose coverage contains x; the session's privacy loss is max_x load(x) (Smith et al. 2022, Thm. 6).  A query is
+admitted only if an *upper bound* of the new maximum load stays within the budget (docs/design.md §2, "The
 invariant").  The bound charged is chosen per session:
 
 * ``exact`` (default) — the exact weighted maximum overlap γ_w, or, if the search times out, the best proven

@@ -1,4 +1,4 @@
-"""Privacy definitions and their additive currencies (DESIGN.md §2, "Additive currencies").
+"""Privacy definitions and their additive currencies (docs/design.md §2, "Additive currencies").
 
 The accountant works in a currency in which composition is a sum, so that a row's load is a weighted
 count:

@@ -7,7 +7,7 @@ differential privacy: bounds and efficient algorithms", IEEE TDSC, doi:10.1109/T
 * add/remove one row: the answer vector changes by the indicator of popSet(r), so Δ₁ = max_r |popSet(r)| = ω,
   the maximum overlap (computed exactly by :func:`dpmagic.overlap.max_overlap`), and Δ₂ = √ω.
 * replace one row r by r': the change is +1 on popSet(r') \\ popSet(r) and −1 on popSet(r) \\ popSet(r'), so
-  Δ₁ = max_{r,r'} |popSet(r) △ popSet(r')| (seed 001 Th. 2 with unit weights) and Δ₂ = √Δ₁.
+  Δ₁ = max_{r,r'} |popSet(r) △ popSet(r')| (Inan et al. 2017 Th. 2 with unit weights) and Δ₂ = √Δ₁.
 
 The replace-one value is computed exactly on the compressed domain: per column, the values are grouped into
 atoms with the same membership in every box (a finite set of representatives meets every atom: categories;
@@ -15,7 +15,7 @@ integer endpoints and their neighbours; real endpoints and midpoints), every com
 popSet, and the maximum symmetric difference over all pairs of distinct popSets is taken.  Cost
 O(Π_c atoms_c · k/64 + K² · k/64) for K distinct popSets; refused beyond ``max_cells`` atom combinations.
 
-Seed 001's graph bounds are reported next to it, computed on the query graph (edge = the boxes intersect):
+Inan et al. 2017's graph bounds are reported next to it, computed on the query graph (edge = the boxes intersect):
 B1 = min(k, 2·MCS(G)) (Alg. 3, maximum clique) and B2 = max over pairs of maximal cliques, *including a clique
 paired with itself*, of |C_1 ∪ C_2| (Alg. 4; skipping i = j as Alg. 5 does can return 0 for a single clique).
 Both are upper bounds of the exact replace-one value because every popSet is a clique of G; the clique is
@@ -86,7 +86,7 @@ def popsets(schema: Schema, boxes: Sequence[Box], max_cells: int = 2_000_000) ->
         if total > max_cells:
             raise ConfigurationError(
                 f"batch sensitivity: {total:,}+ atom combinations exceed the limit {max_cells:,}",
-                hint="use the add/remove value (maximum overlap) or seed 001's bounds for large batches",
+                hint="use the add/remove value (maximum overlap) or Inan et al. 2017's bounds for large batches",
             )
     nonempty = 0
     for j, b in enumerate(boxes):

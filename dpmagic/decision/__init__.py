@@ -1,4 +1,4 @@
-"""Decision (HAVING) queries with false-negative / false-positive targets (ProBE; seed 003).
+"""Decision (HAVING) queries with false-negative / false-positive targets (ProBE; Lahjouji et al. (ProBE)).
 
 Not imported by :mod:`dpmagic`; import it explicitly::
 

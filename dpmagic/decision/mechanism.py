@@ -39,7 +39,7 @@ Sensitivities (add/remove one row; groups are disjoint so one row touches one gr
   not true. This is exact (no approximation of the ratio) and needs one measurement instead of two.
 * Replace-one neighbours: a replacement changes one group's statistic by at most U − L ≤ 2·max(|L|, |U|)
   (resp. 2·Δh, or moves one row between two groups, each changing by at most Δ): the session's accountant
-  covers it by charging twice the overlap (DESIGN.md §2), as for any other release.
+  covers it by charging twice the overlap (docs/design.md §2), as for any other release.
 
 Public range (for the default uncertain region u = 0.3·range)
 -------------------------------------------------------------

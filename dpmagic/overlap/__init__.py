@@ -1,6 +1,6 @@
 """Maximum-overlap engine: which queries can touch the same row, and how much they cost together.
 
-DESIGN.md §2; seed 000 §3–7.  Public API:
+docs/design.md §2; Smith et al. 2022 §3–7.  Public API:
 
 * :class:`OverlapEngine` — incremental accountant-side engine (``admit`` / ``commit``, ``add``, ``preview``, ``max_load_over``,
   ``bounds`` …), see :mod:`dpmagic.overlap.engine` for the algorithms and measured timings;

@@ -1,6 +1,6 @@
 """Exact maximum weight clique ω_w by branch and bound with colouring bounds.
 
-Seed 000 §6.1, Algorithm 1 (after Carraghan–Pardalos / Tomita's MCQ with a weighted colouring bound):
+Smith et al. 2022 §6.1, Algorithm 1 (after Carraghan–Pardalos / Tomita's MCQ with a weighted colouring bound):
 vertices are relabelled by decreasing weight and each candidate set is a Python-int bitset.  At every node
 the candidate set P is greedily partitioned into independent sets; the cumulative sum of the class maxima
 bounds any clique drawn from the first classes, so vertices are expanded from the last class backwards and
@@ -142,7 +142,7 @@ def max_weight_clique(
 ) -> CliqueResult:
     """Maximum weight clique of the graph ``adjacency`` (sparse/dense matrix or networkx graph).
 
-    Reference: seed 000 §6.1, Algorithm 1.  Complexity: exponential in the worst case (NP-hard), each
+    Reference: Smith et al. 2022 §6.1, Algorithm 1.  Complexity: exponential in the worst case (NP-hard), each
     node ``O(|P|²/64)`` for the greedy colouring; bounded by ``time_limit`` (then ``exact=False``).
     ``upper_hint`` (any proven bound such as a colouring) caps ``upper`` on a timeout.  ``initial`` is a
     known clique (e.g. the nodes covering a γ witness) that seeds the incumbent and so the pruning.

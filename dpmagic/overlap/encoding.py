@@ -1,7 +1,7 @@
 """Column-wise encoding of boxes: vectorised overlap tests and compressed atom domains.
 
-DESIGN.md §2 ("Facts worth using"): two boxes overlap iff their per-column sets intersect on every column
-(seed 000, Prop. 3), and per column the values that no predicate distinguishes can be merged into *atoms*.
+docs/design.md §2 ("Facts worth using"): two boxes overlap iff their per-column sets intersect on every column
+(Smith et al. 2022, Prop. 3), and per column the values that no predicate distinguishes can be merged into *atoms*.
 
 Two layers live here.
 
@@ -311,7 +311,7 @@ def _packed_words(mask: np.ndarray) -> np.ndarray:
 def is_helly_box(box: Box) -> bool:
     """Whether every constraint of ``box`` is a single interval or a single category (or empty).
 
-    Families of such boxes have Helly number 2 (pairwise overlapping ⇒ a common point), DESIGN.md §2.
+    Families of such boxes have Helly number 2 (pairwise overlapping ⇒ a common point), docs/design.md §2.
     """
     for vs in box.constraints.values():
         if isinstance(vs, CategorySet):

@@ -1,6 +1,6 @@
 """The maximum-overlap engine: incremental bounds on γ_w for the accountant.
 
-DESIGN.md §2: a query's coverage is a box, its weight an additive cost (ε, ρ or μ²); the session's loss is
+docs/design.md §2: a query's coverage is a box, its weight an additive cost (ε, ρ or μ²); the session's loss is
 ``γ_w = max_x Σ_{q covers x} w_q``.  :class:`OverlapEngine` keeps the registered (box, weight) nodes and four
 bounds, ``γ_w ≤ ω_w ≤ χ_w ≤ Σw``:
 
@@ -60,12 +60,12 @@ colouring depends on the history (any proper colouring is a valid bound).
 Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_overlap.py --mode full``,
 2026-11-21; box construction excluded, encoding included; see docs/benchmarks.md):
 
-* census workload (DESIGN.md §4), exact γ from scratch (load tensor over Income atoms × 280 categorical
+* census workload (docs/design.md §4), exact γ from scratch (load tensor over Income atoms × 280 categorical
   cells): t = 2,000 ≈ 0.02–0.03 s, t = 20,000 ≈ 0.2–0.3 s.  All four bounds: t = 2,000 ≈ 0.12 s,
   t = 20,000 ≈ 1.1 s (the colouring needs the whole graph: block-wise bit-mask overlap rows + greedy;
   ω = γ by Helly);
 * census admission with 10,000 registered (``preview`` + ``add`` of one query): median ≈ 2 ms, p99 ≈ 6 ms;
-* uniform synthetic (seed 000 §7.1), time limit 10 s: 10–12 columns of 2–5 values, γ exact up to t = 2,000
+* uniform synthetic (Smith et al. 2022 §7.1), time limit 10 s: 10–12 columns of 2–5 values, γ exact up to t = 2,000
   in ≤ 0.65 s (graph-search probe, then the load tensor or the column search); 30 / 100 columns (sparse
   query graphs, graph search of :mod:`~dpmagic.overlap.gsearch`): t = 100 ≈ 5–13 ms, m = 30, t = 500 ≈
   0.2–2.4 s, m = 100, t = 1,000 ≈ 0.7 s; paper-style 1,000 columns of 10–1,000 values: t = 50 ≈ 0.2 s,
@@ -316,7 +316,7 @@ class OverlapEngine:
     def max_load_over(self, box: Box) -> OverlapResult:
         """``max over x in box`` of the current load, with ``[lower, upper]``, exactness and a witness in the box.
 
-        Only the neighbours of ``box`` matter, each restricted to it (DESIGN.md §2, incremental admission).
+        Only the neighbours of ``box`` matter, each restricted to it (docs/design.md §2, incremental admission).
         """
         hint = self._gamma.upper if self._gamma is not None else math.inf
         return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint)

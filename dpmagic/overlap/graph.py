@@ -1,6 +1,6 @@
 """Query graph utilities: overlap adjacency, weighted colouring bounds (DSatur), components.
 
-Seed 000 §5–6.3, DESIGN.md §2: any proper colouring gives the safe upper bound
+Smith et al. 2022 §5–6.3, docs/design.md §2: any proper colouring gives the safe upper bound
 ``χ_w = Σ over colour classes of the class's max weight ≥ ω_w ≥ γ_w``.
 """
 
@@ -38,7 +38,7 @@ def overlap_adjacency(
     ids: np.ndarray | None = None,
     block: int = 1024,
 ) -> sp.csr_matrix:
-    """Adjacency of the query graph (edge iff the boxes overlap, seed 000 Prop. 3) as a boolean CSR matrix.
+    """Adjacency of the query graph (edge iff the boxes overlap, Smith et al. 2022 Prop. 3) as a boolean CSR matrix.
 
     Symmetric, no self-loops; empty boxes are isolated.  Vectorised per column and computed in blocks of
     rows: ``O(t² m)`` elementary operations, ``O(block · t)`` memory plus the edges.
@@ -166,7 +166,7 @@ def greedy_coloring(A: sp.csr_matrix, weights: np.ndarray, order: np.ndarray | N
 
 
 def dsatur_coloring(A: sp.csr_matrix, weights: np.ndarray) -> np.ndarray:
-    """Weighted DSatur (seed 000 Algorithm 2): repeatedly colour the uncoloured vertex of largest
+    """Weighted DSatur (Smith et al. 2022 Algorithm 2): repeatedly colour the uncoloured vertex of largest
     saturation (ties: larger weight, then larger degree) with its cheapest free colour.
 
     ``O(n² + E + n·χ)`` with numpy vectorised steps.
@@ -210,7 +210,7 @@ def dsatur_coloring(A: sp.csr_matrix, weights: np.ndarray) -> np.ndarray:
 def weighted_coloring_bound(adjacency: Any, weights: Sequence[float] | np.ndarray) -> tuple[float, np.ndarray]:
     """Weighted colouring upper bound χ̃_w ≥ ω_w ≥ γ_w and the colouring (colour index per vertex).
 
-    Runs weighted DSatur and a largest-weight-first greedy colouring and keeps the better (seed 000
+    Runs weighted DSatur and a largest-weight-first greedy colouring and keeps the better (Smith et al. 2022
     §6.3).  ``O(n² + E + n·χ)``.
     """
     A = as_csr(adjacency)

@@ -1,6 +1,6 @@
 """Exact weighted maximum overlap γ_w = max_x Σ_{q covers x} w_q, with a witness row.
 
-DESIGN.md §2; seed 000 §4–6 (γ is NP-hard; §6.2 adapts clique branch and bound to overlaps).  The solver
+docs/design.md §2; Smith et al. 2022 §4–6 (γ is NP-hard; §6.2 adapts clique branch and bound to overlaps).  The solver
 works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem` and chooses, per
 (sub-)instance:
 
@@ -11,11 +11,11 @@ works on the compressed domain of :func:`dpmagic.overlap.encoding.build_problem`
    cells)``.  The census workload (Income × 5·4·7·2 cells) is one such product.
 2. **Branch and bound over columns** (``_BranchAndBound``): fix one column to one atom at a time
    (atoms in order of decreasing compatible weight), dropping the queries that miss it.  Bound at a node:
-   ``min over free columns c of max over atoms v of the alive weight covering v`` (column sums; DESIGN.md
+   ``min over free columns c of max over atoms v of the alive weight covering v`` (column sums; docs/design.md
    §2).  A node whose bound equals its alive weight is a leaf (all alive queries share a point); a node whose
    remaining tensor is small is finished by (1).  Connected components of the query graph are solved
    separately, heaviest first.  Strong when few columns carry many constraints (small atom product).
-3. **Branch and bound over the query graph** (:mod:`dpmagic.overlap.gsearch`): seed 000's Algorithm 1 /
+3. **Branch and bound over the query graph** (:mod:`dpmagic.overlap.gsearch`): Smith et al. 2022's Algorithm 1 /
    MCQ with a weighted colouring bound, keeping the per-column intersection of the chosen boxes so that
    only *overlapping* sets are explored.  Strong on sparse query graphs (many columns, each query
    constraining some of them): e.g. 30–1,000 columns, t = 100–1,000 in milliseconds to ~1 s.
@@ -398,7 +398,7 @@ class _BranchAndBound:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# MILP (DESIGN.md §2) and its LP relaxation
+# MILP (docs/design.md §2) and its LP relaxation
 # ---------------------------------------------------------------------------------------------------------
 def milp_overlap(
     prob: Problem, time_limit: float, *, relax: bool = False
@@ -825,7 +825,7 @@ def max_overlap(
 ) -> OverlapResult:
     """Weighted maximum overlap γ_w of ``boxes`` (weights default to 1), with a witness row.
 
-    Reference: DESIGN.md §2, seed 000 §4 and §6.2.  Complexity: the load tensor costs
+    Reference: docs/design.md §2, Smith et al. 2022 §4 and §6.2.  Complexity: the load tensor costs
     ``O(n·cells_A + cells)``; otherwise exponential in the worst case (NP-hard), bounded by ``time_limit``
     after which ``exact=False`` and ``[lower, upper]`` is the best proven interval.
     """

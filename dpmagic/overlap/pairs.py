@@ -1,4 +1,4 @@
-"""Replace-one neighbours: the worst pair of rows (seed 001, bounded DP).
+"""Replace-one neighbours: the worst pair of rows (Inan et al. 2017, bounded DP).
 
 Under replace-one neighbours a data set D' differs from D by changing one row x into x'.  A mechanism whose
 coverage contains neither x nor x' answers identically on both, so the pair's privacy loss is the weight of
@@ -6,7 +6,7 @@ the queries covering x *or* x'::
 
     pair(Q) = max_{x, x'} Σ_{q : x ∈ C_q or x' ∈ C_q} w_q,      γ_w ≤ pair(Q) ≤ min(2 γ_w, Σ w).
 
-:func:`max_pair_load` computes it exactly on the compressed domain (DESIGN.md §2, "atoms") when that is
+:func:`max_pair_load` computes it exactly on the compressed domain (docs/design.md §2, "atoms") when that is
 small: every compressed cell gets its *signature* (the set of queries covering it), and for signatures S_i,
 S_j the union weight is W(S_i) + W(S_j) − W(S_i ∩ S_j), one matrix product over the distinct signatures.
 Complexity O(n·C + U²·n) for n queries, C compressed cells and U ≤ C distinct signatures.  A compressed
@@ -46,8 +46,8 @@ def max_pair_load(
 ) -> PairResult | None:
     """Exact replace-one loss ``max_{x,x'} W({q : x ∈ C_q or x' ∈ C_q})``, or None if the domain is too large.
 
-    Reference: Inan, Gursoy & Saygin, *Sensitivity Analysis for Non-Interactive DP* (seed 001), bounded vs
-    unbounded neighbours; DESIGN.md §2 "Neighbouring relation".
+    Reference: Inan, Gursoy & Saygin, *Sensitivity Analysis for Non-Interactive DP* (Inan et al. 2017), bounded vs
+    unbounded neighbours; docs/design.md §2 "Neighbouring relation".
     """
     w_all = np.asarray(weights, dtype=float)
     store = BoxStore(schema)

@@ -7,7 +7,7 @@ free post-processing of the released values (:class:`Output` expressions, HAVING
 
 Its coverage for the accountant is one box: the WHERE box when the filter is a box, or the smallest box
 covering the filter (OR across columns → the per-column union of the branches' sets, a superset: safe).  A
-GROUP BY releases disjoint cells, so the whole query is one node (DESIGN.md §2, "GROUP BY").
+GROUP BY releases disjoint cells, so the whole query is one node (docs/design.md §2, "GROUP BY").
 """
 
 from __future__ import annotations
