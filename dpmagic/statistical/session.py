@@ -48,6 +48,7 @@ from ..backends.pandas import PandasBackend
 from ..errors import (
     BudgetExceededError,
     ConfigurationError,
+    DPMagicError,
     QueryError,
     UnsupportedQueryError,
 )
@@ -540,7 +541,13 @@ class StatisticalSession:
         def count(idx: Any) -> int:
             return int(backend.mask(where)[idx].sum())
 
-        estimate = self.accountant.answer_part(charge, count)
+        try:
+            estimate = self.accountant.answer_part(charge, count)
+        except Exception:
+            # after the part was read no exception text may leave: one fixed message, the charge stays
+            raise DPMagicError(
+                "internal error while answering: the query stays charged and nothing was released"
+            ) from None
         result = SPResult(
             query=q,
             sql=sql,
