@@ -409,13 +409,8 @@ def _aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
         q = node.args.get("quantile")
         func, param, arg = "quantile", _fraction(q, node.key.upper()), node.this
     elif isinstance(node, (exp.Min, exp.Max)):
-        name = "MIN" if isinstance(node, exp.Min) else "MAX"
-        raise UnsupportedQueryError(
-            f"{name} is not supported: one row decides it, so any private {name} is mostly noise",
-            hint="ask for a quantile instead, e.g. PERCENTILE_CONT(0.05) WITHIN GROUP (ORDER BY col)"
-            if name == "MIN"
-            else "ask for a quantile instead, e.g. PERCENTILE_CONT(0.95) WITHIN GROUP (ORDER BY col)",
-        )
+        # the 0- or 1-quantile, by an exponential mechanism with a data-independent tie-break (dpmagic.aggregates.quantile)
+        func, param, arg = "quantile", 0.0 if isinstance(node, exp.Min) else 1.0, node.this
     elif isinstance(node, exp.Anonymous) and str(node.this).upper() in _ANON_AGGS:
         func, param = _ANON_AGGS[str(node.this).upper()]  # type: ignore[assignment]
         args = node.expressions
@@ -844,7 +839,7 @@ def _default_name(agg: Aggregate) -> str:
         return "count"
     name = f"{base}_{agg.column}"
     if agg.func == "quantile" and agg.param is not None:
-        name = "median_" + str(agg.column) if agg.param == 0.5 else f"quantile_{agg.param:g}_{agg.column}"
+        name = {0.5: "median_", 0.0: "min_", 1.0: "max_"}.get(agg.param, f"quantile_{agg.param:g}_") + str(agg.column)
     if agg.clamp is not None:
         name += f"_{agg.clamp[0]:g}_{agg.clamp[1]:g}"
     return name
