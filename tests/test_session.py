@@ -296,3 +296,21 @@ def test_every_charging_bound_is_safe_and_ordered(adult, bound) -> None:
     assert b["overlap_upper"] == pytest.approx(0.4) and b["clique"] == pytest.approx(0.6)
     expected = {"exact": 0.4, "clique": 0.6, "chromatic": b["chromatic"], "sequential": 0.6}[bound]
     assert s.spent == pytest.approx(expected) and s.spent >= 0.4 - 1e-12
+
+
+def test_a_release_event_leaves_the_charged_bound_untouched(monkeypatch) -> None:
+    """The release appended after a charge is folded in at the next look at the ledger; it must not recompute
+    the charged bound (that made a later refused query change `spent` by an ulp in the fuzz run)."""
+    from tests_support import pums_session
+
+    s = pums_session("epsilon=1.0")
+    s.query("SELECT COUNT(*) FROM pums WHERE age > 30", epsilon=0.6)
+    spent = s.spent
+
+    def no_recompute() -> None:
+        raise AssertionError("the charged bound was recomputed for a release-only ledger change")
+
+    monkeypatch.setattr(s.accountant.engine, "bounds", no_recompute)
+    with pytest.raises(BudgetExceededError):
+        s.query("SELECT COUNT(*) FROM pums WHERE age > 40", epsilon=0.6)
+    assert s.spent == spent

@@ -145,6 +145,8 @@ class Accountant:
         for b, w in zip(boxes, weights):
             self.engine.add(b, w)
         self._seen = events[-1].seq
+        if not any(ev.kind in ("charge", "reset", "budget") for ev in events):
+            return  # only releases (of charges already counted): the charged bound is unchanged
         if len(self.engine):
             self._charged, self._charged_as = self._charge_value(self.engine.bounds(), None)
         else:
