@@ -175,7 +175,7 @@ def test_split_statements() -> None:
         ("SELECT COUNT(*) FROM t JOIN u ON t.a = u.b", UnsupportedQueryError, "JOIN"),
         ("SELECT COUNT(*) FROM (SELECT * FROM t) s", UnsupportedQueryError, "subquery"),
         ("SELECT COUNT(*) FROM t WHERE age IN (SELECT 1)", UnsupportedQueryError, "subquery"),
-        ("SELECT MAX(age) FROM t", UnsupportedQueryError, "MAX"),
+        ("SELECT MAX(*) FROM t", UnsupportedQueryError, "MAX"),
         ("SELECT * FROM t", UnsupportedQueryError, "SELECT \\*"),
         ("SELECT age FROM t", UnsupportedQueryError, "without an aggregate"),
         ("SELECT COUNT(*) FROM t WHERE age = income", UnsupportedQueryError, "several columns"),

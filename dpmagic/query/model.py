@@ -69,7 +69,8 @@ class Aggregate:
         if self.func == "count_distinct":
             return f"COUNT(DISTINCT {inner})"
         if self.func == "quantile":
-            return f"QUANTILE({inner}, {self.param:g})"
+            named = {0.0: "MIN", 1.0: "MAX", 0.5: "MEDIAN"}.get(self.param)  # type: ignore[arg-type]
+            return f"{named}({inner})" if named else f"QUANTILE({inner}, {self.param:g})"
         return f"{self.func.upper()}({inner})"
 
 

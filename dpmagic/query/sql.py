@@ -411,6 +411,8 @@ def _aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
     elif isinstance(node, (exp.Min, exp.Max)):
         # the 0- or 1-quantile, by an exponential mechanism with a data-independent tie-break (dpmagic.aggregates.quantile)
         func, param, arg = "quantile", 0.0 if isinstance(node, exp.Min) else 1.0, node.this
+        if arg is None or isinstance(arg, exp.Star):
+            raise UnsupportedQueryError(f"{node.key.upper()} takes one column name, not '*'")
     elif isinstance(node, exp.Anonymous) and str(node.this).upper() in _ANON_AGGS:
         func, param = _ANON_AGGS[str(node.this).upper()]  # type: ignore[assignment]
         args = node.expressions

@@ -266,7 +266,10 @@ class BatchMechanism(Mechanism):
         self.strategy = plan.strategies[plan.chosen]
         self.noise_model = noise_model(currency, self._cost, replace_one=replace_one)
         p = self.noise_model.p
-        base = float(self.strategy.sensitivity(p))
+        # the computed column norm may sit below the exact one: a sum of k non-negative terms (then a square root)
+        # carries a relative error ≤ (k + 1)·2⁻⁵³ (Higham 2002, §4.2); rounded outward by (k + 2)·2⁻⁵²
+        k = int(self.strategy.num_queries)
+        base = math.nextafter(float(self.strategy.sensitivity(p)) * (1.0 + (k + 2) * 2.0**-52), math.inf)
         self.sensitivity = base * (replace_factor(p) if replace_one else 1.0)
         self.scale = opendp_scale(
             currency, self._cost, self.noise_model.kind, self.sensitivity, self.noise_model.scale(base)

@@ -24,6 +24,7 @@ Cost of ``release``: one backend pass (O(rows)) plus O(groups) noise draws.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -61,7 +62,12 @@ class DecisionPhaseMechanism(Mechanism):
         self.request = request
         self.condition = condition
         self.replace_one = replace_one
-        self.loss_epsilon = (2.0 if replace_one else 1.0) * request.epsilon
+        # the ε OpenDP certifies for this scale (never below the plan's: the planner divides, which can round down)
+        from dpmagic.decision.local import laplace_sampler
+
+        certified = float(laplace_sampler(request.kind, request.scale).map(int(math.ceil(request.sensitivity))))
+        self.epsilon = max(request.epsilon, certified)
+        self.loss_epsilon = (2.0 if replace_one else 1.0) * self.epsilon
         self._cost = cost_of_epsilon(self.loss_epsilon, definition)
 
     @property
