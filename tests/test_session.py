@@ -157,8 +157,8 @@ BAD_QUERIES = [
     ("SELECT COUNT(*) FROM adult", {"epsilon": "0.1"}, BudgetError),
     ("SELECT COUNT(*) FROM adult", {"epsilon": 1.5}, BudgetExceededError),
     ("", {}, QueryError),
-    ("SELECT MAX(age) FROM adult", {}, UnsupportedQueryError),
-    ("SELECT MIN(age) FROM adult", {}, UnsupportedQueryError),
+    ("SELECT MAX(*) FROM adult", {}, UnsupportedQueryError),
+    ("SELECT MIN(sex) FROM adult", {}, QueryTypeError),
     ("SELECT * FROM adult", {}, UnsupportedQueryError),
     ("SELECT COUNT(*) FROM other_table", {}, UnsupportedQueryError),
 ]
