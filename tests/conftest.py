@@ -65,3 +65,13 @@ def schema_json(tmp_path: Path, data: dict) -> Path:
     p = tmp_path / "s.json"
     p.write_text(json.dumps(data))
     return p
+
+
+@pytest.fixture(scope="module")
+def ip():
+    """A real IPython shell with dpmagic's magics loaded (one per test module)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext dpmagic", store_history=False)
+    return shell

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from tests_support import run_cell as run
 
 import dpmagic
 from dpmagic.accountant.currency import currency_for
@@ -335,19 +335,6 @@ def test_split_batch_cell() -> None:
     )
     body = "SELECT COUNT(*) FROM t WHERE a < 2;\nSELECT COUNT(*) FROM t WHERE a > 3"
     assert split_batch_cell(body) == (body, None)
-
-
-@pytest.fixture(scope="module")
-def ip() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext dpmagic", store_history=False)
-    return shell
-
-
-def run(ip: InteractiveShell, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code, store_history=False)
-    return result, cap
 
 
 def test_magic_dpbatch(ip: InteractiveShell) -> None:

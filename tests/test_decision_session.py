@@ -252,13 +252,6 @@ def test_mechanism_declares_before_reading(data: pd.DataFrame, schema: Schema) -
 # -- %%dpquery ----------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ip() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext dpmagic", store_history=False)
-    return shell
-
-
 def _run(ip: InteractiveShell, code: str):  # type: ignore[no-untyped-def]
     with capture_output() as cap:
         result = ip.run_cell(code, store_history=False)

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from tests_support import run_cell as run
 
 import dpmagic
 from dpmagic.magics import current_session
-
-
-@pytest.fixture(scope="module")
-def ip() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext dpmagic", store_history=False)
-    return shell
-
-
-def run(ip: InteractiveShell, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code, store_history=False)
-    return result, cap
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from tests_support import run_cell as run
 
 from dpmagic import Session
 from dpmagic.accountant.ledger import Ledger
@@ -353,17 +353,6 @@ def test_each_part_answers_once(df: pd.DataFrame) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- the magic
-@pytest.fixture(scope="module")
-def ip() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext dpmagic", store_history=False)
-    return shell
-
-
-def run(ip: InteractiveShell, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code, store_history=False)
-    return result, cap
 
 
 BIND = (

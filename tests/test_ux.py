@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.capture import capture_output
+from tests_support import run_cell as run
 
 import dpmagic
 from dpmagic import Session
@@ -34,19 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 def pums() -> tuple[pd.DataFrame, dpmagic.Schema]:
     base = Path(dpmagic.__file__).parent / "data"
     return pd.read_csv(base / "pums.csv"), dpmagic.Schema.from_json(base / "pums.schema.json")
-
-
-@pytest.fixture(scope="module")
-def ip() -> InteractiveShell:
-    shell = InteractiveShell.instance()
-    shell.run_cell("%load_ext dpmagic", store_history=False)
-    return shell
-
-
-def run(ip: InteractiveShell, code: str):
-    with capture_output() as cap:
-        result = ip.run_cell(code, store_history=False)
-    return result, cap
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,3 +35,12 @@ def uniform_boxes(t: int, m: int = 10, kmin: int = 2, kmax: int = 4, seed: int =
             cons[str(name)] = CategorySet.of_indices(col, vals)
         out.append(Box(cons))
     return sch, out
+
+
+def run_cell(ip: Any, code: str) -> tuple[Any, Any]:
+    """Run ``code`` in a real IPython shell, capturing what it prints: (ExecutionResult, captured output)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        result = ip.run_cell(code, store_history=False)
+    return result, cap
