@@ -19,32 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import machine_info, md_table, write_results  # noqa: E402
+from workloads import dense_categorical  # noqa: E402
 
 from dpmagic.overlap import max_overlap  # noqa: E402
-from dpmagic.schema import CategoricalColumn, Schema  # noqa: E402
-from dpmagic.sets import Box, CategorySet  # noqa: E402
 
 #: (t, columns, values per column)
 INSTANCES = [(1000, 30, 3), (2000, 8, 5), (3000, 12, 4), (5000, 8, 5)]
-
-
-def dense_categorical(t: int, m: int, k: int, seed: int = 0, p: float = 0.6) -> tuple[Schema, list[Box], np.ndarray]:
-    sch = Schema({f"c{i}": CategoricalColumn(f"c{i}", tuple(range(k))) for i in range(m)})
-    rng = np.random.default_rng(seed)
-    bx = []
-    for _ in range(t):
-        cons = {}
-        for name in sch.names:
-            idx = np.flatnonzero(rng.random(k) < p).tolist() or [int(rng.integers(k))]
-            cons[name] = CategorySet.of_indices(sch[name], idx)
-        bx.append(Box(cons))
-    return sch, bx, rng.uniform(0.5, 1.5, t)
 
 
 def main() -> None:

@@ -694,3 +694,22 @@ def mixed_analyst_log(n: int, seed: int = 0, schema: Schema | None = None, *, me
 
 
 _MIX_NUMERIC_NAMES = tuple(_MIX_NUMERIC)
+
+
+# --------------------------------------------------------------------------------------------------
+# dense categorical workloads (time-limit tests and benchmarks)
+
+
+def dense_categorical(t: int, m: int, k: int, seed: int = 0, p: float = 0.6) -> tuple[Schema, list[Box], np.ndarray]:
+    """t boxes, each constraining all m categorical columns of k values to a random ~60% subset: a dense
+    query graph over a domain too large for the load tensor (the hard case for every solver)."""
+    sch = Schema({f"c{i}": CategoricalColumn(f"c{i}", tuple(range(k))) for i in range(m)})
+    rng = np.random.default_rng(seed)
+    bx = []
+    for _ in range(t):
+        cons = {}
+        for name in sch.names:
+            idx = np.flatnonzero(rng.random(k) < p).tolist() or [int(rng.integers(k))]
+            cons[name] = CategorySet.of_indices(sch[name], idx)
+        bx.append(Box(cons))
+    return sch, bx, rng.uniform(0.5, 1.5, t)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from workloads import dense_categorical
 
 from dpmagic.overlap import OverlapEngine, max_overlap, max_weight_clique, weighted_coloring_bound
 from dpmagic.overlap.rounding import REL_TOL, grid_of, is_exact, proven_upper, sum_down, sum_up
@@ -245,19 +246,6 @@ def test_every_method_bounds_are_proven(wl, exponent, ties):
 # ------------------------------------------------------------------------------------------------------
 # item 11: a time limit is kept (overrun ≤ 10% + 0.3 s) on hard dense instances
 # ------------------------------------------------------------------------------------------------------
-def dense_categorical(t: int, m: int, k: int, seed: int = 0, p: float = 0.6):
-    """t boxes, each constraining all m categorical columns of k values to a random ~60% subset: a dense
-    query graph over a domain too large for the load tensor (the hard case for every solver)."""
-    sch = Schema({f"c{i}": CategoricalColumn(f"c{i}", tuple(range(k))) for i in range(m)})
-    rng = np.random.default_rng(seed)
-    bx = []
-    for _ in range(t):
-        cons = {}
-        for name in sch.names:
-            idx = np.flatnonzero(rng.random(k) < p).tolist() or [int(rng.integers(k))]
-            cons[name] = CategorySet.of_indices(sch[name], idx)
-        bx.append(Box(cons))
-    return sch, bx, rng.uniform(0.5, 1.5, t)
 
 
 @pytest.mark.slow
