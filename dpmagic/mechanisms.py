@@ -50,12 +50,10 @@ __all__ = [
     "calibrate",
     "discrete_gaussian_gdp_excess",
     "discrete_gaussian_gdp_sigma",
-    "float_sum_noise",
     "float_unit",
     "gdp_noise",
     "noise_for",
     "quantise",
-    "release_float_sum",
     "release_integer",
 ]
 
@@ -89,10 +87,6 @@ class Noise:
     cells: int = 1
     #: the sensitivity in grid units the scale is calibrated to (L1 / L2 / per cell; 0: ``sensitivity``)
     calibrated: float = 0.0
-
-    @property
-    def is_discrete(self) -> bool:
-        return self.kind.startswith("discrete")
 
     @property
     def variance(self) -> float:
@@ -286,30 +280,6 @@ def release_integer(values: Sequence[int] | np.ndarray, noise: Noise) -> np.ndar
     return np.asarray(meas(_on_grid(values, noise)), dtype=np.float64) * noise.granularity
 
 
-def float_sum_noise(definition: Definition, cost: float, lower: float, upper: float, *, d_in: int = 1) -> Noise:
-    """Noise for a float SUM over the whole declared range, with no GROUP BY.
-
-    ``d_in`` = 1: add/remove-one neighbours; 2: replace-one (the box is the whole domain, so the change is at
-    most upper − lower).  Queries use :func:`dpmagic.release.plan_noise`, which accounts for WHERE and GROUP BY.
-    """
-    from dpmagic.sensitivity import Coverage, patterns
-
-    cov = Coverage(False, True, 1)
-    real = patterns(lower, upper, cov, replace_one=d_in == 2)
-    if definition == "gdp":
-        _check_mu(cost)
-    unit = float_unit(definition, cost, real, max(abs(lower), abs(upper)))
-    to = _to_units(unit)
-    sens = patterns(to(lower), to(upper), cov, replace_one=d_in == 2)
-    return calibrate(definition, cost, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
-
-
-def release_float_sum(groups: list[np.ndarray], noise: Noise, lower: float, upper: float) -> np.ndarray:
-    """One release per group of float values: quantised to the noise's unit, summed exactly, noised."""
-    sums = [int(quantise(g, noise.unit, lower, upper).astype(object).sum()) for g in groups]
-    return release_integer(sums, noise)
-
-
 # --------------------------------------------------------------------------------------------------
 # μ-GDP of the discrete Gaussian
 #
@@ -427,7 +397,7 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool = True) -> 
     """μ-GDP noise for a one-cell integer release of ``sensitivity``: OpenDP's discrete Gaussian, exactly
     calibrated (:func:`calibrate`; σ_continuous = Δ/μ > 300 is released on a grid g ≈ σ_continuous / 200)."""
     if not integer_values:
-        raise ValueError("dpmagic releases integers: float sums are quantised first (float_sum_noise)")
+        raise ValueError("dpmagic releases integers: float sums are quantised first (dpmagic.release.plan_noise)")
     return calibrate("gdp", mu, Sensitivity(((sensitivity,),)))
 
 

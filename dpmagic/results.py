@@ -6,8 +6,7 @@ Plain values with their rendering delegated to :mod:`dpmagic.display`; nothing h
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -37,7 +36,6 @@ class QueryResult:
     spent: float
     budget: float
     cached: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
     number: int = 0  # the query's number as the analyst sees it (1..n in charging order; 0 = unknown)
     default_cost: bool = False  # no cost was named: the session's default was spent
 

@@ -372,12 +372,6 @@ class Box:
         """Whether a domain row (a value per constrained column at least) lies in the box."""
         return all(c in row and s.contains(row[c]) for c, s in self.constraints.items())
 
-    def some_row(self, schema: Schema) -> dict[str, Any]:
-        """A concrete domain row inside the box (one value per constrained column)."""
-        if self.is_empty():
-            raise ValueError("an empty box has no rows")
-        return {c: s.some_value() for c, s in self.constraints.items() if c in schema}
-
     def describe(self) -> str:
         if self.is_empty():
             return "nothing (empty predicate)"

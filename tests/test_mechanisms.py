@@ -9,7 +9,7 @@ import pytest
 
 from dpmagic.accountant.currency import CURRENCIES, gdp_delta, gdp_epsilon, parse_budget
 from dpmagic.errors import BudgetError
-from dpmagic.mechanisms import Noise, float_sum_noise, noise_for, release_float_sum, release_integer
+from dpmagic.mechanisms import Noise, noise_for, release_integer
 
 N = 20_000
 
@@ -65,11 +65,6 @@ def test_gdp_grid_release_for_large_sensitivity() -> None:
     draws = release_integer(np.full(4000, 10**9 + 7), n) - (10**9 + 7)
     h = n.ci_halfwidth()
     assert abs(np.mean(np.abs(draws) <= h) - 0.95) < 0.03
-    f = float_sum_noise("gdp", 0.5, 0.0, 10.0)
-    assert f.granularity < 1 and f.scale * f.granularity >= 20.0
-    vals = np.linspace(0.0, 10.0, 101)
-    out = release_float_sum([vals] * 2000, f, 0.0, 10.0) - vals.sum()
-    assert abs(np.mean(np.abs(out) <= f.ci_halfwidth()) - 0.95) < 0.03
 
 
 @pytest.mark.parametrize("noise", [Noise("discrete_laplace", 2.0, 1.0), Noise("discrete_gaussian", 3.0, 1.0)])
@@ -85,19 +80,6 @@ def test_integer_noise_moments_and_ci(noise: Noise) -> None:
     assert abs(covered - expected) < 6 * math.sqrt(expected * (1 - expected) / N)
     # h is the smallest such integer
     assert noise.tail(h - 1) > 0.05
-
-
-@pytest.mark.parametrize("definition", ["pure", "zcdp"])
-def test_float_sum_noise_moments_and_ci(definition: str) -> None:
-    noise = float_sum_noise(definition, 0.5, 0.0, 10.0)
-    assert noise.sensitivity >= 10.0  # OpenDP's make_sum sensitivity includes rounding slack
-    values = np.linspace(0.0, 10.0, 101)
-    exact = float(values.sum())
-    draws = release_float_sum([values] * 4000, noise, 0.0, 10.0) - exact
-    assert abs(draws.mean()) < 6 * noise.std / math.sqrt(4000)
-    assert draws.var() == pytest.approx(noise.variance, rel=0.2)
-    covered = np.mean(np.abs(draws) <= noise.ci_halfwidth(0.95))
-    assert abs(covered - 0.95) < 6 * math.sqrt(0.95 * 0.05 / 4000)
 
 
 def test_continuous_halfwidths() -> None:
@@ -148,8 +130,6 @@ def test_tiny_costs_are_refused_before_charging() -> None:
     for definition in ("pure", "zcdp", "gdp"):
         with pytest.raises(BudgetError, match="too small to be useful"):
             noise_for(definition, 1e-89, 1.0, integer=True)
-        with pytest.raises(BudgetError, match="too small to be useful"):
-            float_sum_noise(definition, 1e-89, 0.0, 10.0)
     for definition in ("pure", "gdp"):  # ε = 1e-17: b = 1e17; μ = 1e-17: below the GDP floor
         with pytest.raises(BudgetError, match="too small to be useful"):
             noise_for(definition, 1e-17, 1.0, integer=True)

@@ -65,7 +65,6 @@ class Charge:
     admissible: bool
     neighbors: tuple[int, ...] = ()
     worst_row: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     #: the engine's admission behind these numbers: :meth:`Accountant.charge` commits it without solving again
     admission: Admission | None = field(default=None, repr=False, compare=False)
 
@@ -73,10 +72,6 @@ class Charge:
     def increase(self) -> float:
         """How much the charged additive weight grows."""
         return max(0.0, self.after - self.before)
-
-    @property
-    def remaining_after(self) -> float:
-        return max(0.0, self.total - self.after)
 
 
 class Accountant:

@@ -303,10 +303,6 @@ class Ledger:
         """Whether the ledger's chain is an HMAC chain under a custodian key (read from the file)."""
         return self._auth() is not None
 
-    @property
-    def durable(self) -> bool:
-        return self.path is not None
-
     # -- transactions -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
