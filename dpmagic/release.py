@@ -30,7 +30,7 @@ import pandas as pd
 from dpmagic.accountant.currency import Currency
 from dpmagic.aggregates import plan_extended, release_extended
 from dpmagic.aggregates.common import effective_bounds
-from dpmagic.backends.pandas import Cells
+from dpmagic.cells import Cells
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, release_integer
 from dpmagic.postprocess import ratio_estimate

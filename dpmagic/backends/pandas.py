@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from dpmagic.cells import Cells  # re-exported: the backends' result type lives in dpmagic.cells
 from dpmagic.errors import DataValidationError
 from dpmagic.mechanisms import MAX_ROWS, quantise
 from dpmagic.query.model import Filter, GroupKey, Query
@@ -23,16 +23,6 @@ from dpmagic.sensitivity import clamp_bounds
 from dpmagic.sets import Box, CategorySet, IntervalSet
 
 __all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
-
-
-@dataclass
-class Cells:
-    """Exact aggregates for each GROUP BY cell, in declared-key order."""
-
-    keys: list[tuple[object, ...]]
-    counts: np.ndarray  # int64, one per cell
-    sums: dict[str, list[int]]  # exact integer sums per cell, in the column's units (1, or a float quantum)
-    extra: dict[str, Any] = field(default_factory=dict)  # exact inputs of the dpmagic.aggregates units
 
 
 def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:

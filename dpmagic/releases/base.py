@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpmagic.backends.pandas import Cells
+    from dpmagic.cells import Cells
     from dpmagic.mechanisms import Noise
     from dpmagic.query.model import Query
     from dpmagic.schema import Schema
