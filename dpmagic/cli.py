@@ -19,10 +19,11 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.errors import DPMagicError, QueryError
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
@@ -128,85 +129,35 @@ def analyse(
     engine.extend([it.box for it in items], [it.weight for it in items])
     b = engine.bounds() if items else None
     seconds = time.perf_counter() - t0
-    if b is None:
-        return {
-            "queries": 0,
-            "sequential": 0.0,
-            "max_overlap": {"value": 0.0, "lower": 0.0, "upper": 0.0, "exact": True, "witness": None},
-            "clique": {"value": 0.0, "exact": True},
-            "chromatic": {"value": 0.0},
-            "utility_gain": 0.0,
-            "neighbors": neighbors,
-            "seconds": round(seconds, 6),
-        }
-    o = b.overlap
-    lower, upper, exact = o.lower, o.upper, o.exact
-    witness = o.witness
-    if neighbors == "replace":
+    summary = BoundsSummary.of(b)
+    if b is not None and neighbors == "replace":
         # Replace-one (bounded DP, Inan et al. 2017): the loss of a pair (x, x') is the weight of the queries covering
         # x or x'.  Exact on a small compressed domain; otherwise in [γ, min(2γ, Σw)].
         from dpmagic.overlap.pairs import max_pair_load
 
         pair = max_pair_load([it.box for it in items], [it.weight for it in items], schema)
         if pair is not None:
-            lower = upper = pair.value
-            exact = True
             witness = {"row": pair.rows[0], "other_row": pair.rows[1]}
+            summary = replace(summary, overlap_lower=pair.value, overlap_exact=True, witness=witness)
+            upper = pair.value
         else:
-            upper = min(2.0 * upper, b.sequential)
-            exact = False
-    seq = b.sequential
-    return {
-        "queries": len(items),
-        "sequential": seq,
-        "max_overlap": {
-            "value": upper,
-            "lower": lower,
-            "upper": upper,
-            "exact": bool(exact),
-            "witness": _plain(witness),
-        },
-        "clique": {"value": b.clique, "exact": bool(b.clique_exact)},
-        "chromatic": {"value": b.chromatic},
-        "utility_gain": 0.0 if seq <= 0 else 1.0 - upper / seq,
-        "neighbors": neighbors,
-        "seconds": round(seconds, 6),
-    }
-
-
-def _plain(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if hasattr(obj, "item"):
-        return obj.item()
-    return obj
+            upper = min(2.0 * summary.overlap_upper, summary.sequential)
+            summary = replace(summary, overlap_exact=False)
+        seq = summary.sequential
+        summary = replace(summary, overlap_upper=upper, charged=upper, saving=0.0 if seq <= 0 else 1.0 - upper / seq)
+    return {"queries": len(items), **summary.to_cli(), "neighbors": neighbors, "seconds": round(seconds, 6)}
 
 
 def _table(result: dict[str, Any]) -> str:
-    o = result["max_overlap"]
-    rows = [
-        ("queries", f"{result['queries']}"),
-        ("sequential (Σ w)", f"{result['sequential']:.6g}"),
-        ("colouring bound χ", f"{result['chromatic']['value']:.6g}"),
-        (
-            "max weight clique ω",
-            f"{result['clique']['value']:.6g}"
-            + ("" if result["clique"]["exact"] else "  (search timed out: lower bound)"),
-        ),
-        (
-            "maximum overlap γ",
-            f"{o['upper']:.6g}" + ("  (exact)" if o["exact"] else f"  in [{o['lower']:.6g}, {o['upper']:.6g}]"),
-        ),
-        ("charged (upper bound)", f"{o['upper']:.6g}"),
-        ("utility gain", f"{100 * result['utility_gain']:.1f}%"),
-        ("neighbours", result["neighbors"]),
-        ("seconds", f"{result['seconds']:.3f}"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    if o["witness"]:
-        lines.append("worst-case row".ljust(width) + "  " + ", ".join(f"{k}={v!r}" for k, v in o["witness"].items()))
-    return "\n".join(lines)
+    """The text form of :func:`analyse`'s result: the bounds' one text rendering between the CLI's own lines."""
+    from dpmagic.display import bounds_text  # imports pandas: only for the text output
+
+    return bounds_text(
+        BoundsSummary.from_cli(result),
+        spec=".6g",
+        before=[("queries", f"{result['queries']}")],
+        after=[("neighbours", result["neighbors"]), ("seconds", f"{result['seconds']:.3f}")],
+    )
 
 
 def _cmd_overlap(args: argparse.Namespace) -> int:

@@ -9,17 +9,22 @@ cost lines, the panel, ``%dpbudget`` and the plots (ledger event ids are an impl
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 if TYPE_CHECKING:
+    from dpmagic.accountant.bounds import BoundsSummary
     from dpmagic.accountant.currency import Currency
     from dpmagic.results import QueryResult
     from dpmagic.session import Session
 
 __all__ = [
     "BOUND_LABELS",
+    "bounds_html",
+    "bounds_rows",
+    "bounds_text",
     "NEARLY_SPENT",
     "budget_line_html",
     "budget_line_text",
@@ -192,4 +197,74 @@ def bound_header_html(key: str) -> str:
     label, tip = BOUND_LABELS[key]
     return (
         f"<th title='{html.escape(tip, quote=True)}' style='padding:0 10px;text-align:left'>{html.escape(label)}</th>"
+    )
+
+
+#: the technical symbol shown next to each plain label in the text rendering
+_BOUND_SYMBOLS = {
+    "sequential": "sequential Σ",
+    "chromatic": "colouring χ",
+    "clique": "clique ω",
+    "overlap": "maximum overlap γ",
+}
+
+
+def bounds_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list[tuple[str, str]]:
+    """The four bounds, the charged value, the saving and the worst-case row as (label, value) lines."""
+    exact = (
+        "exact" if b.overlap_exact else f"in [{fmt(b.overlap_lower, scale, spec)}, {fmt(b.overlap_upper, scale, spec)}]"
+    )
+    row = b.witness
+    return [
+        (f"{BOUND_LABELS['sequential'][0]} ({_BOUND_SYMBOLS['sequential']})", fmt(b.sequential, scale, spec)),
+        (f"{BOUND_LABELS['chromatic'][0]} ({_BOUND_SYMBOLS['chromatic']})", fmt(b.chromatic, scale, spec)),
+        (
+            f"{BOUND_LABELS['clique'][0]} ({_BOUND_SYMBOLS['clique']})",
+            fmt(b.clique, scale, spec) + ("" if b.clique_exact else "  (search timed out: an upper bound)"),
+        ),
+        (
+            f"{BOUND_LABELS['overlap'][0]} ({_BOUND_SYMBOLS['overlap']})",
+            f"{fmt(b.overlap_upper, scale, spec)}  ({exact})",
+        ),
+        ("charged (upper bound)", fmt(b.charged, scale, spec)),
+        ("saving vs adding up (utility gain)", f"{100 * b.saving:.1f}%"),
+        ("worst-case row", ", ".join(f"{k}={v!r}" for k, v in row.items()) if row else "—"),
+    ]
+
+
+def bounds_text(
+    b: BoundsSummary,
+    scale: float = 1.0,
+    spec: str = ".4g",
+    *,
+    before: Sequence[tuple[str, str]] = (),
+    after: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The one text rendering of the bounds: aligned ``label  value`` lines (``before`` / ``after``: extra lines)."""
+    rows = [*before, *bounds_rows(b, scale, spec), *after]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def bounds_html(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> str:
+    """The one HTML rendering of the bounds: plain labels with the technical name as a tooltip, and the saving."""
+    exact = (
+        "exact" if b.overlap_exact else f"in [{fmt(b.overlap_lower, scale, spec)}, {fmt(b.overlap_upper, scale, spec)}]"
+    )
+    cells = [
+        (bound_header_html("sequential"), fmt(b.sequential, scale, spec)),
+        (bound_header_html("chromatic"), fmt(b.chromatic, scale, spec)),
+        (bound_header_html("clique"), fmt(b.clique, scale, spec) + ("" if b.clique_exact else " (upper bound)")),
+        (bound_header_html("overlap"), f"{fmt(b.overlap_upper, scale, spec)} ({exact})"),
+        (
+            "<th title='how much less than adding every cost up' style='padding:0 10px;text-align:left'>saving</th>",
+            f"{100 * b.saving:.1f}%",
+        ),
+    ]
+    return (
+        "<table style='border-collapse:collapse'><tr>"
+        + "".join(k for k, _ in cells)
+        + "</tr><tr>"
+        + "".join(f"<td style='padding:0 10px'>{v}</td>" for _, v in cells)
+        + "</tr></table>"
     )

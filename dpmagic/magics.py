@@ -25,8 +25,9 @@ from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.ledger import default_ledger_path
-from dpmagic.display import BOUND_LABELS, bound_header_html, budget_line_html, budget_line_text, clean, fmt
+from dpmagic.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
 from dpmagic.errors import ConfigurationError, DPMagicError
 from dpmagic.postprocess import POSTPROCESS_OPTIONS
 from dpmagic.schema import Schema
@@ -647,7 +648,7 @@ def budget_summary(session: Session) -> dict[str, Any]:
     cur = session.currency
     eps, delta = session.approx_dp()
     total = session.budget.total
-    bounds = {k: clean(v, total) if isinstance(v, float) else v for k, v in session.bounds_summary().items()}
+    bounds = session.bounds().rounded(lambda v: clean(v, total)).to_dict()
     return {  # rounded for display (float leftovers such as 1e-14 dropped); the charge keeps the exact values
         "definition": cur.definition,
         "parameter": cur.parameter,
@@ -671,14 +672,10 @@ class BudgetReport:
         return budget_html(self.session, self.summary)
 
     def __repr__(self) -> str:
-        s, b = self.summary, self.summary["bounds"]
+        s = self.summary
         head = (
             f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; {s['queries']} queries "
-            f"({s['bound']} bound)\n"
-            f"bounds: {BOUND_LABELS['sequential'][0]} {b['sequential']:.4g}, {BOUND_LABELS['chromatic'][0]} "
-            f"{b['chromatic']:.4g}, {BOUND_LABELS['clique'][0]} {b['clique']:.4g}, {BOUND_LABELS['overlap'][0]} "
-            f"{b['overlap_upper']:.4g}{'' if b['overlap_exact'] else ' (upper bound)'}; "
-            f"saving vs adding up {100 * b['saving']:.1f}%"
+            f"({s['bound']} bound)\n" + bounds_text(BoundsSummary.from_dict(s["bounds"]), s["budget"])
         )
         frame = numbered_frame(self.session)
         return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
@@ -686,24 +683,10 @@ class BudgetReport:
 
 def budget_html(session: Session, summary: dict[str, Any]) -> str:
     cur = session.currency
-    b = summary["bounds"]
     total = summary["budget"]
-    exact = "exact" if b["overlap_exact"] else f"in [{b['overlap_lower']:.4g}, {b['overlap_upper']:.4g}]"
     rows = numbered_frame(session)
     table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
-    cells = [
-        ("sequential", fmt(b["sequential"], total)),
-        ("chromatic", fmt(b["chromatic"], total)),
-        ("clique", fmt(b["clique"], total) + ("" if b["clique_exact"] else " (not exact)")),
-        ("overlap", f"{fmt(b['overlap_upper'], total)} ({exact})"),
-    ]
-    bounds = (
-        "<table class='dpmagic-bounds'><tr>"
-        + "".join(bound_header_html(k) for k, _ in cells)
-        + "<th>saving</th></tr><tr>"
-        + "".join(f"<td>{v}</td>" for _, v in cells)
-        + f"<td>{100 * b['saving']:.1f}%</td></tr></table>"
-    )
+    bounds = f"<div class='dpmagic-bounds'>{bounds_html(BoundsSummary.from_dict(summary['bounds']), total)}</div>"
     return (
         f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, {summary['queries']} queries, "
         f"in {html.escape(cur.parameter)}){budget_line_html(summary['spent'], total, cur)}{bounds}</div>{table}"

@@ -1,6 +1,6 @@
 """Plots of a session's accounting (matplotlib): the query graph, the budget over time, the budget map.
 
-Each function returns a :class:`matplotlib.figure.Figure` and reads only the ledger and the overlap engine,
+Each function returns a :class:`matplotlib.figure.Figure` and reads only the accountant's public views (ledger entries, bounds, query graph),
 never the data.
 """
 
@@ -15,7 +15,6 @@ from matplotlib.figure import Figure
 
 from dpmagic.display import fmt, query_numbers
 from dpmagic.errors import ConfigurationError
-from dpmagic.overlap import overlap_adjacency
 from dpmagic.session import Session
 
 __all__ = ["plot_graph", "plot_budget", "plot_map"]
@@ -60,8 +59,7 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     """
     from matplotlib.lines import Line2D
 
-    engine = session.accountant.engine
-    n = len(engine)
+    n = len(session.accountant)
     fig, ax = plt.subplots(figsize=(8, 5.5))
     ax.set_axis_off()
     if n == 0:
@@ -69,15 +67,15 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
         return _done(fig)
     if n > max_nodes:
         raise ConfigurationError(f"the query graph has {n} queries; plotting is limited to {max_nodes}")
-    adj = overlap_adjacency(engine.store)
-    g = nx.from_scipy_sparse_array(adj)
+    graph = session.accountant.graph()
+    g = nx.from_scipy_sparse_array(graph.adjacency)
     g.remove_edges_from(nx.selfloop_edges(g))
-    colors = engine.coloring()
-    members = set(engine.overlap_members())
+    colors = graph.colors
+    members = set(graph.members)
     pos = _layout(g)
     cmap = plt.get_cmap("tab20")
     node_colors = [cmap(int(c) % 20) if c >= 0 else (0.85, 0.85, 0.85, 1.0) for c in colors]
-    wmax = max(float(engine.weights.max()), 1e-12)
+    wmax = max(float(graph.weights.max()), 1e-12)
     nx.draw_networkx_edges(g, pos, ax=ax, alpha=0.3)
     nx.draw_networkx_nodes(
         g,
@@ -86,24 +84,24 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
         node_color=node_colors,
         edgecolors=["#c62828" if i in members else "#333333" for i in range(n)],
         linewidths=[3.0 if i in members else 0.5 for i in range(n)],
-        node_size=[120 + 600 * float(wt) / wmax for wt in engine.weights],
+        node_size=[120 + 600 * float(wt) / wmax for wt in graph.weights],
     )
     if n <= 60:
         numbers = query_numbers(session)
         acc = session.accountant
         labels = {i: str(numbers.get(acc.entry_id(i), i + 1)) for i in range(n)}
         nx.draw_networkx_labels(g, pos, labels=labels, ax=ax, font_size=8)
-    b = session.bounds_summary()
+    b = session.bounds()
     cur = session.currency
     n_colours = int(colors.max()) + 1 if colors.max() >= 0 else 0
     total = session.budget.total
     ax.set_title(
         f"query graph: {n} queries in {n_colours} groups of disjoint queries\n"
-        f"all added up {fmt(b['sequential'], total, '.3g')}, by groups {fmt(b['chromatic'], total, '.3g')}, "
-        f"one person's worst case {fmt(b['overlap_upper'], total, '.3g')} {cur.symbol}",
+        f"all added up {fmt(b.sequential, total, '.3g')}, by groups {fmt(b.chromatic, total, '.3g')}, "
+        f"one person's worst case {fmt(b.overlap_upper, total, '.3g')} {cur.symbol}",
         fontsize=9,
     )
-    wmin = float(engine.weights.min())
+    wmin = float(graph.weights.min())
     handles = [
         Line2D([], [], color="#999999", alpha=0.6, label="line: the two queries can touch the same person"),
         Line2D(

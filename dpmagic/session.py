@@ -25,6 +25,7 @@ import pandas as pd
 
 from dpmagic import display
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound, Neighbors
+from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
@@ -533,36 +534,13 @@ class Session:
         ]
         return pd.DataFrame(rows, columns=["id", "sql", "cost", "charged after", "bound", "status", "time"])
 
+    def bounds(self) -> BoundsSummary:
+        """All four bounds (in the session's parameter), the charged one, the saving and the worst-case row."""
+        return self.accountant.summary()
+
     def bounds_summary(self) -> dict[str, Any]:
-        """All four bounds (in the session's parameter), the charged one, and the savings."""
-        cur = self.currency
-        if len(self.accountant) == 0:
-            return {
-                "sequential": 0.0,
-                "chromatic": 0.0,
-                "clique": 0.0,
-                "overlap_lower": 0.0,
-                "overlap_upper": 0.0,
-                "overlap_exact": True,
-                "clique_exact": True,
-                "witness": None,
-                "charged": 0.0,
-                "saving": 0.0,
-            }
-        b = self.accountant.bounds()
-        charged = self.accountant.charged_weight
-        return {
-            "sequential": cur.cost(b.sequential),
-            "chromatic": cur.cost(b.chromatic),
-            "clique": cur.cost(b.clique),
-            "clique_exact": b.clique_exact,
-            "overlap_lower": cur.cost(b.overlap.lower),
-            "overlap_upper": cur.cost(b.overlap.upper),
-            "overlap_exact": b.overlap.exact,
-            "witness": b.overlap.witness,
-            "charged": cur.cost(charged),
-            "saving": 0.0 if b.sequential <= 0 else 1.0 - charged / b.sequential,
-        }
+        """:meth:`bounds` as a JSON-able dict (:meth:`BoundsSummary.to_dict`)."""
+        return self.bounds().to_dict()
 
     def approx_dp(self) -> tuple[float, float]:
         """The (ε, δ) equivalent of the charged loss (δ = the session's delta; δ = 0 for pure DP)."""

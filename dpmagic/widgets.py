@@ -26,7 +26,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from dpmagic.display import BOUND_LABELS, NEARLY_SPENT, bound_header_html, budget_state, fmt, query_numbers
+from dpmagic.display import NEARLY_SPENT, bounds_html, bounds_text, budget_state, fmt, query_numbers
 from dpmagic.session import Session
 
 __all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "panel_text"]
@@ -130,32 +130,14 @@ class BudgetWidget:
             f"{fmt(total, total, '.2f')} {cur.symbol} ({100 * frac:.0f}%), remaining {fmt(s.remaining, total, '.2f')} "
             f"{cur.symbol} · {len(s.accountant)} queries · bound: {html.escape(s.accountant.charged_as)}{flag}</span>"
         )
-        b = s.bounds_summary()
-        exact = "exact" if b["overlap_exact"] else f"in [{b['overlap_lower']:.3g}, {b['overlap_upper']:.3g}]"
-        cells = [
-            (bound_header_html("sequential"), fmt(b["sequential"], total, ".3g")),
-            (bound_header_html("chromatic"), fmt(b["chromatic"], total, ".3g")),
-            (bound_header_html("clique"), fmt(b["clique"], total, ".3g") + ("" if b["clique_exact"] else " (≤)")),
-            (bound_header_html("overlap"), f"{fmt(b['overlap_upper'], total, '.3g')} ({exact})"),
-            (
-                "<th title='how much less than adding every cost up' style='padding:0 10px;text-align:left'>"
-                "saving</th>",
-                f"{100 * b['saving']:.1f}%",
-            ),
-        ]
-        self.bounds.value = (
-            "<table style='border-collapse:collapse'><tr>"
-            + "".join(k for k, _ in cells)
-            + "</tr><tr>"
-            + "".join(f"<td style='padding:0 10px'>{v}</td>" for _, v in cells)
-            + "</tr></table>"
-        )
+        b = s.bounds()
+        self.bounds.value = bounds_html(b, total, ".3g")
         if cur.definition == "pure":
             self.approx.value = ""
         else:
             eps, delta = s.approx_dp()
             self.approx.value = f"equivalent to ({eps:.3g}, {delta:.0e})-DP"
-        row = b["witness"]
+        row = b.witness
         self.worst.value = "worst-case row: " + (
             html.escape(", ".join(f"{k}={v!r}" for k, v in row.items())) if row else "—"
         )
@@ -201,26 +183,15 @@ def panel_text(s: Session) -> str:
 
     cur = s.currency
     total = s.budget.total
-    b = s.bounds_summary()
     lines = [
         f"dpmagic budget — {s.schema.table}, {cur.definition}",
         budget_line_text(s.spent, total, cur),
-        f"{len(s.accountant)} queries · bound: {s.accountant.charged_as} · saving vs adding up: {100 * b['saving']:.1f}%",
-        "  ".join(
-            f"{BOUND_LABELS[k][0]}: {fmt(b[v], total, '.3g')}"
-            for k, v in (
-                ("sequential", "sequential"),
-                ("chromatic", "chromatic"),
-                ("clique", "clique"),
-                ("overlap", "overlap_upper"),
-            )
-        ),
+        f"{len(s.accountant)} queries · bound: {s.accountant.charged_as}",
+        bounds_text(s.bounds(), total, ".3g"),
     ]
     if cur.definition != "pure":
         eps, delta = s.approx_dp()
         lines.append(f"equivalent to ({eps:.3g}, {delta:.0e})-DP")
-    row = b["witness"]
-    lines.append("worst-case row: " + (", ".join(f"{k}={v!r}" for k, v in row.items()) if row else "—"))
     entries = s.accountant.entries()
     for number, e in list(enumerate(entries, 1))[-10:][::-1]:
         lines.append(f"  #{number:<3} {fmt(e.cost, total, '.3g'):>7} {cur.symbol}  {' '.join(e.sql.split())[:90]}")

@@ -25,6 +25,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
+
+from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.errors import BudgetExceededError, ConfigurationError
@@ -34,7 +37,16 @@ from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.schema import NumericColumn, Schema
 from dpmagic.sets import Box, box_from_json, box_to_json
 
-__all__ = ["Accountant", "Charge", "ChargeBound", "CHARGE_BOUNDS", "Neighbors", "NEIGHBORS"]
+__all__ = [
+    "Accountant",
+    "BoundsSummary",
+    "Charge",
+    "QueryGraph",
+    "ChargeBound",
+    "CHARGE_BOUNDS",
+    "Neighbors",
+    "NEIGHBORS",
+]
 
 ChargeBound = ChargeKind  # one definition: dpmagic.overlap.engine
 CHARGE_BOUNDS: tuple[ChargeBound, ...] = ("exact", "clique", "chromatic", "sequential")
@@ -72,6 +84,18 @@ class Charge:
     def increase(self) -> float:
         """How much the charged additive weight grows."""
         return max(0.0, self.after - self.before)
+
+
+@dataclass(frozen=True)
+class QueryGraph:
+    """The charged queries as a graph (:meth:`Accountant.graph`): an edge when two queries can touch the same
+    row (``adjacency``, scipy sparse, ``None`` when empty), a proper colouring (``colors``; −1: an empty
+    query), the queries covering the worst-case row (``members``) and the additive ``weights``."""
+
+    adjacency: Any
+    colors: np.ndarray
+    members: tuple[int, ...]
+    weights: np.ndarray
 
 
 class Accountant:
@@ -155,6 +179,24 @@ class Accountant:
     def bounds(self) -> Bounds:
         """The four bounds on the current maximum load (additive weights)."""
         return self.engine.bounds()
+
+    def summary(self) -> BoundsSummary:
+        """The four bounds, the charged value and the saving, in the session's parameter (for reports)."""
+        if len(self.engine) == 0:
+            return BoundsSummary()
+        return BoundsSummary.of(self.engine.bounds(), charged=self._charged, unit=self.budget.currency.cost)
+
+    def graph(self) -> QueryGraph:
+        """The charged queries as a graph, for display (read-only; nodes in charging order)."""
+        from dpmagic.overlap import overlap_adjacency
+
+        e = self.engine
+        return QueryGraph(
+            adjacency=overlap_adjacency(e.store) if len(e) else None,
+            colors=np.asarray(e.coloring()),
+            members=tuple(int(i) for i in e.overlap_members()),
+            weights=np.asarray(e.weights, dtype=float),
+        )
 
     @property
     def charged_weight(self) -> float:
@@ -274,7 +316,7 @@ class Accountant:
                     "weight": ch.weight,
                     "bound": ch.charged_as,
                     "charged_after": ch.after,
-                    "details": {"bounds": bounds_to_json(ch.bounds), **(details or {})},
+                    "details": {"bounds": BoundsSummary.of(ch.bounds).to_dict(session=False), **(details or {})},
                 },
             )
         entry_id = event.seq
@@ -387,20 +429,6 @@ def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], l
             merged.append(piece)
         last_sig = sig
     return [str(s) for s in merged], merged
-
-
-def bounds_to_json(b: Bounds) -> dict[str, Any]:
-    o = b.overlap
-    return {
-        "sequential": b.sequential,
-        "chromatic": b.chromatic,
-        "clique": b.clique,
-        "clique_exact": b.clique_exact,
-        "overlap_lower": o.lower,
-        "overlap_upper": o.upper,
-        "overlap_exact": o.exact,
-        "witness": o.witness,
-    }
 
 
 def _fmt(x: float) -> str:
