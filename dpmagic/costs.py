@@ -2,12 +2,14 @@
 
 Reads no data and changes nothing: the session calls :func:`parse_cost` on the options of a cell and
 :func:`resolve_cost` to turn them into one number in the session's parameter (ε, ρ or μ) before planning the
-noise.  :func:`cache_key` names an answer for free re-runs (same normalised query, same cost option).
+noise (:func:`session_cost` with the session's own budget, schema and affordability).  The re-run key of an
+answer is :func:`dpmagic.cache.cache_key`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from dpmagic.accountant.currency import Budget, Currency, check_cost
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError
@@ -15,7 +17,10 @@ from dpmagic.query.model import Query
 from dpmagic.release import cost_for_target
 from dpmagic.schema import Schema
 
-__all__ = ["CostSpec", "parse_cost", "resolve_cost", "cache_key"]
+if TYPE_CHECKING:
+    from dpmagic.session import Session
+
+__all__ = ["CostSpec", "parse_cost", "resolve_cost", "session_cost"]
 
 #: a cost as given: a number, ``"max"`` or None (the session's default)
 CostSpec = float | str | None
@@ -91,7 +96,16 @@ def resolve_cost(
     return float(spec)
 
 
-def cache_key(q: Query, currency: Currency, spec: CostSpec, ci: float | None, min_rows: int | None) -> str:
-    """The re-run key of an answer: the normalised query and the cost option as given."""
-    cost = "default" if spec is None and ci is None else (f"ci={ci!r},min_rows={min_rows!r}" if ci else repr(spec))
-    return f"{q.key}|{currency.parameter}={cost}"
+def session_cost(session: Session, q: Query, spec: CostSpec, *, ci: float | None, min_rows: int | None) -> float:
+    """:func:`resolve_cost` with a session's budget, schema, neighbouring relation, default and affordability."""
+    return resolve_cost(
+        q,
+        spec,
+        ci=ci,
+        min_rows=min_rows,
+        budget=session.budget,
+        schema=session.schema,
+        replace_one=session.neighbors == "replace",
+        default_cost=session.default_cost,
+        affordable=lambda: session.affordable(q),
+    )

@@ -30,8 +30,9 @@ from dpmagic.accountant.ledger import default_ledger_path
 from dpmagic.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
 from dpmagic.errors import ConfigurationError, DPMagicError
 from dpmagic.postprocess import POSTPROCESS_OPTIONS
+from dpmagic.regions import EmptyRegionWarning, empty_region_message
 from dpmagic.schema import Schema
-from dpmagic.session import EmptyRegionWarning, Session, empty_region_message
+from dpmagic.session import Session
 
 __all__ = ["DPMagic", "current_session"]
 

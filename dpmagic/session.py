@@ -12,34 +12,35 @@ draw the noise → record the release.  Any error before the commit spends nothi
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
 import time
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from dpmagic import display
+from dpmagic import reports
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound, Neighbors
+from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
-from dpmagic.costs import CostSpec, cache_key, parse_cost, resolve_cost
-from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
+from dpmagic.cache import ReleaseCache, cache_key
+from dpmagic.costs import CostSpec, parse_cost, session_cost
+from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
+from dpmagic.events import EventBus, Listener
 from dpmagic.postprocess import tidy
 from dpmagic.progress import Ticker
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
+from dpmagic.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.releases import Mechanism, QueryMechanism
 from dpmagic.results import Preview, QueryResult, Released
 from dpmagic.schema import OutOfRangePolicy, Schema
 
-__all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning"]
+# re-exported: their homes are dpmagic.regions and dpmagic.accountant.binding
+__all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning", "empty_region_message", "ledger_key"]
 
 
 class Session:
@@ -113,7 +114,7 @@ class Session:
             ledger = Ledger(ledger)
         self.ledger = ledger
         self.ledger_key = ledger_key(self.schema)
-        self._open_ledger(neighbors)
+        open_binding(ledger, self.ledger_key, self.schema, self.budget, neighbors)
         self.accountant = Accountant(
             self.budget,
             self.schema,
@@ -124,82 +125,19 @@ class Session:
             key=self.ledger_key,
         )
         self.results: list[QueryResult] = []
-        self._cache: dict[str, QueryResult] = {}
-        self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
+        self.cache = ReleaseCache()
+        self.events = EventBus()
         self.panel: Any = None  # the live budget widget, once the magics display it
         self.sidecar: Any = None  # JupyterLab side panel holding it (sidecar package), if used
 
-    def _open_ledger(self, neighbors: str) -> None:
-        """Record the first binding of this data set, or check that this binding matches the recorded one.
-
-        The ledger key is the data set's identity: the schema's declared ``dataset`` id, else its canonical
-        domain (:func:`ledger_key`) — never the bound rows, so dropping, duplicating or editing a row, or
-        editing the schema's free text, cannot hand out a fresh budget for the same people.  Its privacy
-        definition, budget and neighbouring relation are fixed by its first binding; binding it with another
-        definition or budget is refused: changing the budget is a custodian action (``dpmagic ledger
-        set-budget`` / ``reset``), recorded in the ledger.  Nothing computed from the rows (no hash, no row
-        count) is written: the ledger file and its exports are not private data.
-        """
-        cur = self.currency
-        domain = self.schema.domain_fingerprint()
-        if not self.ledger.can_append:
-            raise ConfigurationError(
-                f"the ledger at {self.ledger.path} is keyed by its custodian: a session charging it needs the "
-                "custodian key",
-                hint="the custodian provides it to the kernel: $DPMAGIC_LEDGER_KEY_FILE",
-            )
-        with self.ledger.transaction():
-            opening = self.ledger.opening(self.ledger_key)
-            if opening is None:
-                self.ledger.append(
-                    self.ledger_key,
-                    "open",
-                    {
-                        "dataset": self.schema.dataset,
-                        "table": self.schema.table,
-                        "domain": domain,
-                        "definition": cur.definition,
-                        "parameter": cur.parameter,
-                        "budget": self.budget.total,
-                        "delta": self.budget.delta,
-                        "neighbors": neighbors,
-                    },
-                )
-                return
-        if opening.get("domain") != domain:
-            raise ConfigurationError(
-                f"data set {self.schema.dataset!r} was first bound in this ledger with another domain (columns, "
-                "categories or bounds); its recorded charges are about that domain",
-                hint="bind the schema it was opened with, or have the custodian declare a new 'dataset' id",
-            )
-        if opening["definition"] != cur.definition:
-            raise BudgetError(
-                f"this data set's ledger is kept in {opening['parameter']} ({opening['definition']}); it cannot be "
-                f"re-bound under {cur.definition}",
-                hint=f"bind with --budget {opening['parameter']}=...",
-            )
-        recorded = self.ledger.budget_of(self.ledger_key)
-        if recorded is not None and abs(recorded - self.budget.total) > 1e-12 * max(1.0, recorded):
-            raise BudgetError(
-                f"this data set's ledger has a budget of {cur.parameter}={recorded:g}, not {self.budget.total:g}: "
-                "changing a budget is a custodian action",
-                hint=f"bind with --budget {cur.parameter}={recorded:g}, or ask the custodian (dpmagic ledger set-budget)",
-            )
-        if opening.get("neighbors", "add-remove") != neighbors:
-            raise ConfigurationError(
-                f"this data set's ledger uses {opening.get('neighbors')} neighbours, not {neighbors}"
-            )
-
     # -- events ------------------------------------------------------------------------------------------
-    def subscribe(self, callback: Callable[[str, dict[str, Any]], None]) -> None:
+    def subscribe(self, callback: Listener) -> None:
         """Call ``callback(kind, info)`` on every event: ``computing``, ``progress`` (every 0.25 s once the
         accounting took 0.5 s: ``elapsed``, ``limit`` in seconds), ``charged``, ``cached``, ``refused``, ``failed``."""
-        self._listeners.append(callback)
+        self.events.subscribe(callback)
 
     def _emit(self, kind: str, **info: Any) -> None:
-        for cb in list(self._listeners):
-            with contextlib.suppress(Exception):  # a display problem must never affect accounting
-                cb(kind, info)
+        self.events.emit(kind, **info)
 
     # -- properties ------------------------------------------------------------------------------------
     @property
@@ -230,56 +168,6 @@ class Session:
         names = None if self.table_names == ("data",) else self.table_names
         return parse_query(sql, self.schema, tables=names)
 
-    def _spec(self, cost: CostSpec, named: Mapping[str, CostSpec]) -> CostSpec:
-        return parse_cost(self.currency, cost, named)
-
-    def _resolve(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> float:
-        return resolve_cost(
-            q,
-            spec,
-            ci=ci,
-            min_rows=min_rows,
-            budget=self.budget,
-            schema=self.schema,
-            replace_one=self.neighbors == "replace",
-            default_cost=self.default_cost,
-            affordable=lambda: self.affordable(q),
-        )
-
-    def _cache_key(self, q: Query, spec: CostSpec, ci: float | None, min_rows: int | None) -> str:
-        return cache_key(q, self.currency, spec, ci, min_rows)
-
-    def _cached(self, key: str) -> QueryResult | None:
-        hit = self._cache.get(key)
-        if hit is None:
-            e = self.accountant.released_entry(key)  # answered before a restart, or by another kernel
-            if e is not None:
-                q = self.parse(e.sql)
-                hit = QueryResult(
-                    query=q,
-                    df=pd.DataFrame(e.answer["data"], columns=e.answer["columns"]),
-                    cost=e.cost,
-                    currency=self.currency,
-                    charge=self.accountant.preview(q.coverage, e.cost),
-                    noise={},
-                    entry_id=e.id,
-                    seconds=0.0,
-                    spent=self.spent,
-                    budget=self.budget.total,
-                )
-                self._cache[key] = hit
-        if hit is None:
-            return None
-        return dataclasses.replace(
-            hit,
-            df=hit.df.copy(),
-            seconds=0.0,
-            spent=self.spent,
-            budget=self.budget.total,
-            cached=True,
-            number=display.query_numbers(self).get(hit.entry_id, 0),
-        )
-
     def affordable(self, sql_or_query: str | Query) -> float:
         """The largest cost a query could be given now: budget minus the maximum current load on its region.
 
@@ -302,20 +190,12 @@ class Session:
         """Dry run: what the query would add to the charged bound, which registered queries it overlaps, which
         row would become the worst case, and its noise — without reading data or spending anything."""
         q = self.parse(sql)
-        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         warn_if_empty(q)
-        cached = self._cached(self._cache_key(q, spec, ci, min_rows)) is not None
-        c = self._resolve(q, spec, ci, min_rows)
+        cached = self.cache.get(cache_key(q, self.currency, spec, ci, min_rows), self) is not None
+        c = session_cost(self, q, spec, ci=ci, min_rows=min_rows)
         mech = self._mechanism(q, c)
         ch = self.accountant.preview(mech.coverage, mech.cost)
-        overlapping = pd.DataFrame(
-            [
-                {"id": i, "sql": e.sql.strip(), "cost": e.cost}
-                for i in ch.neighbors
-                if (e := self.accountant.entry(i)) is not None
-            ],
-            columns=["id", "sql", "cost"],
-        )
         noise = mech.noise
         return Preview(
             query=q,
@@ -323,7 +203,7 @@ class Session:
             currency=self.currency,
             charge=ch,
             affordable=self.affordable(q),
-            overlapping=overlapping,
+            overlapping=reports.overlapping_frame(self.accountant, ch.neighbors),
             noise=noise,
             halfwidth={k: v.ci_halfwidth(0.95) for k, v in noise.items()},
             cached=cached,
@@ -359,11 +239,11 @@ class Session:
         """
         t0 = time.perf_counter()
         q = self.parse(sql)
-        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         tidy(pd.DataFrame(), q, self.schema, postprocess)  # unknown options fail here, before any charge
-        key = self._cache_key(q, spec, ci, min_rows)
+        key = cache_key(q, self.currency, spec, ci, min_rows)
         if not fresh:
-            hit = self._cached(key)
+            hit = self.cache.get(key, self)
             if hit is not None:
                 hit.df = tidy(hit.df, q, self.schema, postprocess)
                 self.results.append(hit)
@@ -377,7 +257,7 @@ class Session:
             + (f", then answering {cells:,} cells" if cells > 1 else ""),
         )
         try:
-            c = self._resolve(q, spec, ci, min_rows)
+            c = session_cost(self, q, spec, ci=ci, min_rows=min_rows)
             mech = self._mechanism(q, c)
         except DPMagicError as exc:
             self._emit("refused" if isinstance(exc, BudgetExceededError) else "failed", message=str(exc))
@@ -399,7 +279,7 @@ class Session:
             default_cost=spec is None and ci is None,
         )
         self._emit("charged", entry=entry_id, number=result.number, seconds=result.seconds)
-        self._cache[key] = result
+        self.cache.put(key, result)
         self.results.append(result)
         return result
 
@@ -480,7 +360,7 @@ class Session:
         their expected RMSE and the charge, reading nothing (:mod:`dpmagic.releases.batch`)."""
         from dpmagic.releases.batch import session_batch
 
-        spec = self._spec(cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         return session_batch(
             self, workload, where=where, strategy=strategy, cost_spec=spec, rmse_target=rmse, dry_run=dry_run
         )
@@ -511,28 +391,12 @@ class Session:
     def budget_map(self, first: str, second: str) -> pd.DataFrame:
         """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
         columns: where the budget has gone.  Rows are ``first``'s values, columns ``second``'s."""
-        rows, cols, grid = self.accountant.load_map(first, second)
-        cur = self.currency
-        data = [[cur.cost(max(0.0, v)) for v in line] for line in grid]
-        frame = pd.DataFrame(data, index=pd.Index(rows, name=first), columns=pd.Index(cols, name=second))
-        return frame
+        return reports.budget_map(self.accountant, first, second)
 
     # -- reporting ---------------------------------------------------------------------------------------
     def ledger_frame(self) -> pd.DataFrame:
         """One row per charged query: SQL, cost, the bound charged after it, status."""
-        rows = [
-            {
-                "id": e.id,
-                "sql": e.sql.strip(),
-                "cost": e.cost,
-                "charged after": self.currency.cost(e.charged_after),
-                "bound": e.bound,
-                "status": e.status,
-                "time": pd.Timestamp(e.created, unit="s"),
-            }
-            for e in self.accountant.entries()
-        ]
-        return pd.DataFrame(rows, columns=["id", "sql", "cost", "charged after", "bound", "status", "time"])
+        return reports.ledger_frame(self.accountant)
 
     def bounds(self) -> BoundsSummary:
         """All four bounds (in the session's parameter), the charged one, the saving and the worst-case row."""
@@ -559,36 +423,3 @@ class Session:
 
 #: The one message of any failure after a query was charged (data-independent by construction).
 _POST_CHARGE_ERROR = "internal error while answering: the query stays charged and nothing was released"
-
-
-def ledger_key(schema: Schema) -> str:
-    """The ledger key of a data set: from its declared ``dataset`` id, else from its canonical domain only.
-
-    Never from the rows: the budget protects the people of the data set, whatever frame is bound under its
-    id.  Without an id, two data sets with the same domain share one budget (conservative) unless the
-    custodian declares different ids.
-    """
-    identity = f"dataset|{schema.dataset}" if schema.dataset is not None else f"domain|{schema.domain_fingerprint()}"
-    return hashlib.sha256(identity.encode()).hexdigest()[:24]
-
-
-class EmptyRegionWarning(UserWarning):
-    """A query's WHERE clause matches no row of the declared domain (found from the schema alone)."""
-
-
-def empty_region_message(q: Query) -> str | None:
-    """Why ``q``'s WHERE clause is empty on the declared domain (public: the query's box and the schema), or None."""
-    if not q.is_empty:
-        return None
-    cols = [c for c, s in q.where.constraints.items() if s.is_empty()]
-    return (
-        f"the WHERE clause matches no row of the declared domain (on {', '.join(map(repr, cols))}): every true "
-        "value is 0, so the answer will be pure noise — check the condition against the schema's declared "
-        "bounds and categories"
-    )
-
-
-def warn_if_empty(q: Query) -> None:
-    msg = empty_region_message(q)
-    if msg is not None:
-        warnings.warn(msg, EmptyRegionWarning, stacklevel=3)

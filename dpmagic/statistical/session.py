@@ -81,7 +81,7 @@ _PRIOR = re.compile(r"^\s*(bernoulli|categorical)\s*\((.*)\)\s*$", re.I | re.S)
 
 def sp_ledger_key(schema: Schema) -> str:
     """The SP ledger key of a data set: ``"sp|"`` + its DP key (never equal to a DP key, which is hex only)."""
-    from ..session import ledger_key
+    from dpmagic.accountant.binding import ledger_key
 
     return "sp|" + ledger_key(schema)
 
