@@ -4,13 +4,15 @@ Conventions follow JupySQL: options through ``magic_arguments`` (so ``%dpquery?`
 defaults through traitlets (``%config DPMagic.default_bound = "chromatic"``), and ``name <<`` at the start of
 a ``%%dpquery`` line assigns the answer's DataFrame to a variable.  Errors are shown as one readable
 message (IPython's ``UsageError``, no traceback) unless ``%config DPMagic.debug = True``.
+
+One module over 400 lines because IPython's ``Magics`` class holds every magic as one method with its option
+declarations (the help ``%dpquery?`` shows); the text parsing is in :mod:`dpmagic.magic_cells` and what
+``%dpbudget`` displays in :mod:`dpmagic.budget_report`.
 """
 
 from __future__ import annotations
 
 import functools
-import html
-import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -25,16 +27,17 @@ from IPython.display import display
 from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.ledger import default_ledger_path
-from dpmagic.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
+from dpmagic.budget_report import BudgetReport, SPBudgetReport, budget_summary, panel_view
 from dpmagic.errors import ConfigurationError, DPMagicError
+from dpmagic.magic_cells import ASSIGN, SELECT, cost_arg, split_batch_cell, unquote
 from dpmagic.postprocess import POSTPROCESS_OPTIONS
 from dpmagic.regions import EmptyRegionWarning, empty_region_message
 from dpmagic.schema import Schema
 from dpmagic.session import Session
 
-__all__ = ["DPMagic", "current_session"]
+# budget_summary and split_batch_cell are re-exported (their homes: dpmagic.budget_report, dpmagic.magic_cells)
+__all__ = ["DPMagic", "current_session", "budget_summary", "split_batch_cell"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,10 +69,6 @@ def _friendly(func: F) -> F:
             raise UsageError(f"{type(exc).__name__}: {exc}{hint}") from None
 
     return wrapper  # type: ignore[return-value]
-
-
-_ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*<<\s*(.*)$", re.S)
-_SELECT = re.compile(r"\bselect\b", re.I)
 
 
 @magics_class
@@ -195,7 +194,7 @@ class DPMagic(Magics, Configurable):
         data = ns[args.data]
         if not isinstance(data, pd.DataFrame):
             raise ConfigurationError(f"{args.data!r} is a {type(data).__name__}, not a pandas DataFrame")
-        schema_arg = _unquote(args.schema)
+        schema_arg = unquote(args.schema)
         schema: Any = ns.get(schema_arg) if schema_arg in ns else schema_arg
         if isinstance(schema, str) and not Path(schema).is_file():
             raise ConfigurationError(f"--schema {schema_arg!r} is neither a variable nor an existing file")
@@ -203,7 +202,7 @@ class DPMagic(Magics, Configurable):
             raise ConfigurationError(
                 f"--schema {schema_arg!r} is a {type(schema).__name__}, not a Schema, dict or path"
             )
-        ledger = _unquote(args.ledger or self.ledger or str(default_ledger_path()))
+        ledger = unquote(args.ledger or self.ledger or str(default_ledger_path()))
         if args.privacy == "statistical":
             self._bind_statistical(args, data, schema, ledger)
             return
@@ -256,11 +255,11 @@ class DPMagic(Magics, Configurable):
         session = StatisticalSession(
             data,
             schema,
-            _unquote(args.prior),
+            unquote(args.prior),
             parts=args.parts,
             epsilon=args.epsilon,
             delta=args.delta,
-            column=_unquote(args.column) if args.column else None,
+            column=unquote(args.column) if args.column else None,
             ledger=ledger,
             out_of_range="clamp" if args.clamp else "error",
         )
@@ -306,7 +305,7 @@ class DPMagic(Magics, Configurable):
         display(view)
 
     def _budget_spec(self, given: str | None) -> str:
-        spec = _unquote(given) if given else self.default_budget
+        spec = unquote(given) if given else self.default_budget
         if not spec:
             raise ConfigurationError(
                 "%dpsession needs --budget (e.g. --budget epsilon=1.0), or set %config DPMagic.default_budget"
@@ -369,11 +368,11 @@ class DPMagic(Magics, Configurable):
         Re-running an identical cell returns the stored answer for free (``--fresh`` draws anew).
         """
         target = None
-        m = _ASSIGN.match(line)
+        m = ASSIGN.match(line)
         if m:
             target, line = m.group(1), m.group(2)
         if cell is None:
-            sm = _SELECT.search(line)
+            sm = SELECT.search(line)
             if sm is None:
                 raise ConfigurationError("%dpquery needs a SELECT statement (use %%dpquery for a cell)")
             line, sql = line[: sm.start()], line[sm.start() :]
@@ -401,7 +400,7 @@ class DPMagic(Magics, Configurable):
                 max_group_size=args.max_group_size,
             )
             return self._deliver(answer, target)
-        costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
+        costs = {k: cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
         empty = empty_region_message(session.parse(sql))
         if empty is not None:
@@ -483,7 +482,7 @@ class DPMagic(Magics, Configurable):
         exact batch sensitivity).  Workload language: :mod:`dpmagic.batch.spec`.
         """
         target = None
-        m = _ASSIGN.match(line)
+        m = ASSIGN.match(line)
         if m:
             target, line = m.group(1), m.group(2)
         args = parse_argstring(self.dpbatch, line)
@@ -491,7 +490,7 @@ class DPMagic(Magics, Configurable):
         session = current_session()
         if _is_statistical(session):
             raise ConfigurationError("%%dpbatch needs a differential-privacy session (not statistical privacy)")
-        costs = {k: _cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
+        costs = {k: cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         workload, where = split_batch_cell(cell)
         out = session.batch(
             workload, where=where, strategy=args.strategy, rmse=args.rmse, dry_run=args.dry_run, **costs
@@ -539,7 +538,7 @@ class DPMagic(Magics, Configurable):
         if args.map:
             return session.budget_map(*args.map)
         if args.afford:
-            return round(session.affordable(_unquote(args.afford)), 10)  # drop float-slack digits from the display
+            return round(session.affordable(unquote(args.afford)), 10)  # drop float-slack digits from the display
         if args.widget:
             self._show_panel(session, "inline")
             return None
@@ -583,141 +582,3 @@ def _is_statistical(session: object) -> bool:
     from dpmagic.statistical.session import StatisticalSession
 
     return isinstance(session, StatisticalSession)
-
-
-class SPBudgetReport:
-    """What ``%dpbudget`` displays for a statistical-privacy session (labelled: NOT differential privacy)."""
-
-    def __init__(self, session: Any) -> None:
-        self.session = session
-
-    def __repr__(self) -> str:
-        frame = self.session.ledger_frame()
-        head = f"dpmagic {self.session.budget_line()}"
-        return head + ("\n" + frame.to_string(index=False) if len(frame) else "\nno SP charges yet")
-
-    def _repr_html_(self) -> str:
-        from dpmagic.statistical.session import SP_LABEL
-
-        frame = self.session.ledger_frame()
-        table = frame.to_html(index=False) if len(frame) else "<p>no SP charges yet</p>"
-        return (
-            f"<div><b>dpmagic budget</b> — <b style='color:#b00020'>{html.escape(SP_LABEL)}</b><br>"
-            f"{html.escape(self.session.budget_line())}</div>{table}"
-        )
-
-
-def panel_of(session: Session) -> Any:
-    """The session's one live budget panel widget (created on first use)."""
-    from dpmagic.widgets import BudgetWidget
-
-    if session.panel is None:
-        session.panel = BudgetWidget(session)
-    return session.panel.widget
-
-
-def panel_view(session: Session) -> Any:
-    """The panel to display: the live widget, with a text panel as its ``text/plain`` (terminal IPython)."""
-    from dpmagic.widgets import PanelView
-
-    panel_of(session)
-    return PanelView(session.panel)
-
-
-def _unquote(text: str) -> str:
-    """Remove one pair of matching outer quotes (magic_arguments keeps them)."""
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        return text[1:-1]
-    return text
-
-
-def _cost_arg(value: str | None, name: str) -> float | str | None:
-    if value is None:
-        return None
-    v = _unquote(value)
-    if v.lower() == "max":
-        return "max"
-    try:
-        return float(v)
-    except ValueError:
-        raise ConfigurationError(f"--{name} must be a number or 'max', got {value!r}") from None
-
-
-def budget_summary(session: Session) -> dict[str, Any]:
-    """Spent, remaining, the four bounds and the (ε, δ) equivalent, in the session's parameter."""
-    cur = session.currency
-    eps, delta = session.approx_dp()
-    total = session.budget.total
-    bounds = session.bounds().rounded(lambda v: clean(v, total)).to_dict()
-    return {  # rounded for display (float leftovers such as 1e-14 dropped); the charge keeps the exact values
-        "definition": cur.definition,
-        "parameter": cur.parameter,
-        "budget": total,
-        "spent": clean(session.spent, total),
-        "remaining": clean(session.remaining, total),
-        "bound": session.bound,
-        "queries": len(session.accountant),
-        "approx_dp": {"epsilon": clean(eps, total), "delta": delta},
-        "bounds": bounds,
-    }
-
-
-class BudgetReport:
-    """What ``%dpbudget`` displays: HTML in notebooks, a text table elsewhere."""
-
-    def __init__(self, session: Session, summary: dict[str, Any]) -> None:
-        self.session, self.summary = session, summary
-
-    def _repr_html_(self) -> str:
-        return budget_html(self.session, self.summary)
-
-    def __repr__(self) -> str:
-        s = self.summary
-        head = (
-            f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; {s['queries']} queries "
-            f"({s['bound']} bound)\n" + bounds_text(BoundsSummary.from_dict(s["bounds"]), s["budget"])
-        )
-        frame = numbered_frame(self.session)
-        return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
-
-
-def budget_html(session: Session, summary: dict[str, Any]) -> str:
-    cur = session.currency
-    total = summary["budget"]
-    rows = numbered_frame(session)
-    table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
-    bounds = f"<div class='dpmagic-bounds'>{bounds_html(BoundsSummary.from_dict(summary['bounds']), total)}</div>"
-    return (
-        f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, {summary['queries']} queries, "
-        f"in {html.escape(cur.parameter)}){budget_line_html(summary['spent'], total, cur)}{bounds}</div>{table}"
-    )
-
-
-def numbered_frame(session: Session) -> Any:
-    """The ledger frame with the queries numbered 1..n (as in the answers, the panel and the plots)."""
-    frame = session.ledger_frame()
-    frame = frame.drop(columns=["id"])
-    frame.insert(0, "#", range(1, len(frame) + 1))
-    return frame
-
-
-_WHERE_LINE = re.compile(r"^\s*where\b", re.I)
-
-
-def split_batch_cell(cell: str) -> tuple[str, str | None]:
-    """A ``%%dpbatch`` body: the workload spec and an optional ``WHERE ...`` line (SELECT bodies are kept whole)."""
-    if _SELECT.search(cell):
-        return cell, None
-    spec: list[str] = []
-    where: list[str] = []
-    for raw in cell.splitlines():
-        ln = raw.split("--", 1)[0] if raw.lstrip().startswith("--") else raw
-        if not ln.strip():
-            continue
-        if where or _WHERE_LINE.match(ln):
-            where.append(ln)
-        else:
-            spec.append(ln)
-    w = " ".join(" ".join(where).split())
-    return " ".join(spec), (re.sub(r"^where\s+", "", w, flags=re.I) or None) if where else None

@@ -1,0 +1,121 @@
+"""What ``%dpbudget`` displays (HTML in notebooks, text elsewhere) and the live panel the magics show.
+
+Presentation only, through the session's public API: the bounds are rendered by
+:func:`dpmagic.display.bounds_html` / :func:`~dpmagic.display.bounds_text` from :meth:`dpmagic.Session.bounds`.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from dpmagic.accountant.bounds import BoundsSummary
+from dpmagic.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
+from dpmagic.session import Session
+
+__all__ = [
+    "BudgetReport",
+    "SPBudgetReport",
+    "budget_html",
+    "budget_summary",
+    "numbered_frame",
+    "panel_of",
+    "panel_view",
+]
+
+
+def budget_summary(session: Session) -> dict[str, Any]:
+    """Spent, remaining, the four bounds and the (ε, δ) equivalent, in the session's parameter."""
+    cur = session.currency
+    eps, delta = session.approx_dp()
+    total = session.budget.total
+    bounds = session.bounds().rounded(lambda v: clean(v, total)).to_dict()
+    return {  # rounded for display (float leftovers such as 1e-14 dropped); the charge keeps the exact values
+        "definition": cur.definition,
+        "parameter": cur.parameter,
+        "budget": total,
+        "spent": clean(session.spent, total),
+        "remaining": clean(session.remaining, total),
+        "bound": session.bound,
+        "queries": len(session.accountant),
+        "approx_dp": {"epsilon": clean(eps, total), "delta": delta},
+        "bounds": bounds,
+    }
+
+
+class BudgetReport:
+    """What ``%dpbudget`` displays: HTML in notebooks, a text table elsewhere."""
+
+    def __init__(self, session: Session, summary: dict[str, Any]) -> None:
+        self.session, self.summary = session, summary
+
+    def _repr_html_(self) -> str:
+        return budget_html(self.session, self.summary)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        head = (
+            f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; {s['queries']} queries "
+            f"({s['bound']} bound)\n" + bounds_text(BoundsSummary.from_dict(s["bounds"]), s["budget"])
+        )
+        frame = numbered_frame(self.session)
+        return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
+
+
+def budget_html(session: Session, summary: dict[str, Any]) -> str:
+    cur = session.currency
+    total = summary["budget"]
+    rows = numbered_frame(session)
+    table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
+    bounds = f"<div class='dpmagic-bounds'>{bounds_html(BoundsSummary.from_dict(summary['bounds']), total)}</div>"
+    return (
+        f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, {summary['queries']} queries, "
+        f"in {html.escape(cur.parameter)}){budget_line_html(summary['spent'], total, cur)}{bounds}</div>{table}"
+    )
+
+
+def numbered_frame(session: Session) -> Any:
+    """The ledger frame with the queries numbered 1..n (as in the answers, the panel and the plots)."""
+    frame = session.ledger_frame()
+    frame = frame.drop(columns=["id"])
+    frame.insert(0, "#", range(1, len(frame) + 1))
+    return frame
+
+
+class SPBudgetReport:
+    """What ``%dpbudget`` displays for a statistical-privacy session (labelled: NOT differential privacy)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def __repr__(self) -> str:
+        frame = self.session.ledger_frame()
+        head = f"dpmagic {self.session.budget_line()}"
+        return head + ("\n" + frame.to_string(index=False) if len(frame) else "\nno SP charges yet")
+
+    def _repr_html_(self) -> str:
+        from dpmagic.statistical.session import SP_LABEL
+
+        frame = self.session.ledger_frame()
+        table = frame.to_html(index=False) if len(frame) else "<p>no SP charges yet</p>"
+        return (
+            f"<div><b>dpmagic budget</b> — <b style='color:#b00020'>{html.escape(SP_LABEL)}</b><br>"
+            f"{html.escape(self.session.budget_line())}</div>{table}"
+        )
+
+
+def panel_of(session: Session) -> Any:
+    """The session's one live budget panel widget (created on first use)."""
+    from dpmagic.widgets import BudgetWidget
+
+    if session.panel is None:
+        session.panel = BudgetWidget(session)
+    return session.panel.widget
+
+
+def panel_view(session: Session) -> Any:
+    """The panel to display: the live widget, with a text panel as its ``text/plain`` (terminal IPython)."""
+    from dpmagic.widgets import PanelView
+
+    panel_of(session)
+    return PanelView(session.panel)
