@@ -45,8 +45,6 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import hmac
 import json
 import os
@@ -54,10 +52,29 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dpmagic.accountant.chain import (  # re-exported: the chain and the key live in dpmagic.accountant.chain
+    GENESIS,
+    KEY_ENV,
+    KEY_FILE_ENV,
+    chain_hash,
+    check_chain,
+    check_key,
+    head_mac,
+    is_keyed,
+    key_check_value,
+    key_from_env,
+    load_key,
+    verify,
+)
+from dpmagic.accountant.entries import (  # re-exported: the events' fold lives in dpmagic.accountant.entries
+    EntryFold,
+    LedgerEntry,
+    LedgerEvent,
+    entries_from_events,
+)
 from dpmagic.errors import ConfigurationError
 
 __all__ = [
@@ -75,15 +92,6 @@ __all__ = [
     "is_keyed",
     "GENESIS",
 ]
-
-GENESIS = "0" * 64
-
-#: the custodian key itself (text, at least :data:`MIN_KEY_BYTES` bytes) …
-KEY_ENV = "DPMAGIC_LEDGER_KEY"
-#: … or the path of a file holding it (``dpmagic ledger keygen FILE`` writes one)
-KEY_FILE_ENV = "DPMAGIC_LEDGER_KEY_FILE"
-MIN_KEY_BYTES = 16
-_KEY_CHECK = b"dpmagic ledger key check v1"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -109,50 +117,6 @@ def default_ledger_path() -> Path:
     return base / "dpmagic" / "ledger.sqlite"
 
 
-def load_key(path: str | Path) -> bytes:
-    """Read a custodian key file (surrounding whitespace ignored); one clear error if it is missing or short."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigurationError(f"no custodian key file at {p}", hint="create one with: dpmagic ledger keygen FILE")
-    return _check_key(p.read_bytes().strip(), f"the key in {p}")
-
-
-def _check_key(key: bytes, what: str) -> bytes:
-    if len(key) < MIN_KEY_BYTES:
-        raise ConfigurationError(
-            f"{what} is too short ({len(key)} bytes; at least {MIN_KEY_BYTES})",
-            hint="use a random key: dpmagic ledger keygen FILE",
-        )
-    return key
-
-
-def key_from_env() -> bytes | None:
-    """The custodian key from ``$DPMAGIC_LEDGER_KEY`` or the file named by ``$DPMAGIC_LEDGER_KEY_FILE``."""
-    text = os.environ.get(KEY_ENV)
-    if text:
-        return _check_key(text.strip().encode(), f"${KEY_ENV}")
-    path = os.environ.get(KEY_FILE_ENV)
-    if path:
-        return load_key(path)
-    return None
-
-
-def _key_check_value(key: bytes) -> str:
-    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()
-
-
-def _hash(prev: str, seq: int, key: str, kind: str, created: float, body: str, mac_key: bytes | None = None) -> str:
-    """The chain value of one event: SHA-256 (unkeyed ledger) or HMAC-SHA256 under the custodian key."""
-    blob = f"{prev}|{seq}|{key}|{kind}|{created!r}|{body}".encode()
-    if mac_key is None:
-        return hashlib.sha256(blob).hexdigest()
-    return hmac.new(mac_key, blob, hashlib.sha256).hexdigest()
-
-
-def _head_mac(mac_key: bytes, seq: int, digest: str) -> str:
-    return hmac.new(mac_key, f"head|{seq}|{digest}".encode(), hashlib.sha256).hexdigest()
-
-
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
 
@@ -163,46 +127,6 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
-
-
-@dataclass(frozen=True)
-class LedgerEvent:
-    """One row of the event log."""
-
-    seq: int
-    key: str
-    kind: str
-    created: float
-    body: dict[str, Any]
-    prev: str
-    hash: str
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One charged query (a ``charge`` event) with its release, if any."""
-
-    id: int
-    created: float
-    sql: str
-    canonical: str
-    coverage: dict[str, Any]
-    cost: float
-    weight: float
-    bound: str
-    charged_after: float
-    details: dict[str, Any]
-    answer: Any | None = None
-    released_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def released(self) -> bool:
-        return self.released_at is not None
-
-    @property
-    def status(self) -> str:
-        return "released" if self.released else "charged"
 
 
 class Ledger:
@@ -230,7 +154,7 @@ class Ledger:
         elif not isinstance(key, bytes):
             raise ConfigurationError("a custodian key must be bytes (use load_key(FILE))")
         else:
-            key = _check_key(key, "the custodian key")
+            key = check_key(key, "the custodian key")
         if self.path is not None:
             existed = self.path.is_file() and self.path.stat().st_size > 0
             if key is not None and not existed and not create:
@@ -266,11 +190,11 @@ class Ledger:
                         )
                     self._conn.execute(
                         "INSERT INTO meta (key, value) VALUES ('auth', ?)",
-                        (_dumps({"mac": "hmac-sha256", "check": _key_check_value(key)}),),
+                        (_dumps({"mac": "hmac-sha256", "check": key_check_value(key)}),),
                     )
             auth = self._auth()
         if auth is not None and key is not None:
-            if not hmac.compare_digest(str(auth.get("check", "")), _key_check_value(key)):
+            if not hmac.compare_digest(str(auth.get("check", "")), key_check_value(key)):
                 raise ConfigurationError(
                     f"the custodian key does not match the ledger at {self.path or ':memory:'}",
                     hint="use the key this ledger was created with (dpmagic ledger init)",
@@ -279,7 +203,7 @@ class Ledger:
             rows = self._conn.execute(
                 "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
             ).fetchall()
-            problems = _check_chain(rows, self._meta_json("head"), auth, key)
+            problems = check_chain(rows, self._meta_json("head"), auth, key)
             if problems:
                 raise ConfigurationError(
                     f"the keyed ledger at {self.path} was altered ({problems[0]}); it is not used",
@@ -369,14 +293,14 @@ class Ledger:
             seq, prev = (1, GENESIS) if row is None else (int(row[0]) + 1, str(row[1]))
             created = time.time()
             text = _dumps(body)
-            digest = _hash(prev, seq, key, kind, created, text, mac_key)
+            digest = chain_hash(prev, seq, key, kind, created, text, mac_key)
             self._conn.execute(
                 "INSERT INTO events (seq, ledger_key, kind, created, body, prev, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (seq, key, kind, created, text, prev, digest),
             )
             head: dict[str, Any] = {"seq": seq, "hash": digest}
             if mac_key is not None:
-                head["mac"] = _head_mac(mac_key, seq, digest)
+                head["mac"] = head_mac(mac_key, seq, digest)
             self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)", (_dumps(head),))
             # every event that counts toward a budget is checkpointed into the main file at commit; a release
             # (the answer of a charge already there) follows with the next one
@@ -399,7 +323,7 @@ class Ledger:
             ).fetchall()
         if self._key is not None:  # a keyed ledger read with its key: no event without the custodian's MAC
             for r in rows:
-                if not hmac.compare_digest(_hash(r[5], r[0], r[1], r[2], r[3], r[4], self._key), str(r[6])):
+                if not hmac.compare_digest(chain_hash(r[5], r[0], r[1], r[2], r[3], r[4], self._key), str(r[6])):
                     raise ConfigurationError(
                         f"event {r[0]} of the keyed ledger at {self.path} does not carry the custodian's MAC: "
                         "the file was altered; nothing more is recorded",
@@ -449,145 +373,6 @@ class Ledger:
         return self.append(key, "reset", {"by": "custodian", "reason": reason})
 
     # -- export ----------------------------------------------------------------------------------------------
-
-
-class EntryFold:
-    """Folds one key's events, incrementally, into its current entries (charges since the last reset).
-
-    Keeps an index of the charges' cache keys, so that a re-run lookup never re-reads the ledger.
-    """
-
-    def __init__(self, *, keep_reset: bool = False) -> None:
-        self.keep_reset = keep_reset
-        self.entries: dict[int, LedgerEntry] = {}
-        self.by_cache_key: dict[str, int] = {}
-
-    def apply(self, ev: LedgerEvent) -> None:
-        if ev.kind == "charge":
-            b = ev.body
-            self.entries[ev.seq] = LedgerEntry(
-                id=ev.seq,
-                created=ev.created,
-                sql=b["sql"],
-                canonical=b["canonical"],
-                coverage=b["coverage"],
-                cost=float(b["cost"]),
-                weight=float(b["weight"]),
-                bound=b["bound"],
-                charged_after=float(b["charged_after"]),
-                details=b.get("details", {}),
-            )
-            key = b.get("details", {}).get("cache_key")
-            if key is not None:
-                self.by_cache_key[key] = ev.seq
-        elif ev.kind == "release":
-            e = self.entries.get(int(ev.body["entry"]))
-            if e is not None:
-                self.entries[e.id] = dataclasses.replace(e, answer=ev.body.get("answer"), released_at=ev.created)
-        elif ev.kind == "reset":
-            if self.keep_reset:
-                self.entries = {k: dataclasses.replace(v, extra={"reset": True}) for k, v in self.entries.items()}
-            else:
-                self.entries, self.by_cache_key = {}, {}
-
-    def released(self, cache_key: str) -> LedgerEntry | None:
-        """The latest released entry with this cache key, if any."""
-        seq = self.by_cache_key.get(cache_key)
-        e = None if seq is None else self.entries.get(seq)
-        return e if e is not None and e.released else None
-
-
-def entries_from_events(events: list[LedgerEvent], *, keep_reset: bool = False) -> list[LedgerEntry]:
-    """Fold one key's events into its current entries (charges after the last reset, with releases)."""
-    fold = EntryFold(keep_reset=keep_reset)
-    for ev in events:
-        fold.apply(ev)
-    return list(fold.entries.values())
-
-
-def _check_chain(
-    rows: list[tuple[Any, ...]], head: dict[str, Any] | None, auth: dict[str, Any] | None, key: bytes | None
-) -> list[str]:
-    """Problems of a chain of event rows against its head record (empty if intact).  O(events)."""
-    problems: list[str] = []
-    mac_key: bytes | None = None
-    if key is not None:
-        if auth is None:
-            return [
-                "this ledger has no custodian key record: it is not keyed (or its key record was removed and its "
-                "chain recomputed), so it is not the custodian's keyed ledger"
-            ]
-        if not hmac.compare_digest(str(auth.get("check", "")), _key_check_value(key)):
-            return ["the given key is not this ledger's custodian key"]
-        mac_key = key
-    prev = GENESIS
-    expected_seq = 1
-    for seq, lkey, kind, created, body, prev_stored, digest in rows:
-        if seq != expected_seq:
-            problems.append(f"event {expected_seq} is missing (next is {seq}): deleted or reordered")
-        if prev_stored != prev:
-            problems.append(f"event {seq}: its link to the previous event is broken (deleted, inserted or reordered)")
-        if not hmac.compare_digest(_hash(prev_stored, seq, lkey, kind, created, body, mac_key), str(digest)):
-            problems.append(
-                f"event {seq} ({kind}): its content does not match its "
-                + ("MAC (edited, or re-chained without the custodian key)" if mac_key else "hash (edited)")
-            )
-        prev = digest
-        expected_seq = seq + 1
-    if head is not None:
-        last = rows[-1] if rows else None
-        if last is None or head.get("seq") != last[0] or head.get("hash") != last[6]:
-            problems.append(
-                f"the ledger's head is event {head.get('seq')}, but the log ends elsewhere: events were removed"
-            )
-        elif mac_key is not None and not hmac.compare_digest(
-            str(head.get("mac", "")), _head_mac(mac_key, int(head["seq"]), str(head["hash"]))
-        ):
-            problems.append("the ledger's head record does not carry the custodian's MAC: events were removed")
-    elif rows:
-        problems.append("the ledger's head record is missing")
-    return problems
-
-
-def verify(path: str | Path, key: bytes | None = None) -> tuple[bool, list[str]]:
-    """Recompute the chain of a ledger file: (intact?, list of problems).
-
-    With ``key`` (the custodian key) the file must be a keyed ledger under that key and every MAC must match:
-    any deletion, edit, reordering, truncation or re-chaining by someone without the key is detected.  A keyed
-    ledger checked without the key reports that its MACs were not checked.  An unkeyed ledger's SHA-256 chain
-    only detects accidental changes (anyone can recompute it).
-    """
-    p = Path(path)
-    if not p.is_file():
-        return False, [f"{p} does not exist"]
-    try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        rows = conn.execute(
-            "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
-        ).fetchall()
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        conn.close()
-    except sqlite3.DatabaseError as exc:
-        return False, [f"not a readable dpmagic ledger: {exc}"]
-    head = json.loads(meta["head"]) if "head" in meta else None
-    auth = json.loads(meta["auth"]) if "auth" in meta else None
-    if key is not None:
-        key = _check_key(key, "the custodian key")
-    problems = _check_chain(rows, head, auth, key)
-    if auth is not None and key is None:
-        problems.append("this ledger is keyed: its MACs can only be checked with the custodian key (--key-file)")
-    return (not problems), problems
-
-
-def is_keyed(path: str | Path) -> bool:
-    """Whether the ledger file at ``path`` records a custodian key (False if unreadable)."""
-    try:
-        conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
-        row = conn.execute("SELECT 1 FROM meta WHERE key = 'auth'").fetchone()
-        conn.close()
-    except sqlite3.DatabaseError:
-        return False
-    return row is not None
 
 
 def backup(src: str | Path, dest: str | Path) -> int:
