@@ -34,10 +34,8 @@ query.  A fresh partition needs fresh data, i.e. a new ``dataset`` id declared b
 from __future__ import annotations
 
 import html
-import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +52,12 @@ from ..errors import (
 )
 from ..query.model import Query
 from ..query.sql import parse_query
-from ..schema import CategoricalColumn, NumericColumn, OutOfRangePolicy, Schema
+from ..schema import OutOfRangePolicy, Schema
 from ..sets import CategorySet, IntervalSet
-from .accountant import SPCharge, StatisticalPrivacyAccountant
-from .curves import BernoulliPrior, CategoricalPrior, check_prior
+from .accountant import StatisticalPrivacyAccountant
+from .curves import BernoulliPrior
+from .priors import column_domain, parse_prior, prior_text  # parse_prior re-exported
+from .results import SP_LABEL, SPPreview, SPResult  # re-exported
 
 __all__ = [
     "SP_LABEL",
@@ -69,14 +69,8 @@ __all__ = [
     "sp_ledger_key",
 ]
 
-#: the label every SP output carries
-SP_LABEL = "statistical privacy (NOT differential privacy)"
 #: the ledger event kinds of an SP key (and the only ones it may hold)
 SP_KINDS = ("sp-open", "sp-charge")
-#: an int column becomes a categorical domain of its integers; above this many values it is refused
-MAX_INT_DOMAIN = 10_000
-
-_PRIOR = re.compile(r"^\s*(bernoulli|categorical)\s*\((.*)\)\s*$", re.I | re.S)
 
 
 def sp_ledger_key(schema: Schema) -> str:
@@ -84,163 +78,6 @@ def sp_ledger_key(schema: Schema) -> str:
     from dpmagic.accountant.binding import ledger_key
 
     return "sp|" + ledger_key(schema)
-
-
-def _column_domain(col: object) -> tuple[object, ...]:
-    """The finite public domain of the prior column, from the schema only."""
-    if isinstance(col, CategoricalColumn):
-        return tuple(col.values)
-    if isinstance(col, NumericColumn) and col.is_int:
-        lo, hi = int(col.lower), int(col.upper)
-        if hi - lo + 1 > MAX_INT_DOMAIN:
-            raise ConfigurationError(
-                f"column {col.name!r} declares {hi - lo + 1:,} integers; a categorical prior over more than "
-                f"{MAX_INT_DOMAIN:,} values is not supported",
-                hint="choose a column with a small declared domain (a 0/1 or categorical column)",
-            )
-        return tuple(range(lo, hi + 1))
-    name = getattr(col, "name", "?")
-    raise ConfigurationError(
-        f"column {name!r} is a float column: statistical privacy is computed only for finite (Bernoulli or "
-        "categorical) priors",
-        hint="use differential privacy for continuous values (%dpsession without --privacy statistical)",
-    )
-
-
-def parse_prior(spec: object, column: CategoricalColumn | NumericColumn) -> BernoulliPrior | CategoricalPrior:
-    """The prior of ``column``: ``"bernoulli(p)"``, ``"categorical(p_1, …, p_k)"`` (in the column's declared order
-    of values) or a :class:`BernoulliPrior` / :class:`CategoricalPrior`; its domain must be the column's domain."""
-    domain = _column_domain(column)
-    if isinstance(spec, str):
-        m = _PRIOR.match(spec)
-        if m is None:
-            raise ConfigurationError(
-                f"unknown prior {spec!r}",
-                hint="statistical privacy supports 'bernoulli(p)' and 'categorical(p_1, ..., p_k)' (i.i.d. rows)",
-            )
-        kind, inner = m.group(1).lower(), m.group(2)
-        try:
-            probs = [float(x) for x in inner.split(",")] if inner.strip() else []
-        except ValueError:
-            raise ConfigurationError(f"the prior {spec!r} must list numbers", hint="e.g. bernoulli(0.5)") from None
-        if kind == "bernoulli":
-            if len(probs) != 1:
-                raise ConfigurationError(f"bernoulli(p) takes one probability, got {spec!r}")
-            prior: object = BernoulliPrior(probs[0])
-        else:
-            if len(probs) != len(domain):
-                raise ConfigurationError(
-                    f"categorical(...) needs one probability per declared value of column {column.name!r} "
-                    f"({len(domain)}), got {len(probs)}",
-                    hint=f"in the declared order: {list(domain)!r}",
-                )
-            prior = CategoricalPrior(dict(zip(domain, probs)))
-    else:
-        prior = spec
-    prior = check_prior(prior)
-    if not _same_domain(prior.domain, domain):
-        raise ConfigurationError(
-            f"the prior's domain {list(prior.domain)!r} is not column {column.name!r}'s declared domain "
-            f"{list(domain)!r}",
-            hint="a Bernoulli prior needs a column with values {0, 1} (int bounds [0, 1] or categories [0, 1])",
-        )
-    return prior
-
-
-def _same_domain(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    def norm(vals: tuple[object, ...]) -> set[tuple[bool, object]]:
-        return {(isinstance(v, str), v) for v in vals}
-
-    return len(a) == len(b) and norm(a) == norm(b)
-
-
-def prior_text(prior: BernoulliPrior | CategoricalPrior, column: str) -> str:
-    """A short public description, e.g. ``Bernoulli(0.5) in column 'smoker'``."""
-    if isinstance(prior, BernoulliPrior):
-        return f"Bernoulli({prior.p:g}) in column {column!r}"
-    items = list(prior.probabilities.items())
-    if len(items) > 8:  # long domains: the first and last values (the ledger's sp-open has the same text)
-        head = ", ".join(f"{v!r}: {q:g}" for v, q in items[:3])
-        return (
-            f"categorical over {len(items)} values ({head}, …, {items[-1][0]!r}: {items[-1][1]:g}) in column {column!r}"
-        )
-    probs = ", ".join(f"{v!r}: {q:g}" for v, q in items)
-    return f"categorical({{{probs}}}) in column {column!r}"
-
-
-@dataclass(frozen=True)
-class SPResult:
-    """One SP answer: the rescaled exact count of one secret part, with what it was charged.  NOT DP."""
-
-    query: Query
-    sql: str
-    number: int
-    estimate: float
-    part: int  # 0-based index of the part (displayed 1-based)
-    part_size: int
-    parts: int
-    n: int
-    delta_part: float
-    delta_total: float
-    delta_target: float
-    epsilon: float
-    assumption: str  # e.g. "Bernoulli(0.5) in column 'x'"
-
-    @property
-    def label(self) -> str:
-        return f"{SP_LABEL}: holds only if the rows are i.i.d. {self.assumption}"
-
-    @property
-    def df(self) -> pd.DataFrame:
-        return pd.DataFrame({self.query.aggregates[0].alias: [self.estimate]})
-
-    def summary(self) -> str:
-        """The cost line shown under the answer."""
-        return (
-            f"charged δ(ε={self.epsilon:g}) += {self.part_size}/{self.n} × {self.delta_part:.4g} "
-            f"(exact count on secret part {self.part + 1} of {self.parts}, {self.part_size} rows, rescaled by "
-            f"n/n_k); δ spent {self.delta_total:.4g} of target {self.delta_target:g} — {self.label}"
-        )
-
-    def __repr__(self) -> str:
-        return f"[SP query {self.number}] {self.query.aggregates[0].alias} ≈ {self.estimate:.6g}\n{self.summary()}"
-
-    def _repr_html_(self) -> str:
-        return (
-            f"<div class='dpmagic-sp'>{self.df.to_html(index=False)}"
-            f"<div style='color:#b00020'><b>{html.escape(SP_LABEL)}</b>: holds only if the rows are i.i.d. "
-            f"{html.escape(self.assumption)}</div>"
-            f"<div>{html.escape(self.summary().split(' — ')[0])}</div></div>"
-        )
-
-
-@dataclass(frozen=True)
-class SPPreview:
-    """What a query would be charged (no data read, nothing spent)."""
-
-    sql: str
-    charge: SPCharge | None
-    refused: str | None
-    n: int
-    epsilon: float
-    delta_spent: float
-    delta_target: float
-    label: str
-
-    def __repr__(self) -> str:
-        if self.charge is None:
-            verdict = f"would be REFUSED: {self.refused}"
-        else:
-            c = self.charge
-            verdict = (
-                f"would be answered on secret part {c.part + 1} ({c.part_size} rows) and charged "
-                f"{c.part_size}/{self.n} × {c.delta_part:.4g}; δ(ε={self.epsilon:g}) {self.delta_spent:.4g} → "
-                f"{c.delta_total:.4g} of {self.delta_target:g}"
-            )
-        return f"dry run: {verdict}. Nothing was spent and no data was read. {self.label}"
-
-    def _repr_html_(self) -> str:
-        return f"<div>{html.escape(repr(self))}</div>"
 
 
 class StatisticalSession:
@@ -299,7 +136,7 @@ class StatisticalSession:
         self.column = column
         self.prior = parse_prior(prior, self.schema[column])  # type: ignore[arg-type]
         self.assumption = prior_text(self.prior, column)
-        self._domain = _column_domain(self.schema[column])
+        self._domain = column_domain(self.schema[column])
         self.data = self.schema.validate(data, out_of_range=out_of_range)
         self.backend = PandasBackend(self.data, self.schema)
         self.n = len(self.data)
