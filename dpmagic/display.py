@@ -25,6 +25,7 @@ __all__ = [
     "bounds_html",
     "bounds_rows",
     "bounds_text",
+    "row_text",
     "NEARLY_SPENT",
     "budget_line_html",
     "budget_line_text",
@@ -209,6 +210,11 @@ _BOUND_SYMBOLS = {
 }
 
 
+def row_text(row: dict[str, Any] | None, empty: str = "—") -> str:
+    """A domain row (a witness) as ``col=value, ...``; ``empty`` when there is none."""
+    return ", ".join(f"{k}={v!r}" for k, v in row.items()) if row else empty
+
+
 def bounds_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list[tuple[str, str]]:
     """The four bounds, the charged value, the saving and the worst-case row as (label, value) lines."""
     exact = (
@@ -228,7 +234,7 @@ def bounds_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list
         ),
         ("charged (upper bound)", fmt(b.charged, scale, spec)),
         ("saving vs adding up (utility gain)", f"{100 * b.saving:.1f}%"),
-        ("worst-case row", ", ".join(f"{k}={v!r}" for k, v in row.items()) if row else "—"),
+        ("worst-case row", row_text(row)),
     ]
 
 

@@ -89,7 +89,7 @@ class Preview:
         if self.cached:
             return "dry run: this exact query was already answered; re-running it returns the stored answer for free"
         verdict = "would be admitted" if self.admissible else "would be REFUSED (over budget)"
-        row = ", ".join(f"{k}={v!r}" for k, v in (self.charge.worst_row or {}).items()) or "any row"
+        row = display.row_text(self.charge.worst_row, "any row")
         return (
             f"dry run ({cur.symbol}={self.cost:.4g}): {verdict}; charged loss {cur.cost(self.charge.before):.4g} → "
             f"{cur.cost(self.charge.after):.4g} (+{self.increase:.4g}, {self.charge.charged_as}); overlaps "

@@ -26,7 +26,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from dpmagic.display import NEARLY_SPENT, bounds_html, bounds_text, budget_state, fmt, query_numbers
+from dpmagic.display import NEARLY_SPENT, bounds_html, bounds_text, budget_state, fmt, query_numbers, row_text
 from dpmagic.session import Session
 
 __all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "panel_text"]
@@ -137,10 +137,7 @@ class BudgetWidget:
         else:
             eps, delta = s.approx_dp()
             self.approx.value = f"equivalent to ({eps:.3g}, {delta:.0e})-DP"
-        row = b.witness
-        self.worst.value = "worst-case row: " + (
-            html.escape(", ".join(f"{k}={v!r}" for k, v in row.items())) if row else "—"
-        )
+        self.worst.value = "worst-case row: " + html.escape(row_text(b.witness))
         self.queries.value = _query_table(s)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
