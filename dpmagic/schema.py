@@ -76,6 +76,15 @@ class Schema:
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
+    def of(cls, schema: Schema | str | Path | Mapping[str, Any]) -> Schema:
+        """A schema given as itself, its parsed JSON object, or the path of its JSON file."""
+        if isinstance(schema, Schema):
+            return schema
+        if isinstance(schema, Mapping):
+            return cls.from_dict(schema)
+        return cls.from_json(schema)
+
+    @classmethod
     def from_dict(cls, data: Any) -> Schema:
         """Build a schema from the parsed JSON object of docs/design.md §3.1 (extra keys are ignored)."""
         if not isinstance(data, Mapping):

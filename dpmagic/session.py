@@ -8,6 +8,10 @@
 Order of operations for every query (invariant 2): parse and validate the SQL against the schema → plan the
 noise → check the cost against the budget and commit the charge to the ledger → only then read the rows →
 draw the noise → record the release.  Any error before the commit spends nothing and changes nothing.
+
+Orchestration only (a little over 400 lines, most of them the public API's docstrings): parsing is
+:mod:`dpmagic.query`, costs :mod:`dpmagic.costs`, the re-run cache :mod:`dpmagic.cache`, events
+:mod:`dpmagic.events`, the ledger binding :mod:`dpmagic.accountant.binding`, releases :mod:`dpmagic.releases`.
 """
 
 from __future__ import annotations
@@ -90,12 +94,7 @@ class Session:
         neighbors: Neighbors = "add-remove",
         table_names: tuple[str, ...] | list[str] | None = None,
     ) -> None:
-        if isinstance(schema, Schema):
-            self.schema = schema
-        elif isinstance(schema, Mapping):
-            self.schema = Schema.from_dict(schema)
-        else:
-            self.schema = Schema.from_json(schema)
+        self.schema = Schema.of(schema)
         if isinstance(budget, (int, float)) and not isinstance(budget, bool):
             budget = {"epsilon": budget}  # a bare number is ε of pure DP, as `%dpsession --budget 1`
         self.budget = parse_budget(budget, delta=delta)

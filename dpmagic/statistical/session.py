@@ -118,12 +118,7 @@ class StatisticalSession:
         out_of_range: OutOfRangePolicy = "error",
         rng: Any = None,
     ) -> None:
-        if isinstance(schema, Schema):
-            self.schema = schema
-        elif isinstance(schema, Mapping):
-            self.schema = Schema.from_dict(schema)
-        else:
-            self.schema = Schema.from_json(schema)
+        self.schema = Schema.of(schema)
         if column is None:
             if len(self.schema.names) != 1:
                 raise ConfigurationError(
