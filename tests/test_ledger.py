@@ -113,6 +113,7 @@ def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
 def _crash_worker(path: str, seed: int, conn) -> None:  # runs in a forked child
     df, schema = ledger_worker.pums()
     s = Session(df, schema, ledger_worker.BUDGET, ledger=path)
+    conn.send(None)  # the session is open: from here on every kill lands among queries
     rng = random.Random(seed)
     while True:
         sql, eps = ledger_worker.random_query(rng)
@@ -134,14 +135,20 @@ def test_sigkill_at_random_points_never_undercharges(tmp_path: Path) -> None:
         p = ctx.Process(target=_crash_worker, args=(str(path), trial, child))
         p.start()
         child.close()
+        # Odd trials kill at any point (often while the ledger is being opened); even trials wait until the
+        # session is open, so that however slow the machine is, kills also land among charges and releases.
+        if trial % 2 == 0 and parent.poll(60):
+            parent.recv()
         time.sleep(rng.uniform(0.0, 0.12))
         os.kill(p.pid, signal.SIGKILL)
         p.join()
         while parent.poll():
             try:
-                released.add(parent.recv())
+                got = parent.recv()
             except EOFError:
                 break
+            if got is not None:
+                released.add(got)
         parent.close()
     ok, problems = verify(path)
     assert ok, problems
