@@ -23,10 +23,12 @@ Phase One's sets use β·share (split optimally); Phase Two round r (r = 1, 2, �
 the total is < β. The bound actually used is returned as ``fnr_bound``.
 
 *False positives: a tree-level version of ProBE's estimate.* After each phase every reported group is
-classified with Kleene's three-valued logic over its latest readings: an atom is T if σx > σc (ProBE's
-O_pp, "definitely positive"), F if σx ≤ σc − u (O_n) and U ("uncertain", O_p ∖ O_pp) otherwise or when it was
-never read. A reported group whose tree value is U may be a false positive and counts 1; one whose value is T
-counts the sum of the β's of its readings (ProBE Eq. 22, per group instead of per atom). The negatives of
+classified with Kleene's three-valued logic over its latest readings: an atom is F if σx ≤ σc − u (ProBE's
+O_n), T ("definitely positive") if σx > σc + u (σx ≥ σc + u for integer statistics) and U ("uncertain")
+otherwise or when it was never read. A reported group whose tree value is U may be a false positive and counts
+1; one whose value is T counts Σ over its readings of sup_{σg ≤ σc} P(reading is T) = P(η ≥ u) — the same
+Laplace tail as the FNR bound (≤ 2β_i) — which *is* a bound, unlike ProBE's Eq. 22: its O_pp = {σx > σc}
+contains a negative group with probability up to ½ (with Phase One noise from a public range, FPR 0.2–0.5). The negatives of
 the query are at least N̂ = (|not reported| − β̂·|G|)/(1 − β̂), β̂ the FNR bound used so far (Eq. 23 for the
 tree). The answer is returned when FP̂ ≤ α·N̂. Otherwise the round re-reads, with fresh noise at a tighter
 u' = u/``shrink`` (each atom's rounds shrink u geometrically, so their ε sum to < shrink/(shrink − 1)× the
@@ -157,7 +159,15 @@ class _Executor:
         x, prm = self.last[i][g]
         st = self.stat[i]
         d = st.sign * x - st.sign * st.threshold
-        return T if d > prm.u else (F if d <= -prm.u else U)
+        if d <= -prm.u:
+            return F
+        return T if (d >= prm.u if st.integer else d > prm.u) else U
+
+    def false_certain(self, i: int, prm: _Params) -> float:
+        """Sup over negatives (σg ≤ σc) of P(reading is T): P(η ≥ u) = q^u/(1+q) (discrete), ½e^{−u/b}."""
+        if self.stat[i].integer:
+            return math.exp(-prm.u / prm.scale) / (1.0 + math.exp(-1.0 / prm.scale))
+        return 0.5 * math.exp(-prm.u / prm.scale)
 
     def evaluate(self, node: Node, alive: list[Group]) -> list[Group]:
         """Groups (in public order) for which ``node`` is reported true, reading only what is needed."""
@@ -209,7 +219,7 @@ class _Executor:
         fp, todo = 0.0, {}
         for g in answer:
             if self.kleene(tree, g) == T:
-                fp += math.fsum(prm.beta for i in self.last if g in self.last[i] for prm in [self.last[i][g][1]])
+                fp += math.fsum(self.false_certain(i, self.last[i][g][1]) for i in self.last if g in self.last[i])
                 continue
             fp += 1.0
             atoms: set[int] = set()
@@ -228,7 +238,7 @@ def run(
     measure: Callable[[int, MeasureRequest], Mapping[Group, float]] | None = None,
     *,
     max_epsilon: float,
-    max_rounds: int = 12,
+    max_rounds: int = 10,
     shrink: float = 4.0,
     step: Step | None = None,
     afford: Afford | None = None,
@@ -302,12 +312,8 @@ def run(
         for i in sorted(todo):
             st = ex.stat[i]
             u_now = min(ex.last[i][g][1].u for g in todo[i])
-            u_new = _round_u(u_now / shrink, st)
-            if u_new < u_now:
-                idx.append(i)
-                us.append(u_new)
-        if not idx:
-            return finish(None, "the false-positive estimate cannot be lowered: u is at its minimum", None)
+            idx.append(i)  # at the smallest integer region (u = 1) a round re-reads with fresh noise only
+            us.append(_round_u(u_now / shrink, st))
         b_round = p.beta * (1.0 - p.phase_one_share) * 0.5**rnd
         weights = [p.by_index(i).weight for i in idx]
         if p.split == "optimal":
