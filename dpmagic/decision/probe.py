@@ -307,13 +307,19 @@ def run(
             return finish(answer, None, fp / negatives if negatives > 0 else 0.0)
         if rnd > max_rounds:
             break
-        # Phase Two round: tighter u for the uncertain atoms (geometric), fresh noise, only uncertain groups.
+        # Phase Two round: tighter u for the uncertain atoms, fresh noise, only uncertain groups.
         idx, us = [], []
+        excess = fp - p.alpha * negatives
         for i in sorted(todo):
             st = ex.stat[i]
             u_now = min(ex.last[i][g][1].u for g in todo[i])
-            idx.append(i)  # at the smallest integer region (u = 1) a round re-reads with fresh noise only
-            us.append(_round_u(u_now / shrink, st))
+            # ProBE's u_opt, made robust: the noisy distance |σx − σc| of the ⌈excess⌉-th farthest uncertain
+            # group, halved (noise), kept within [u/shrink², u/shrink^½]; at u = 1 (integers) only fresh noise
+            dist = sorted((abs(st.sign * (ex.last[i][g][0] - st.threshold)) for g in todo[i]), reverse=True)
+            k = min(len(dist), max(1, math.ceil(excess)))
+            target = min(max(dist[k - 1] / 2.0, u_now / shrink**2), u_now / math.sqrt(shrink))
+            idx.append(i)
+            us.append(_round_u(target, st))
         b_round = p.beta * (1.0 - p.phase_one_share) * 0.5**rnd
         weights = [p.by_index(i).weight for i in idx]
         if p.split == "optimal":
