@@ -287,8 +287,8 @@ def test_two_group_keys_give_tuple_groups(data: pd.DataFrame, schema: Schema) ->
 
 
 def _float_frame() -> pd.DataFrame:
-    # AVG(f): A 0.9, B 0.1, C 0.9 over 30 rows only, E 0.75; SUM(f): A 900, B 100, C 27, E 750
-    spec = {"A": (1000, 0.9), "B": (1000, 0.1), "C": (30, 0.9), "E": (1000, 0.75)}
+    # AVG(f): A 0.9, B 0.1, C 0.9 over 30 rows only, D 0.45, E 0.75; SUM(f): A 900, B 100, C 27, D 450, E 750
+    spec = {"A": (1000, 0.9), "B": (1000, 0.1), "C": (30, 0.9), "D": (1000, 0.45), "E": (1000, 0.75)}
     rows = [(g, "N", 1, f) for g, (n, f) in spec.items() for _ in range(n)]
     return pd.DataFrame(rows, columns=["g", "r", "x", "f"])
 
@@ -302,11 +302,9 @@ def test_float_avg_and_sum_conditions_are_decided_on_quantised_values(schema: Sc
     assert spy.ledger_at_read == list(range(1, len(ans.reads) + 1))  # charged before every read
     texts = [c["statistic"] for c in ans.plan["conditions"]]
     assert all("q(f)" in t for t in texts)  # quantised statistics, exact integer sums
-    # the empty group D has AVG = NULL (statistic 0, at the threshold): a possible false positive that no u
-    # resolves, so α must tolerate one uncertain group here
     s2 = Session(_float_frame(), schema, "epsilon=5")
-    low = s2.decide("SELECT g FROM t GROUP BY g HAVING AVG(f) < 0.3", fnr=1e-12, fpr=0.4, max_group_size=1000)
-    assert not low.denied and set(low.groups or []) - {"D"} == {"B"}
+    low = s2.decide("SELECT g FROM t GROUP BY g HAVING AVG(f) < 0.3", fnr=1e-12, fpr=0.1, max_group_size=1000)
+    assert not low.denied and low.groups == ["B"]
 
 
 def test_schema_declares_max_group_size_and_the_option_overrides_it() -> None:
