@@ -314,10 +314,10 @@ def run(
             st = ex.stat[i]
             u_now = min(ex.last[i][g][1].u for g in todo[i])
             # ProBE's u_opt, made robust: the noisy distance |σx − σc| of the ⌈excess⌉-th farthest uncertain
-            # group, halved (noise), kept within [u/shrink², u/shrink^½]; at u = 1 (integers) only fresh noise
+            # group, halved (noise), kept within [u/shrink, u/shrink^½]; at u = 1 (integers) only fresh noise
             dist = sorted((abs(st.sign * (ex.last[i][g][0] - st.threshold)) for g in todo[i]), reverse=True)
             k = min(len(dist), max(1, math.ceil(excess)))
-            target = min(max(dist[k - 1] / 2.0, u_now / shrink**2), u_now / math.sqrt(shrink))
+            target = min(max(dist[k - 1] / 2.0, u_now / shrink), u_now / math.sqrt(shrink))
             idx.append(i)
             us.append(_round_u(target, st))
         b_round = p.beta * (1.0 - p.phase_one_share) * 0.5**rnd
