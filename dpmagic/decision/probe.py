@@ -31,8 +31,9 @@ Laplace tail as the FNR bound (≤ 2β_i) — which *is* a bound, unlike ProBE's
 contains a negative group with probability up to ½ (with Phase One noise from a public range, FPR 0.2–0.5). The negatives of
 the query are at least N̂ = (|not reported| − β̂·|G|)/(1 − β̂), β̂ the FNR bound used so far (Eq. 23 for the
 tree). The answer is returned when FP̂ ≤ α·N̂. Otherwise the round re-reads, with fresh noise at a tighter
-u' = u/``shrink`` (each atom's rounds shrink u geometrically, so their ε sum to < shrink/(shrink − 1)× the
-last round's), **only** the atoms that are U in the reported groups whose tree value is U, and only for those
+u' (ProBE's u_opt — the noisy distance to c of the ⌈FP̂ − α·N̂⌉-th farthest uncertain group — halved for
+the noise and kept within [u/8, u/2] (``shrink`` = 4), so rounds shrink u geometrically and their ε sum to at
+most twice the last round's; a single round never jumps to an arbitrarily small u), **only** the atoms that are U in the reported groups whose tree value is U, and only for those
 groups; decided atoms and decided groups are never re-read, and short-circuiting applies to the re-evaluation.
 
 Why not ProBE's rule as printed. Alg. 3 compares a per-atom estimate with (α/n)·N̂_i, where N̂_i counts the
@@ -314,10 +315,10 @@ def run(
             st = ex.stat[i]
             u_now = min(ex.last[i][g][1].u for g in todo[i])
             # ProBE's u_opt, made robust: the noisy distance |σx − σc| of the ⌈excess⌉-th farthest uncertain
-            # group, halved (noise), kept within [u/shrink, u/shrink^½]; at u = 1 (integers) only fresh noise
+            # group, halved (noise), kept within [u/shrink^1.5, u/shrink^½] = [u/8, u/2]; at u = 1 (integers) only fresh noise
             dist = sorted((abs(st.sign * (ex.last[i][g][0] - st.threshold)) for g in todo[i]), reverse=True)
             k = min(len(dist), max(1, math.ceil(excess)))
-            target = min(max(dist[k - 1] / 2.0, u_now / shrink), u_now / math.sqrt(shrink))
+            target = min(max(dist[k - 1] / 2.0, u_now / shrink**1.5), u_now / math.sqrt(shrink))
             idx.append(i)
             us.append(_round_u(target, st))
         b_round = p.beta * (1.0 - p.phase_one_share) * 0.5**rnd
