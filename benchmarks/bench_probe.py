@@ -347,9 +347,10 @@ def summary(rep: dict) -> list[str]:
         "",
         "What this shows, honestly: ProBE meets its targets with almost no denials (the old per-atom Phase Two "
         "denied 18–100% of runs with ≥ 3 conditions). It spends less than the naive baseline run to the same "
-        "guarantees where its wide, cheap Phase One decides most groups (the taxi conjunctions); it spends "
-        "about the same on Adult (15 groups: one uncertain group already exceeds α·N̂), and more where a "
-        "fixed 12% region happens to be enough in one phase (taxi mixes 3–4, 6). Against plain releases "
+        "guarantees where its wide, cheap Phase One decides most groups (the taxi conjunctions, 2.5×; taxi "
+        "mixes 5–6, 1.1–1.8×); it spends about the same on Adult (0.6–1.3×: with 15 groups one uncertain "
+        "group already exceeds α·N̂, and a single condition is cheaper at 12% in one phase), and about 5× "
+        "more where a fixed 12% region happens to be enough in one phase (taxi mixes 3–4). Against plain releases "
         "calibrated by an oracle that knows the true answers, ProBE spends more on Adult and on most taxi "
         "queries: that oracle is a lower bound no analyst can reach (choosing u needs the answer), but it "
         "also shows the price of an FPR estimate that counts every uncertain group as a false positive.",
