@@ -61,10 +61,18 @@ class Schema:
     privacy_unit: str = "one row"
     #: the custodian's identity of the data set (``"dataset"`` in the JSON); the budget belongs to it
     dataset: str | None = None
+    #: optional public bound on the rows of one GROUP BY group (``"max_group_size"``), used by decision queries
+    max_group_size: int | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
             raise SchemaError("the schema declares no columns")
+        m = self.max_group_size
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
+            raise SchemaError(
+                f"the schema's 'max_group_size' must be a positive integer (a public bound on a group's rows), got {m!r}",
+                hint='declare e.g. "max_group_size": 20000, or leave it out',
+            )
         if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset.strip()):
             raise SchemaError(
                 f"the schema's 'dataset' must be a non-empty string (the data set's id), got {self.dataset!r}"
@@ -99,7 +107,13 @@ class Schema:
         dataset = data.get("dataset")
         if dataset is not None and not isinstance(dataset, str):
             raise SchemaError(f"the schema's 'dataset' must be a string (the data set's id), got {dataset!r}")
-        return cls(columns, table=table, privacy_unit=str(data.get("privacy_unit", "one row")), dataset=dataset)
+        return cls(
+            columns,
+            table=table,
+            privacy_unit=str(data.get("privacy_unit", "one row")),
+            dataset=dataset,
+            max_group_size=data.get("max_group_size"),
+        )
 
     @classmethod
     def from_json(cls, source: str | Path) -> Schema:
@@ -207,6 +221,8 @@ class Schema:
                 "columns": {name: col.to_dict() for name, col in self.columns.items()},
             }
         )
+        if self.max_group_size is not None:
+            out["max_group_size"] = self.max_group_size
         return out
 
     def fingerprint(self) -> str:

@@ -92,7 +92,6 @@ def test_having_becomes_condition_tree(schema: Schema) -> None:
         ("COUNT(*) = 5", "="),
         ("NOT COUNT(*) > 5", "NOT"),
         ("COUNT(*) + 1 > 5", "aggregate with a number"),
-        ("SUM(f) > 1", "float column"),
         ("AVG(x) > 4.5", "whole-number threshold"),
         ("MAX(x) > 4", "MAX"),
     ],
@@ -282,3 +281,48 @@ def test_two_group_keys_give_tuple_groups(data: pd.DataFrame, schema: Schema) ->
         "SELECT g, r, COUNT(*) FROM t GROUP BY g, r HAVING COUNT(*) > 700", fnr=1e-12, fpr=None, max_group_size=1000
     )
     assert ans.groups == [(g, r) for g in ("A", "B", "E") for r in ("N", "S")]
+
+
+# -- float columns and the schema's max_group_size -------------------------------------------------------------
+
+
+def _float_frame() -> pd.DataFrame:
+    # AVG(f): A 0.9, B 0.1, C 0.9 over 30 rows only, D 0.45, E 0.75; SUM(f): A 900, B 100, C 27, D 450, E 750
+    spec = {"A": (1000, 0.9), "B": (1000, 0.1), "C": (30, 0.9), "D": (1000, 0.45), "E": (1000, 0.75)}
+    rows = [(g, "N", 1, f) for g, (n, f) in spec.items() for _ in range(n)]
+    return pd.DataFrame(rows, columns=["g", "r", "x", "f"])
+
+
+def test_float_avg_and_sum_conditions_are_decided_on_quantised_values(schema: Schema) -> None:
+    s, spy = spied(_float_frame(), schema)
+    ans = s.decide(
+        "SELECT g FROM t GROUP BY g HAVING AVG(f) > 0.6 AND SUM(f) > 500.5", fnr=1e-12, fpr=0.1, max_group_size=1000
+    )
+    assert not ans.denied and ans.groups == ["A", "E"]
+    assert spy.ledger_at_read == list(range(1, len(ans.reads) + 1))  # charged before every read
+    texts = [c["statistic"] for c in ans.plan["conditions"]]
+    assert all("q(f)" in t for t in texts)  # quantised statistics, exact integer sums
+    s2 = Session(_float_frame(), schema, "epsilon=5")
+    low = s2.decide("SELECT g FROM t GROUP BY g HAVING AVG(f) < 0.3", fnr=1e-12, fpr=0.1, max_group_size=1000)
+    assert not low.denied and low.groups == ["B"]
+
+
+def test_schema_declares_max_group_size_and_the_option_overrides_it() -> None:
+    spec = {**SCHEMA, "max_group_size": 1000}
+    sch = Schema.from_dict(spec)
+    assert sch.max_group_size == 1000 and sch.to_dict()["max_group_size"] == 1000
+    assert "max_group_size" not in Schema.from_dict(SCHEMA).to_dict()  # absent stays absent (compatible)
+    s = Session(frame(), sch, "epsilon=5")
+    default = s.decide(SQL.format(r="N"), fnr=0.05, fpr=0.1, dry_run=True)
+    assert default.plan["conditions"][0]["public_range"] == [0.0, 1000.0]
+    override = s.decide(SQL.format(r="N"), fnr=0.05, fpr=0.1, dry_run=True, max_group_size=2000)
+    assert override.plan["conditions"][0]["public_range"] == [0.0, 2000.0]
+    assert not s.decide(SQL.format(r="N"), fnr=1e-12, fpr=0.1).denied
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "100", True])
+def test_schema_max_group_size_is_validated(bad: object) -> None:
+    from dpmagic.errors import SchemaError
+
+    with pytest.raises(SchemaError, match="max_group_size"):
+        Schema.from_dict({**SCHEMA, "max_group_size": bad})

@@ -17,6 +17,7 @@ import opendp.prelude as dp
 import pandas as pd
 
 from dpmagic.decision.probe import MeasureRequest
+from dpmagic.mechanisms import quantise
 
 dp.enable_features("contrib")
 
@@ -49,7 +50,11 @@ class FrameMeasure:
             if st.column is None:
                 s = df.groupby(self.by, observed=True).size()
             else:
-                vals = df[st.column].clip(st.lower, st.upper) - st.shift
+                if st.unit is not None:  # float column: exact integer sums of quantised values
+                    q = quantise(df[st.column].to_numpy(), st.unit, st.lower, st.upper) - int(st.shift)
+                    vals = pd.Series(q, index=df.index)
+                else:
+                    vals = df[st.column].clip(st.lower, st.upper) - st.shift
                 s = vals.groupby(df[self.by], observed=True).sum()
             self._exact[key] = s.reindex(self.groups, fill_value=0)
         return self._exact[key]

@@ -94,7 +94,10 @@ class Statistic:
     """The per-group linear statistic a condition is decided on, with public sensitivity and range.
 
     The session computes, over the group's rows that pass the condition's filter,
-    ``COUNT(*)`` if ``column`` is None, else ``SUM(clamp(column, lower, upper) − shift)``.
+    ``COUNT(*)`` if ``column`` is None, else ``SUM(clamp(column, lower, upper) − shift)``; for a float column
+    (``unit`` set) ``SUM(quantise(column, unit, lower, upper) − shift)`` with
+    :func:`dpmagic.mechanisms.quantise`, an exact integer in units of ``unit`` (``shift``, ``threshold``,
+    ``sensitivity`` and the range are then in those units too).
     The condition holds iff ``sign · statistic > sign · threshold``.
     """
 
@@ -109,6 +112,7 @@ class Statistic:
     range_lo: float
     range_hi: float
     integer: bool
+    unit: float | None = None
 
     @property
     def range(self) -> float:
@@ -141,6 +145,8 @@ def statistic_for(
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
         raise QueryError(f"column {col!r} has invalid bounds [{lo}, {hi}]")
     is_int = col in integer_columns
+    if not is_int:
+        return _float_statistic(cond, col, lo, hi, n, sign)
     if cond.aggregate == "sum":
         delta = max(abs(lo), abs(hi))
         shift, thr, text = 0.0, float(cond.threshold), f"SUM({col})"
@@ -155,6 +161,49 @@ def statistic_for(
     return Statistic(
         text, col, lo, hi, shift, delta, thr, sign, n * min(0.0, lo - shift), n * max(0.0, hi - shift), integer
     )
+
+
+#: float columns are quantised to a power of two 2^-20 of their largest magnitude (and of the threshold)
+FLOAT_BITS = 20
+
+
+def _float_statistic(cond: Condition, col: str, lo: float, hi: float, n: float, sign: int) -> Statistic:
+    """A float SUM/AVG condition as an exact integer statistic on quantised values (sound, no float sums).
+
+    Values are quantised like every float release of dpmagic: x_q = rint(clamp(x, L, U)/q)
+    (:func:`dpmagic.mechanisms.quantise`), q = 2^(⌈log₂ M⌉ − 20), M = max(|L|, |U|, |c|), so |x − q·x_q| ≤ q/2.
+    The threshold is moved by the worst quantisation error **towards reporting**, so that a true condition is
+    still true on the quantised statistic and the FNR proof applies unchanged (only the FPR can grow, by groups
+    within q of the threshold):
+
+    * AVG(x) > c ⇒ Σx_q > n(c/q − ½) ⇒ Σ(x_q − s) > 0 with s = ⌊c/q − ½⌋ (for ``<``: s = ⌈c/q + ½⌉);
+    * SUM(x) > c ⇒ Σx_q > c/q − n/2 ≥ c/q − N/2 ⇒ Σx_q > ⌊c/q − N/2⌋ (for ``<``: ⌈c/q + N/2⌉).
+
+    The sensitivity (add/remove one row, in units) is :func:`dpmagic.sensitivity.patterns` of the quantised
+    per-row range [rint(L/q) − s, rint(U/q) − s]; every quantity is an integer, so the discrete Laplace applies.
+    """
+    from dpmagic.sensitivity import Coverage, patterns
+
+    c = float(cond.threshold)
+    m = max(abs(lo), abs(hi), abs(c))
+    if m == 0:
+        raise QueryError(f"{cond} does not depend on the data (the declared range of {col!r} is a single point)")
+    q = math.ldexp(1.0, math.ceil(math.log2(m)) - FLOAT_BITS)
+    if n * 2.0 ** (FLOAT_BITS + 2) > 2.0**62:
+        raise QueryError(f"max_group_size {int(n)} is too large for exact sums of the float column {col!r}")
+    lo_q, hi_q = int(round(lo / q)), int(round(hi / q))
+    if cond.aggregate == "avg":
+        shift = math.floor(c / q - 0.5) if sign > 0 else math.ceil(c / q + 0.5)
+        thr, text = 0.0, f"SUM(q({col}) - {shift}) [q = 2^{math.ceil(math.log2(m)) - FLOAT_BITS}]"
+    else:
+        shift = 0
+        thr = float(math.floor(c / q - n / 2.0) if sign > 0 else math.ceil(c / q + n / 2.0))
+        text = f"SUM(q({col})) [q = 2^{math.ceil(math.log2(m)) - FLOAT_BITS}]"
+    a, b = lo_q - shift, hi_q - shift
+    delta = patterns(a, b, Coverage(False, False, 2), replace_one=False).linf
+    if delta <= 0 or lo == hi:
+        raise QueryError(f"{cond} does not depend on the data (the declared range of {col!r} is a single point)")
+    return Statistic(text, col, lo, hi, float(shift), float(delta), thr, sign, n * min(0, a), n * max(0, b), True, q)
 
 
 def tslm_epsilon(sensitivity: float, beta: float, u: float) -> float:

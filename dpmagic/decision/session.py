@@ -107,11 +107,17 @@ def _definition(session: Session) -> str:
 
 
 def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_group_size: int | None) -> DecisionPlan:
-    """The data-independent ProBE plan of ``q`` (reads nothing)."""
+    """The data-independent ProBE plan of ``q`` (reads nothing).
+
+    ``max_group_size`` (the option) overrides the schema's declared ``max_group_size``; one of them is needed.
+    """
+    if max_group_size is None:
+        max_group_size = getattr(session.schema, "max_group_size", None)
     if max_group_size is None:
         raise QueryError(
             "a decision query needs a public bound on the size of a group (max_group_size)",
-            hint="pass max_group_size=N (%%dpquery --max-group-size N): a bound declared by the data custodian",
+            hint='declare "max_group_size": N in the schema JSON, or pass max_group_size=N '
+            "(%%dpquery --max-group-size N): a bound declared by the data custodian",
         )
     tree = decision_tree(q, session.schema)
     bounds, ints = public_bounds(session.schema, tree)

@@ -81,9 +81,7 @@ def _condition(node: exp.Expression, by_alias: dict[str, Aggregate], schema: Sch
     if agg.func not in ("sum", "avg"):
         raise _refuse(f"{agg} in HAVING: use COUNT(*), SUM or AVG")
     col = schema[str(agg.column)]
-    if not getattr(col, "is_int", False):
-        raise _refuse(f"{agg} on the float column {agg.column!r} (decision queries support int columns for now)")
-    if agg.func == "avg" and c != math.floor(c):
+    if getattr(col, "is_int", False) and agg.func == "avg" and c != math.floor(c):
         raise _refuse(f"'{agg} {op} {c:g}': AVG on an int column needs a whole-number threshold")
     return Condition(agg.func, str(agg.column), op, c)  # type: ignore[arg-type]
 

@@ -107,7 +107,8 @@ class DecisionPhaseMechanism(Mechanism):
 
         r, st = self.request, self.request.statistic
         q = self.measurement_query()
-        units = {st.column: 1.0} if st.column is not None else None
+        # int columns sum in units of 1; float columns in the statistic's power-of-two quantum (exact integers)
+        units = {st.column: (st.unit or 1.0)} if st.column is not None else None
         cells = backend.evaluate(q, units, extended=None)  # type: ignore[call-arg]
         single = len(q.groups) == 1
         index = {(k[0] if single else k): j for j, k in enumerate(cells.keys)}
@@ -117,7 +118,7 @@ class DecisionPhaseMechanism(Mechanism):
             n = int(cells.counts[j])
             if st.column is None:
                 exact.append(n)
-            else:  # SUM(clamp(col)) − shift·COUNT: exact integers (shift is whole for integer statistics)
+            else:  # SUM(clamp or quantise(col)) − shift·COUNT: exact integers (shift is whole here)
                 exact.append(int(cells.sums[st.column][j]) - int(st.shift) * n)
         noisy = [float(v) for v in laplace_sampler(r.kind, r.scale)(exact)] if exact else []
         cut = st.sign * st.threshold - r.u
