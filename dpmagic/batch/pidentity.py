@@ -74,12 +74,13 @@ def projected_lbfgs(
     ftol: float = 1e-12,
     deadline: float | None = None,
     upper: float = np.inf,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[np.ndarray, float]:
     """Minimise fun over 0 ≤ x ≤ upper: L-BFGS direction on the free set (coordinates not held at a bound by
     the gradient), projected Armijo backtracking.
 
     Every accepted step decreases f; stops after ``maxiter`` iterations, when the relative decrease is below
-    ``ftol``, or at ``deadline`` (time.monotonic()).  O(memory · len(x)) per iteration besides fun.
+    ``ftol``, or when ``clock()`` passes ``deadline``.  O(memory · len(x)) per iteration besides fun.
     """
     x = np.clip(np.asarray(x0, dtype=float), 0.0, upper)
     f, g = fun(x)
@@ -120,7 +121,7 @@ def projected_lbfgs(
                 mem.pop(0)
         done = f - fn <= ftol * max(abs(f), abs(fn), 1.0)
         x, f, g = xn, fn, gn
-        if done or (deadline is not None and time.monotonic() > deadline):
+        if done or (deadline is not None and clock() > deadline):
             break
     return x, f
 
@@ -136,6 +137,7 @@ def opt_p_identity(
     init: np.ndarray | None = None,
     init_scale: float | None = None,
     time_limit: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> PIdentity:
     """OPT₀ (HDMM Def. 14): the best p-Identity strategy for the workload (a :class:`Dense` block or a Gram).
 
@@ -143,7 +145,8 @@ def opt_p_identity(
     (more rows never help a strategy that already contains I); for n = 1, Identity is returned.  Starts:
     ``init`` if given, then B uniform in [0, init_scale] (default 25/p, capped at 1).  B is kept in
     [0, (MAX_SCALE − 1)/p] (see :data:`MAX_SCALE`).  ``time_limit``
-    (seconds, over all restarts) stops early with the best iterate.  The result is never worse than Identity
+    (seconds of ``clock``, wall clock by default; time.process_time on a shared machine; over all
+    restarts) stops early with the best iterate.  The result is never worse than Identity
     (B = 0, a stationary point that is sometimes optimal).  Cost: restarts × iterations × O(p²n) for range
     workloads, O(p²n + pn²) otherwise.
     """
@@ -179,17 +182,17 @@ def opt_p_identity(
     if n > 1:
         rng = np.random.default_rng(seed)
         sc = min(1.0, 25.0 / p) if init_scale is None else float(init_scale)
-        deadline = None if time_limit is None else time.monotonic() + float(time_limit)
+        deadline = None if time_limit is None else clock() + float(time_limit)
         for r in range(max(1, int(restarts))):
             if init is not None and r == 0:
                 x0 = np.asarray(init, dtype=float).reshape(p, n)
             else:
                 x0 = rng.random((p, n)) * sc
-            x, _ = projected_lbfgs(fun, x0.reshape(-1), maxiter=maxiter, deadline=deadline, upper=upper)
+            x, _ = projected_lbfgs(fun, x0.reshape(-1), maxiter=maxiter, deadline=deadline, upper=upper, clock=clock)
             f = pid_error(gn, x.reshape(p, n), norm) if gn is not None else fun(x)[0]
             if np.isfinite(f) and f < best_f:
                 best_f, best_b = f, x.reshape(p, n)
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and clock() > deadline:
                 break
     return PIdentity(best_b, norm=norm, name=f"OPT0[p={p}]")
 
