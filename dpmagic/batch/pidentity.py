@@ -39,7 +39,7 @@ Rmul = Callable[[np.ndarray], np.ndarray]
 
 
 #: B ≤ (MAX_SCALE − 1)/p keeps every column scale s = 1 + 1ᵀB (L1) or √(1 + ‖B_k‖²) (L2) ≤ MAX_SCALE, so the
-#: Woodbury value Σ G_kk s_k² − ⟨R, Y⟩ loses at most ~MAX_SCALE²·2⁻⁵³ ≈ 10⁻⁸ relative accuracy to cancellation.
+#: Woodbury value Σ G_kk s_k² − ⟨R, Y⟩ loses at most ~MAX_SCALE²·2⁻⁵³·tr(G) ≈ 10⁻⁸·tr(G) to cancellation.
 #: Without it, workloads whose infimum lies at B → ∞ (Total, prefix on n ≤ 6) drove B to 10¹⁰ where the value
 #: computed was 0 or negative.  The bound never binds on the range workloads of HDMM Table 4 (max B ≈ 10).
 MAX_SCALE = 1e4
