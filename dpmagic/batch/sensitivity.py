@@ -187,7 +187,8 @@ def _count_box(sql: str, schema: Schema, where: str) -> Box:
 def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit: float = 60.0) -> dict:
     """L1/L2 sensitivity of the statements taken as one batch of unit-weight COUNT(*) queries.
 
-    add/remove one row: Inan et al.'s B4 (the maximum overlap ω, exact) — Δ₁ = ω, Δ₂ = √ω.  replace one row:
+    add/remove one row: Inan et al.'s B4 (the maximum overlap ω; ``exact`` False if the search timed out and
+    ω is the engine's proven upper bound) — Δ₁ = ω, Δ₂ = √ω.  replace one row:
     the exact pair bound max |popSet(r) △ popSet(r')| (:func:`batch_sensitivity`) next to Inan et al.'s B1, B2
     and 2ω; the value ``used`` is the smallest proven upper bound (the exact value when the atom enumeration
     fits, else min(B1, B2, 2ω)).  Raises :class:`ConfigurationError` naming the first statement that is not a
@@ -198,14 +199,18 @@ def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit:
     boxes = [_count_box(s, schema, f"statement {i}") for i, s in enumerate(statements, 1)]
     if not boxes:
         z = {"l1": 0.0, "l2": 0.0}
-        return {"queries": 0, "add_remove": {"used": "B4", "B4": z}, "replace": {"used": "exact", "exact": z}}
+        return {
+            "queries": 0,
+            "add_remove": {"used": "B4", "B4": z, "exact": True},
+            "replace": {"used": "exact", "exact": z},
+        }
     b1, b2 = _seed001_bounds(schema, boxes)
     try:
         bs = batch_sensitivity(schema, boxes, time_limit=time_limit)
-        omega, exact = bs.add_remove_l1, bs.replace_l1
-    except ConfigurationError:  # atom enumeration too large: the proven bounds only
+        omega, exact, omega_exact = bs.add_remove_l1, bs.replace_l1, True
+    except ConfigurationError:  # atom enumeration too large or search timed out: proven upper bounds only
         res = max_overlap(boxes, None, schema, time_limit=time_limit)
-        omega, exact = float(res.upper), None
+        omega, exact, omega_exact = float(res.upper), None, bool(res.exact)
 
     def pair(v: float) -> dict:
         return {"l1": v, "l2": math.sqrt(v)}
@@ -216,7 +221,7 @@ def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit:
     used = min(replace, key=lambda k: (replace[k]["l1"], k != "exact"))
     return {
         "queries": len(boxes),
-        "add_remove": {"used": "B4", "B4": pair(omega)},
+        "add_remove": {"used": "B4", "B4": pair(omega), "exact": omega_exact},
         "replace": {"used": used, **replace},
     }
 
@@ -227,7 +232,7 @@ def format_sensitivity(report: dict) -> str:
     for rel, label in (("add_remove", "add/remove"), ("replace", "replace-one")):
         r = report[rel]
         for k, v in r.items():
-            if k == "used":
+            if k in ("used", "exact") and not isinstance(v, dict):
                 continue
             mark = "  ← used (tightest proven)" if k == r["used"] else ""
             lines.append(f"  {label:<11} {k:<6} L1 = {v['l1']:.6g}  L2 = {v['l2']:.6g}{mark}")
