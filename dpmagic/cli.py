@@ -175,10 +175,18 @@ def _cmd_overlap(args: argparse.Namespace) -> int:
         print("dpmagic overlap: --timeout must be a positive number of seconds", file=sys.stderr)
         return 2
     result = analyse(items, schema, timeout=args.timeout, neighbors=args.neighbors)
+    if args.sensitivity:
+        from dpmagic.batch.sensitivity import format_sensitivity, sensitivity_report
+
+        try:
+            result["sensitivity"] = sensitivity_report(schema, [it.sql for it in items], time_limit=args.timeout)
+        except DPMagicError as exc:
+            print(f"dpmagic overlap: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(result))
     else:
-        print(_table(result))
+        print(_table(result) + ("\n" + format_sensitivity(result["sensitivity"]) if args.sensitivity else ""))
     return 0
 
 
@@ -358,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--neighbors", choices=["add-remove", "replace"], default="add-remove")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds for the exact search (default 60)")
+    p.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="also report the L1/L2 sensitivity of the COUNT(*) statements as one batch (both relations)",
+    )
     p.set_defaults(func=_cmd_overlap)
 
     lg = sub.add_parser(

@@ -5,7 +5,7 @@ Not imported by :mod:`dpmagic`; pure functions and classes with no session depen
 * workloads (:mod:`.workloads`): :func:`prefix`, :func:`all_range`, :func:`width_range`, :func:`identity`,
   :func:`total`, :func:`permuted_range`, :func:`marginals`, :func:`kron`, :func:`union`;
 * strategies (:mod:`.strategies`) and optimisers (:mod:`.optimize`): Identity, the workload, hierarchical/HB,
-  OPT₀ (:func:`opt_p_identity`), OPT⊗ (:func:`opt_kron`), OPT₊ (:func:`opt_union`), OPT_M
+  OPT₀ (:func:`opt_p_identity`; Gaussian: :func:`opt_gaussian`), OPT⊗ (:func:`opt_kron`), OPT₊ (:func:`opt_union`), OPT_M
   (:func:`opt_marginals`);
 * error (:mod:`.error`): :func:`expected_error`, :func:`rmse`, :func:`svd_bound`; noise models (:mod:`.noise`);
 * release helpers (:mod:`.reconstruct`): :func:`measure_and_reconstruct`, :func:`answer_variances`;
@@ -17,6 +17,7 @@ IEEE TDSC, doi:10.1109/TDSC.2017.2734664 (batch sensitivity).
 """
 
 from .error import expected_error, rmse, svd_bound, svd_bound_rmse
+from .gaussian_opt import opt_gaussian
 from .noise import Noise, analytic_gaussian, analytic_gaussian_sigma, gaussian, gaussian_gdp, gaussian_zcdp, laplace
 from .optimize import default_p, opt_kron, opt_marginals, opt_p_identity, opt_union
 from .reconstruct import (
@@ -81,6 +82,7 @@ __all__ = [
     "opt_kron",
     "opt_marginals",
     "opt_p_identity",
+    "opt_gaussian",
     "opt_union",
     "expected_error",
     "rmse",

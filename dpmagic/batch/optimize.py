@@ -3,9 +3,8 @@
 McKenna, Miklau, Hay, Machanavajjhala, "Optimizing error of high-dimensional statistical queries under
 differential privacy", PVLDB 11(10), 2018, doi:10.14778/3231751.3231769.
 
-* :func:`opt_p_identity` (OPT₀, Def. 14): minimise tr(S G S (I + BᵀB)⁻¹) over B ≥ 0 with L-BFGS-B (scipy),
-  analytic gradient, a few random restarts; O(n²p + np²) per evaluation (Woodbury, see
-  :func:`dpmagic.batch.strategies._pid_objective`).
+* :func:`opt_p_identity` (OPT₀, Def. 14): re-exported from :mod:`dpmagic.batch.pidentity` (projected
+  L-BFGS on B ≥ 0, Woodbury objective, O(p²n) per evaluation for range workloads).
 * :func:`opt_kron` (OPT⊗, Defs. 17–18): a single Kronecker-product strategy; for a union of products the
   error Σ_j c_j² Π_i tr(G_ij (A_iᵀA_i)⁻¹) is minimised by cyclic block updates, each an OPT₀ on the surrogate
   Gram Σ_j c_j² (Π_{k≠i} tr(G_kj (A_kᵀA_k)⁻¹)) G_ij.
@@ -17,112 +16,23 @@ differential privacy", PVLDB 11(10), 2018, doi:10.14778/3231751.3231769.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from scipy.optimize import minimize
 
-from ..errors import ConfigurationError
 from .noise import Noise, laplace
+from .pidentity import default_p, opt_p_identity
 from .strategies import (
     ExplicitStrategy,
     KronStrategy,
     MarginalStrategy,
     PIdentity,
     UnionStrategy,
-    _pid_objective,
     _subset_tables,
     marginal_workload_spectrum,
 )
 from .workloads import Dense, Kron, Stack, Workload, as_union
 
 __all__ = ["opt_p_identity", "opt_kron", "opt_union", "opt_marginals", "default_p"]
-
-
-def default_p(n: int) -> int:
-    """HDMM's convention p = n/16 (at least 1)."""
-    return max(1, n // 16)
-
-
-class _Deadline(Exception):
-    pass
-
-
-def opt_p_identity(
-    gram: np.ndarray | Dense,
-    p: int | None = None,
-    *,
-    norm: int = 1,
-    restarts: int = 3,
-    seed: int = 0,
-    maxiter: int = 1000,
-    init: np.ndarray | None = None,
-    init_scale: float | None = None,
-    time_limit: float | None = None,
-    fast: bool | None = None,
-) -> PIdentity:
-    """OPT₀: the best p-Identity strategy for the Gram matrix G found by L-BFGS-B from random starts.
-
-    ``norm`` 1 optimises for Laplace (Δ₁ = 1), 2 for Gaussian (Δ₂ = 1).  Random starts draw B uniformly in
-    [0, init_scale] (default 6/p: each column starts with about three times the weight of its identity
-    query), which converges in far fewer iterations than U[0, 1].  ``fast`` (default: n ≥ 512) runs the one
-    O(n²p) product B S G in float32; the returned strategy's error is always evaluated in float64.
-    ``time_limit`` (seconds, over all restarts) stops early with the best iterate so far.  Returns the restart
-    with the lowest objective.  Cost: restarts × iterations × O(n²p + np²).
-    """
-    g = gram.gram() if isinstance(gram, Dense) else np.asarray(gram, dtype=float)
-    if g.ndim != 2 or g.shape[0] != g.shape[1] or not np.all(np.isfinite(g)):
-        raise ConfigurationError("opt_p_identity: the Gram matrix must be a finite square array")
-    n = g.shape[0]
-    p = default_p(n) if p is None else int(p)
-    if p < 1:
-        raise ConfigurationError(f"opt_p_identity: p must be ≥ 1, got {p}")
-    scale = float(np.trace(g)) or 1.0
-    gn = g / scale
-    use_fast = (n >= 512) if fast is None else bool(fast)
-    g_fast = gn.astype(np.float32) if use_fast else None
-    rng = np.random.default_rng(seed)
-    init_scale = 6.0 / p if init_scale is None else float(init_scale)
-    deadline = None if time_limit is None else time.monotonic() + float(time_limit)
-    best: tuple[float, np.ndarray] | None = None
-    for r in range(max(1, int(restarts))):
-        if init is not None and r == 0:
-            x0 = np.asarray(init, dtype=float).reshape(-1)
-        else:
-            x0 = rng.random(p * n) * init_scale
-        seen: dict[str, object] = {"f": np.inf, "x": x0}
-
-        def fun(x: np.ndarray, seen: dict[str, object] = seen) -> tuple[float, np.ndarray]:
-            f, d = _pid_objective(gn, x.reshape(p, n), norm, g_fast=g_fast)
-            if f < seen["f"]:
-                seen["f"], seen["x"] = f, x.copy()
-            if deadline is not None and time.monotonic() > deadline:
-                raise _Deadline
-            return f, d.reshape(-1)
-
-        try:
-            res = minimize(
-                fun,
-                x0,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=[(0.0, None)] * (p * n),
-                options={"maxiter": maxiter, "ftol": 1e-10, "gtol": 1e-12, "maxcor": 10},
-            )
-            xs = [res.x, seen["x"]]
-        except _Deadline:
-            xs = [seen["x"]]
-        for x in xs:
-            b = np.clip(np.asarray(x).reshape(p, n), 0.0, None)
-            f, _ = _pid_objective(gn, b, norm, grad=False)
-            if best is None or f < best[0]:
-                best = (f, b)
-        if deadline is not None and time.monotonic() > deadline:
-            break
-    assert best is not None
-    if float(np.trace(gn)) <= best[0]:  # B = 0 (Identity) is a KKT point and sometimes optimal
-        best = (float(np.trace(gn)), np.zeros((p, n)))
-    return PIdentity(best[1], norm=norm, name=f"OPT0[p={p}]")
 
 
 def _factor_traces(kron_terms: list[tuple[float, Kron]], factors: list) -> np.ndarray:

@@ -35,7 +35,7 @@ from ..errors import ConfigurationError
 from ..schema import CategoricalColumn, Schema
 from ..sets import Box, CategorySet, IntervalSet
 
-__all__ = ["BatchSensitivity", "batch_sensitivity", "popsets"]
+__all__ = ["BatchSensitivity", "batch_sensitivity", "popsets", "sensitivity_report", "format_sensitivity"]
 
 
 def _column_representatives(schema: Schema, name: str, boxes: Sequence[Box]) -> list:
@@ -164,3 +164,76 @@ def batch_sensitivity(
         raise ConfigurationError("batch sensitivity: overlap engine and atom enumeration disagree")  # pragma: no cover
     b1, b2 = _seed001_bounds(schema, boxes)
     return BatchSensitivity(omega, math.sqrt(omega), replace, math.sqrt(replace), b1, b2, len(masks))
+
+
+def _count_box(sql: str, schema: Schema, where: str) -> Box:
+    """The box of ``SELECT COUNT(*) … WHERE <box>``; anything else is refused (its sensitivity differs)."""
+    from ..query.sql import parse_query
+
+    try:
+        q = parse_query(sql, schema)
+    except ConfigurationError as exc:  # pragma: no cover - parse errors are QueryError
+        raise type(exc)(f"{where}: {exc}") from None
+    agg = q.aggregates
+    if q.group_by or len(agg) != 1 or agg[0].func != "count" or agg[0].column is not None or q.filter is not None:
+        raise ConfigurationError(
+            f"{where}: --sensitivity needs SELECT COUNT(*) … WHERE <box> statements (no GROUP BY, SUM or OR "
+            "across columns)",
+            hint="write one COUNT(*) per box; a GROUP BY is one COUNT(*) per cell",
+        )
+    return q.coverage
+
+
+def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit: float = 60.0) -> dict:
+    """L1/L2 sensitivity of the statements taken as one batch of unit-weight COUNT(*) queries.
+
+    add/remove one row: Inan et al.'s B4 (the maximum overlap ω; ``exact`` False if the search timed out and
+    ω is the engine's proven upper bound) — Δ₁ = ω, Δ₂ = √ω.  replace one row:
+    the exact pair bound max |popSet(r) △ popSet(r')| (:func:`batch_sensitivity`) next to Inan et al.'s B1, B2
+    and 2ω; the value ``used`` is the smallest proven upper bound (the exact value when the atom enumeration
+    fits, else min(B1, B2, 2ω)).  Raises :class:`ConfigurationError` naming the first statement that is not a
+    COUNT(*) over a box.
+    """
+    from ..overlap import max_overlap
+
+    boxes = [_count_box(s, schema, f"statement {i}") for i, s in enumerate(statements, 1)]
+    if not boxes:
+        z = {"l1": 0.0, "l2": 0.0}
+        return {
+            "queries": 0,
+            "add_remove": {"used": "B4", "B4": z, "exact": True},
+            "replace": {"used": "exact", "exact": z},
+        }
+    b1, b2 = _seed001_bounds(schema, boxes)
+    try:
+        bs = batch_sensitivity(schema, boxes, time_limit=time_limit)
+        omega, exact, omega_exact = bs.add_remove_l1, bs.replace_l1, True
+    except ConfigurationError:  # atom enumeration too large or search timed out: proven upper bounds only
+        res = max_overlap(boxes, None, schema, time_limit=time_limit)
+        omega, exact, omega_exact = float(res.upper), None, bool(res.exact)
+
+    def pair(v: float) -> dict:
+        return {"l1": v, "l2": math.sqrt(v)}
+
+    replace = {"B1": pair(b1), "B2": pair(b2), "2·B4": pair(min(2 * omega, len(boxes)))}
+    if exact is not None:
+        replace["exact"] = pair(exact)
+    used = min(replace, key=lambda k: (replace[k]["l1"], k != "exact"))
+    return {
+        "queries": len(boxes),
+        "add_remove": {"used": "B4", "B4": pair(omega), "exact": omega_exact},
+        "replace": {"used": used, **replace},
+    }
+
+
+def format_sensitivity(report: dict) -> str:
+    """The lines printed by ``dpmagic overlap --sensitivity`` (without ``--json``)."""
+    lines = [f"batch sensitivity of {report['queries']} COUNT(*) queries (unit weight)"]
+    for rel, label in (("add_remove", "add/remove"), ("replace", "replace-one")):
+        r = report[rel]
+        for k, v in r.items():
+            if k in ("used", "exact") and not isinstance(v, dict):
+                continue
+            mark = "  ← used (tightest proven)" if k == r["used"] else ""
+            lines.append(f"  {label:<11} {k:<6} L1 = {v['l1']:.6g}  L2 = {v['l2']:.6g}{mark}")
+    return "\n".join(lines)

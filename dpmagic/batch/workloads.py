@@ -73,6 +73,7 @@ class Dense:
     kind: str = "explicit"
     gram_fn: object = None
     matrix_fn: object = None
+    rmul_fn: object = None
     _matrix: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -96,6 +97,16 @@ class Dense:
     def gram(self) -> np.ndarray:
         """WᵀW as a read-only n × n array (closed form where known; O(n²) memory)."""
         return self._gram
+
+    def gram_rmul(self, v: np.ndarray) -> np.ndarray:
+        """v·WᵀW for a k × n array v: O(kn) by prefix sums for ranges (exact formulas, no n × n Gram)."""
+        v = np.asarray(v, dtype=float)
+        return self.rmul_fn(v) if self.rmul_fn is not None else v @ self.gram()
+
+    @property
+    def fast_rmul(self) -> bool:
+        """True when :meth:`gram_rmul` avoids the O(n²) Gram."""
+        return self.rmul_fn is not None
 
     def matrix(self) -> np.ndarray:
         """The explicit m × n matrix (refused beyond :data:`EXPLICIT_LIMIT` entries)."""
@@ -127,6 +138,36 @@ def _range_rows(n: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return ((cols[None, :] >= starts[:, None]) & (cols[None, :] <= ends[:, None])).astype(float)
 
 
+def _suffix_excl(b: np.ndarray) -> np.ndarray:
+    """Σ_{i > j} b_i along the last axis."""
+    return np.cumsum(b[..., ::-1], axis=-1)[..., ::-1] - b
+
+
+def _prefix_rmul(v: np.ndarray) -> np.ndarray:
+    """(v G)_j = (n − j) Σ_{i≤j} v_i + Σ_{i>j} (n − i) v_i for G_ij = n − max(i, j)."""
+    n = v.shape[-1]
+    c = n - np.arange(n)
+    return c * np.cumsum(v, axis=-1) + _suffix_excl(v * c)
+
+
+def _all_range_rmul(v: np.ndarray) -> np.ndarray:
+    """(v G)_j = (n − j) Σ_{i≤j} (i+1) v_i + (j+1) Σ_{i>j} (n − i) v_i for G_ij = (min+1)(n − max)."""
+    n = v.shape[-1]
+    i = np.arange(n)
+    return (n - i) * np.cumsum(v * (i + 1), axis=-1) + (i + 1) * _suffix_excl(v * (n - i))
+
+
+def _width_rmul(v: np.ndarray, k: int) -> np.ndarray:
+    """v WᵀW = (W vᵀ)ᵀ W for the n − k + 1 ranges [s, s + k − 1], both products by prefix sums."""
+    n = v.shape[-1]
+    z = np.zeros(v.shape[:-1] + (1,))
+    c = np.concatenate([z, np.cumsum(v, axis=-1)], axis=-1)
+    u = c[..., k:] - c[..., : n - k + 1]
+    cu = np.concatenate([z, np.cumsum(u, axis=-1)], axis=-1)
+    j = np.arange(n)
+    return cu[..., np.minimum(j, n - k) + 1] - cu[..., np.maximum(j - k + 1, 0)]
+
+
 def identity(n: int) -> Dense:
     """The n point queries (one per cell); Gram I."""
     n = _check_n(n, "identity")
@@ -147,7 +188,7 @@ def prefix(n: int) -> Dense:
     def gram() -> np.ndarray:
         return (n - np.maximum.outer(idx, idx)).astype(float)
 
-    return Dense(n, n, f"Prefix({n})", "prefix", gram, lambda: _range_rows(n, np.zeros(n, int), idx))
+    return Dense(n, n, f"Prefix({n})", "prefix", gram, lambda: _range_rows(n, np.zeros(n, int), idx), _prefix_rmul)
 
 
 def _all_range_gram(n: int) -> np.ndarray:
@@ -163,7 +204,9 @@ def all_range(n: int) -> Dense:
         s, e = np.triu_indices(n)
         return _range_rows(n, s, e)
 
-    return Dense(n, n * (n + 1) // 2, f"AllRange({n})", "all_range", lambda: _all_range_gram(n), matrix)
+    return Dense(
+        n, n * (n + 1) // 2, f"AllRange({n})", "all_range", lambda: _all_range_gram(n), matrix, _all_range_rmul
+    )
 
 
 def width_range(n: int, k: int) -> Dense:
@@ -181,7 +224,13 @@ def width_range(n: int, k: int) -> Dense:
 
     starts = np.arange(n - k + 1)
     return Dense(
-        n, n - k + 1, f"WidthRange({n},{k})", "width_range", gram, lambda: _range_rows(n, starts, starts + k - 1)
+        n,
+        n - k + 1,
+        f"WidthRange({n},{k})",
+        "width_range",
+        gram,
+        lambda: _range_rows(n, starts, starts + k - 1),
+        lambda v: _width_rmul(v, k),
     )
 
 
@@ -197,7 +246,12 @@ def permuted_range(n: int, seed: int = 0) -> Dense:
         s, e = np.triu_indices(n)
         return _range_rows(n, s, e)[:, perm]
 
-    return Dense(n, n * (n + 1) // 2, f"PermutedRange({n},seed={seed})", "permuted_range", gram, matrix)
+    def rmul(v: np.ndarray) -> np.ndarray:
+        u = np.empty_like(v)
+        u[..., perm] = v
+        return _all_range_rmul(u)[..., perm]
+
+    return Dense(n, n * (n + 1) // 2, f"PermutedRange({n},seed={seed})", "permuted_range", gram, matrix, rmul)
 
 
 def explicit(matrix: np.ndarray | Sequence[Sequence[float]], name: str = "Explicit") -> Dense:
