@@ -75,3 +75,25 @@ def ip():
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext dpmagic", store_history=False)
     return shell
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """ONE local SparkSession for the whole test session (tests marked ``spark``; skip with ``-m "not spark"``)."""
+    pyspark = pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    del pyspark
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dpmagic-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
