@@ -14,9 +14,10 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   with exact ends (Python ints on int columns, doubles on float columns); AND / OR / NOT of boxes map to the
   same SQL operators.  Validated data has no NULL (a NULL or NaN is refused at binding, as in pandas), so
   SQL's three-valued logic never differs from the pandas masks;
-* the **cell** of each row: ``Σ code_i · stride_i`` (numpy's ``ravel_multi_index`` order), a row in no bin is
-  discarded; zero-filling over the declared keys happens in the kernel (only the non-empty cells' aggregates
-  cross);
+* the **cell** of each row: ``Σ code_i · stride_i`` (numpy's ``ravel_multi_index`` order); a row outside the
+  filter or in no bin goes to the discarded cell ``n_cells``, which every statement aggregates like the others
+  (the same work for every row, as the pandas backend's discarded bin) and the kernel drops; zero-filling over
+  the declared keys happens in the kernel (only the non-empty cells' aggregates cross);
 * exact **integer sums**: int columns summed as DECIMAL(38, 0) (exact up to 10³⁸ > 2³² rows × 2⁶³); float
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
@@ -247,7 +248,8 @@ class Compiler:
 
     # ---- the per-cell aggregates of one query ----
     def rows(self, query: Query, values: Mapping[str, exp.Expression], view: exp.Select) -> exp.Select:
-        """SELECT cell, <per-row values> FROM data WHERE <filter> AND the row is in a declared cell."""
+        """SELECT cell, <per-row values> FROM data: ``cell`` is the row's declared cell when it passes the filter,
+        else the discarded cell ``n_cells`` (every row is scanned and aggregated alike)."""
         cond = [self.box(query.where)]
         if query.filter is not None:
             cond.append(self.filter(query.filter))
@@ -264,8 +266,11 @@ class Compiler:
             cell = terms[0]
             for t in terms[1:]:
                 cell = exp.Add(this=cell, expression=t)
+        # rows outside the filter (or in no bin) go to the discarded cell n_cells, as in the pandas backend: the
+        # engine does the same work for every row, however many fall in the box
+        cell = _case([(_and(cond), cell)], lit(query.n_cells))
         sel = [exp.alias_(cell, "dp_cell")] + [exp.alias_(v, k) for k, v in values.items()]
-        return exp.select(*sel).from_(exp.alias_(exp.Subquery(this=view), DATA)).where(_and(cond))
+        return exp.select(*sel).from_(exp.alias_(exp.Subquery(this=view), DATA))
 
 
 def _pandas_string_dtype() -> str:
@@ -498,6 +503,7 @@ class EngineBackend(ABC):
             exp.select(exp.column("dp_cell"), exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
             .from_(exp.alias_(exp.Subquery(this=rows), "r"))
             .group_by(exp.column("dp_cell"), exp.column(k))
+            .having(exp.LT(this=exp.column("dp_cell"), expression=lit(n_cells)))  # the discarded cell stays behind
         )
         vals: list[list[float]] = [[] for _ in range(n_cells)]
         cnts: list[list[int]] = [[] for _ in range(n_cells)]
