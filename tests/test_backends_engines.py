@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlglot import exp
 from test_sql_corpus import CASES
 
 import dpmagic
@@ -289,3 +290,29 @@ def test_pandas_equals_duckdb_random(rows, cost) -> None:
         mech = QueryMechanism(q, SCHEMA, CURRENCY, cost, replace_one=False)
         units, extra = units_of(mech.plan), mech.plan.extra
         assert_same_cells(pb.evaluate(q, units, extended=extra), db.evaluate(q, units, extended=extra))
+
+
+@pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
+def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
+    """Half-way cases round to even, as ``np.rint``: the engine's integer units equal dpmagic.mechanisms.quantise."""
+    from dpmagic.backends.sql import Compiler, quantise_sql
+    from dpmagic.mechanisms import quantise
+    from dpmagic.query.model import Query
+    from dpmagic.sets import Box
+
+    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994, 3.0, 1e-300, -7.75, 6.25]
+    xs += [k * unit / 2 for k in range(-9, 10)] + [math.nextafter(k * unit / 2, 0) for k in range(-9, 10)]
+    lo, hi = -8.0 * max(unit, 1), 8.0 * max(unit, 1)
+    con = duckdb.connect()
+    con.register("t", pd.DataFrame({"x": xs}))
+    schema = Schema.from_dict({"columns": {"x": {"type": "float", "lower": lo, "upper": hi}}})
+    comp = Compiler(schema, exp.to_table("t"), {})
+    q = Query(text="", canonical="", table=None, aggregates=(), group_by=(), where=Box({}))
+    view = exp.select(exp.column("x")).from_(exp.to_table("t"))
+    got = [
+        v
+        for (_, v) in con.execute(
+            comp.rows(q, {"v": quantise_sql(exp.column("x"), unit, lo, hi)}, view).sql("duckdb")
+        ).fetchall()
+    ]
+    assert got == quantise(np.asarray(xs), unit, lo, hi).tolist()

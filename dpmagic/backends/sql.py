@@ -18,7 +18,8 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   filter or in no bin goes to the discarded cell ``n_cells``, which every statement aggregates like the others
   (the same work for every row, as the pandas backend's discarded bin) and the kernel drops; zero-filling over
   the declared keys happens in the kernel (only the non-empty cells' aggregates cross);
-* exact **integer sums**: int columns summed as DECIMAL(38, 0) (exact up to 10³⁸ > 2³² rows × 2⁶³); float
+* exact **integer sums**: int columns summed as HUGEINT (DuckDB) or DECIMAL(38, 0) (Spark), exact beyond
+  2³² rows × 2⁶³; float
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
   is odd — so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
@@ -132,36 +133,51 @@ def _case(whens: Sequence[tuple[exp.Expression, exp.Expression]], default: exp.E
 
 
 def clip(x: exp.Expression, lo: Any, hi: Any) -> exp.Expression:
-    """min(max(x, lo), hi) — ``np.clip`` (no NaN reaches it: validated data)."""
-    return exp.Least(this=exp.Greatest(this=x, expressions=[lit(lo)]), expressions=[lit(hi)])
+    """``np.clip(x, lo, hi)`` as a CASE (no NULL or NaN reaches it: validated data; a CASE rather than
+    GREATEST / LEAST, which some dialects wrap in NULL guards)."""
+    return _case(
+        [(exp.LT(this=x, expression=lit(lo)), lit(lo)), (exp.GT(this=x.copy(), expression=lit(hi)), lit(hi))],
+        x.copy(),
+    )
 
 
 def as_double(x: exp.Expression) -> exp.Expression:
     return exp.cast(x, "DOUBLE")
 
 
-def rint(y: exp.Expression) -> exp.Expression:
-    """numpy's ``rint`` (round half to even) of a double as BIGINT, in IEEE arithmetic every engine does alike:
-    r = FLOOR(y); d = y − r is exact; r + 1 when d > ½, or d = ½ and r is odd."""
-    r = exp.cast(exp.Floor(this=y), "BIGINT")
-    d = exp.Sub(this=y, expression=as_double(r.copy()))
+@dataclass(frozen=True)
+class Quantised:
+    """A per-row value to be quantised: ``y`` = clip(x, lo, hi) / unit (a double), rounded by :func:`rint` in a
+    later projection of :meth:`Compiler.rows` (so that ``y`` is computed once per row)."""
+
+    y: exp.Expression
+
+
+def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
+    """numpy's ``rint`` (round half to even) of the double ``y`` as BIGINT, given r = CAST(FLOOR(y) AS BIGINT),
+    in IEEE arithmetic every engine does alike: d = y − r is exact; r + 1 when d > ½, or d = ½ and r is odd."""
+    d = exp.paren(exp.Sub(this=y, expression=as_double(r.copy())))
     half = lit(0.5)
     odd = exp.NEQ(this=exp.Mod(this=r.copy(), expression=lit(2)), expression=lit(0))
     up = exp.Or(
         this=exp.GT(this=d, expression=half),
         expression=exp.paren(exp.And(this=exp.EQ(this=d.copy(), expression=half.copy()), expression=odd)),
     )
-    return exp.Add(this=r, expression=_case([(up, lit(1))], lit(0)))
+    return exp.Add(this=r.copy(), expression=_case([(up, lit(1))], lit(0)))
 
 
-def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> exp.Expression:
+def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quantised:
     """:func:`dpmagic.mechanisms.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
-    y = exp.Div(this=clip(as_double(x), float(lo), float(hi)), expression=lit(float(unit)))
-    return rint(y)
+    return Quantised(exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit))))
 
 
-def decimal_sum(x: exp.Expression) -> exp.Expression:
-    return exp.Sum(this=exp.cast(x, exp.DataType.build("DECIMAL(38, 0)")))
+#: the exact integer type sums are taken in (DuckDB: HUGEINT, int128; others: DECIMAL(38, 0)); both hold
+#: 2³² rows × 2⁶³ < 2⁹⁵ exactly
+SUM_TYPES = {"duckdb": "INT128"}
+
+
+def exact_sum(x: exp.Expression, dialect: str) -> exp.Expression:
+    return exp.Sum(this=exp.cast(x, exp.DataType.build(SUM_TYPES.get(dialect, "DECIMAL(38, 0)"))))
 
 
 def count_if(cond: exp.Expression) -> exp.Expression:
@@ -247,30 +263,46 @@ class Compiler:
         return _case(whens, lit(-1))
 
     # ---- the per-cell aggregates of one query ----
-    def rows(self, query: Query, values: Mapping[str, exp.Expression], view: exp.Select) -> exp.Select:
-        """SELECT cell, <per-row values> FROM data: ``cell`` is the row's declared cell when it passes the filter,
-        else the discarded cell ``n_cells`` (every row is scanned and aggregated alike)."""
+    def rows(self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select) -> exp.Select:
+        """SELECT dp_cell, <per-row values> FROM data: ``dp_cell`` is the row's declared cell when it passes the
+        filter, else the discarded cell ``n_cells`` (every row is scanned and aggregated alike).
+
+        Three projections, so that no per-row subexpression is repeated: the filter, the bin codes and the
+        quantised values' ``y``; then the cell and r = FLOOR(y); then the rounded values."""
         cond = [self.box(query.where)]
         if query.filter is not None:
             cond.append(self.filter(query.filter))
+        first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         sizes = [g.size for g in query.groups]
+        for i, g in enumerate(query.groups):
+            first.append(exp.alias_(self.group_code(g), f"dp_g{i}"))
+        for k, v in values.items():
+            first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
+        # the cell: rows outside the filter or in no bin go to the discarded cell n_cells, as in the pandas backend
+        inside = [exp.EQ(this=exp.column("dp_in"), expression=lit(1))]
         cell: exp.Expression = lit(0)
         if query.groups:
-            codes = [self.group_code(g) for g in query.groups]
-            cond += [exp.GTE(this=c.copy(), expression=lit(0)) for c in codes]
+            inside += [exp.GTE(this=exp.column(f"dp_g{i}"), expression=lit(0)) for i in range(len(sizes))]
             strides = [int(np.prod(sizes[i + 1 :])) for i in range(len(sizes))]
-            terms = [
-                c if s == 1 else exp.Mul(this=exp.paren(c), expression=lit(s))
-                for c, s in zip(codes, strides, strict=True)
+            terms: list[exp.Expression] = [
+                exp.column(f"dp_g{i}") if st == 1 else exp.Mul(this=exp.column(f"dp_g{i}"), expression=lit(st))
+                for i, st in enumerate(strides)
             ]
             cell = terms[0]
             for t in terms[1:]:
                 cell = exp.Add(this=cell, expression=t)
-        # rows outside the filter (or in no bin) go to the discarded cell n_cells, as in the pandas backend: the
-        # engine does the same work for every row, however many fall in the box
-        cell = _case([(_and(cond), cell)], lit(query.n_cells))
-        sel = [exp.alias_(cell, "dp_cell")] + [exp.alias_(v, k) for k, v in values.items()]
-        return exp.select(*sel).from_(exp.alias_(exp.Subquery(this=view), DATA))
+        second: list[exp.Expression] = [exp.alias_(_case([(_and(inside), cell)], lit(query.n_cells)), "dp_cell")]
+        third: list[exp.Expression] = [exp.column("dp_cell")]
+        for k, v in values.items():
+            second.append(exp.column(k))
+            if isinstance(v, Quantised):
+                second.append(exp.alias_(exp.cast(exp.Floor(this=exp.column(k)), "BIGINT"), f"{k}_r"))
+                third.append(exp.alias_(rint(exp.column(k), exp.column(f"{k}_r")), k))
+            else:
+                third.append(exp.column(k))
+        q1 = exp.select(*first).from_(exp.alias_(exp.Subquery(this=view), DATA))
+        q2 = exp.select(*second).from_(exp.alias_(exp.Subquery(this=q1), "dp_l1"))
+        return exp.select(*third).from_(exp.alias_(exp.Subquery(this=q2), "dp_l2"))
 
 
 def _pandas_string_dtype() -> str:
@@ -428,7 +460,7 @@ class EngineBackend(ABC):
         comp = self.compiler
         n_cells = query.n_cells
         keys = list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
-        values: dict[str, exp.Expression] = {}
+        values: dict[str, exp.Expression | Quantised] = {}
         aggs: dict[str, exp.Expression] = {"n": exp.Count(this=exp.Star())}
         sum_keys: dict[str, str] = {}
         for agg in query.aggregates:
@@ -437,7 +469,7 @@ class EngineBackend(ABC):
             c = self.schema[agg.column]
             assert isinstance(c, NumericColumn)
             lo, hi = clamp_bounds(c, agg.clamp)
-            x: exp.Expression = col(agg.column)
+            x: exp.Expression | Quantised = col(agg.column)
             if c.is_int:
                 if agg.clamp is not None:
                     x = clip(x, int(lo), int(hi))
@@ -449,7 +481,7 @@ class EngineBackend(ABC):
             k = f"v{len(values)}"
             values[k] = x
             sum_keys[agg.sum_key] = k
-            aggs[f"s_{k}"] = decimal_sum(exp.column(k))
+            aggs[f"s_{k}"] = exact_sum(exp.column(k), self.dialect)
         plans = dict(extended or {})
         quantiles: dict[str, str] = {}
         for alias, u in plans.items():
@@ -463,8 +495,8 @@ class EngineBackend(ABC):
                 s_expr, q_expr = self._variance_values(name, u.plan)
                 ks, kq = f"v{len(values)}", f"v{len(values) + 1}"
                 values[ks], values[kq] = s_expr, q_expr
-                aggs[f"vs_{alias}"] = decimal_sum(exp.column(ks))
-                aggs[f"vq_{alias}"] = decimal_sum(exp.column(kq))
+                aggs[f"vs_{alias}"] = exact_sum(exp.column(ks), self.dialect)
+                aggs[f"vq_{alias}"] = exact_sum(exp.column(kq), self.dialect)
             else:
                 k = f"v{len(values)}"
                 values[k] = as_double(col(name))
@@ -518,13 +550,15 @@ class EngineBackend(ABC):
             out.append(np.repeat(np.asarray(v, dtype=float)[order], np.asarray(n, dtype=np.int64)[order]))
         return out
 
-    def _variance_values(self, name: str, p: Any) -> tuple[exp.Expression, exp.Expression]:
+    def _variance_values(self, name: str, p: Any) -> tuple[exp.Expression | Quantised, exp.Expression | Quantised]:
         """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units)."""
         x = col(name)
         if p.is_int:
             y = clip(x, int(p.lo), int(p.hi))
             c = int(p.c)
             yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
+            s: exp.Expression | Quantised
+            q: exp.Expression | Quantised
             if p.total.quantised:
                 s = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
             else:
@@ -541,6 +575,7 @@ class EngineBackend(ABC):
                 q = exp.Mul(this=yc, expression=yc.copy())
             return s, q
         xc = exp.paren(exp.Sub(this=clip(as_double(x), float(p.lo), float(p.hi)), expression=lit(float(p.c))))
-        s = quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b)
-        q = quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b)
-        return s, q
+        return (
+            quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b),
+            quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b),
+        )
