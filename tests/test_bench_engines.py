@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import bench_engines
+import pytest
 
 
 @pytest.mark.slow
