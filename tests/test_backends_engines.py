@@ -316,3 +316,58 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
         ).fetchall()
     ]
     assert got == quantise(np.asarray(xs), unit, lo, hi).tolist()
+
+
+def test_session_binds_a_connection_and_table(tables) -> None:
+    df, schema, path = tables["adult"]
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE people AS SELECT * FROM read_parquet('{path}')")
+    spent = []
+    for data in ((con, "people"), con.sql("SELECT * FROM people"), [str(path)], str(path.parent / "adult.parq*")):
+        s = dpmagic.Session(data, schema, "epsilon=1")
+        assert s.data is None and s.backend.n_rows == len(df)
+        s.query("SELECT sex, COUNT(*) FROM adult GROUP BY sex", epsilon=0.1)
+        spent.append(s.spent)
+    assert spent == [pytest.approx(0.1)] * 4
+    with pytest.raises(DataValidationError, match="no table 'nobody'"):
+        dpmagic.Session((con, "nobody"), schema, "epsilon=1")
+
+
+def test_magic_binds_a_parquet_path(ip, tables, tmp_path) -> None:
+    from tests_support import run_cell
+
+    _, schema, path = tables["adult"]
+    ip.user_ns["schema"] = schema
+    result, cap = run_cell(ip, f"%dpsession {path} --schema schema --budget epsilon=1.0 --ledger memory --panel none")
+    assert result.success, cap.stderr
+    result, cap = run_cell(ip, "%%dpquery r << --epsilon 0.1\nSELECT sex, COUNT(*) AS n FROM adult GROUP BY sex\n")
+    assert result.success, cap.stderr
+    assert list(ip.user_ns["r"]["sex"]) == ["Female", "Male"]
+    missing = tmp_path / "missing.parquet"
+    result, cap = run_cell(ip, f"%dpsession {missing} --schema schema --budget epsilon=1.0 --ledger memory")
+    assert f"data file {str(missing)!r} does not exist" in cap.stderr
+
+
+@pytest.mark.spark
+def test_spark_quoting_and_tables(spark) -> None:
+    schema = Schema.from_dict(
+        {
+            "table": "t",
+            "columns": {
+                'we"ird col': {"type": "categorical", "values": ["it's", 'a"b', "back\\slash"]},
+                "x": {"type": "int", "lower": 0, "upper": 9},
+            },
+        }
+    )
+    rows = [("it's", 1), ('a"b', 2), ("back\\slash", 3), ("it's", 4)]
+    df = pd.DataFrame(rows, columns=['we"ird col', "x"])
+    sdf = spark.createDataFrame(rows, schema='`we"ird col` string, x bigint')
+    sdf.createOrReplaceTempView("dpmagic_quoting")
+    q, units, extra = _plan(
+        """SELECT "we""ird col", COUNT(*), SUM(x) FROM t WHERE "we""ird col" IN ('it''s', 'back\\slash') """
+        """GROUP BY "we""ird col" """,
+        schema,
+    )
+    expected = backend_for(df, schema).evaluate(q, units, extended=extra)
+    assert_same_cells(expected, backend_for(sdf, schema).evaluate(q, units, extended=extra))
+    assert_same_cells(expected, backend_for((spark, "dpmagic_quoting"), schema).evaluate(q, units, extended=extra))

@@ -3,10 +3,12 @@
 * a pandas ``DataFrame`` → :class:`~dpmagic.backends.pandas.PandasBackend` (validated by :meth:`Schema.validate`,
   as before);
 * a path, a glob or a list of Parquet / CSV files, a ``duckdb.DuckDBPyRelation``, or a
-  ``duckdb.DuckDBPyConnection`` with ``table=`` → :class:`~dpmagic.backends.duckdb.DuckDBBackend` (the default
-  for files: rows never enter the kernel);
-* a Spark ``DataFrame``, or a table name with ``spark=`` (a ``SparkSession``) →
-  :class:`~dpmagic.backends.spark.SparkBackend`.
+  ``duckdb.DuckDBPyConnection`` with ``table=`` (or the pair ``(connection, "table")``) →
+  :class:`~dpmagic.backends.duckdb.DuckDBBackend` (the default for files: rows never enter the kernel);
+* a Spark ``DataFrame``, or a table name with ``spark=`` a ``SparkSession`` (or the pair ``(spark, "table")``)
+  → :class:`~dpmagic.backends.spark.SparkBackend`.
+
+``Session(data, ...)`` passes ``data`` here unchanged, so every form above binds a session.
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ def backend_for(
     """The backend of ``data`` under ``schema``, validated (the same errors on every backend)."""
     import pandas as pd
 
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], str) and not isinstance(data[0], str):
+        owner, name = data  # (a DuckDB connection or a SparkSession, a table name)
+        if type(owner).__module__.startswith("pyspark."):
+            return backend_for(name, schema, out_of_range=out_of_range, spark=owner)
+        return backend_for(owner, schema, out_of_range=out_of_range, table=name)
     if isinstance(data, pd.DataFrame):
         from dpmagic.backends.pandas import PandasBackend
 
