@@ -312,7 +312,7 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     got = [
         v
         for (_, v) in con.execute(
-            comp.rows(q, {"v": quantise_sql(exp.column("x"), unit, lo, hi)}, view).sql("duckdb")
+            comp.rows(q, {"v": quantise_sql(exp.column("x"), unit, lo, hi)}, view)[0].sql("duckdb")
         ).fetchall()
     ]
     assert got == quantise(np.asarray(xs), unit, lo, hi).tolist()

@@ -14,12 +14,13 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   with exact ends (Python ints on int columns, doubles on float columns); AND / OR / NOT of boxes map to the
   same SQL operators.  Validated data has no NULL (a NULL or NaN is refused at binding, as in pandas), so
   SQL's three-valued logic never differs from the pandas masks;
-* the **cell** of each row: ``Σ code_i · stride_i`` (numpy's ``ravel_multi_index`` order); a row outside the
-  filter or in no bin goes to the discarded cell ``n_cells``, which every statement aggregates like the others
-  (the same work for every row, as the pandas backend's discarded bin) and the kernel drops; zero-filling over
-  the declared keys happens in the kernel (only the non-empty cells' aggregates cross);
-* exact **integer sums**: int columns summed as HUGEINT (DuckDB) or DECIMAL(38, 0) (Spark), exact beyond
-  2³² rows × 2⁶³; float
+* the **cell** of each row: the engine groups by ``dp_in`` (the row passes the filter) and each GROUP BY key
+  (a categorical key's raw value, or a bin index); the kernel maps each aggregate row to its declared cell in
+  numpy's ``ravel_multi_index`` order and drops the rows outside the filter or in no bin — every row is
+  aggregated alike (the same work however many rows the box holds, as the pandas backend's discarded bin);
+  zero-filling over the declared keys happens in the kernel;
+* exact **integer sums**: BIGINT per-row values summed into HUGEINT (DuckDB's SUM of BIGINT) or as
+  DECIMAL(38, 0) (Spark), exact beyond 2³² rows × 2⁶³; float
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
   is odd — so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
@@ -35,6 +36,7 @@ pandas path names too) and raises the same errors (:mod:`dpmagic.schema`'s messa
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 from abc import ABC, abstractmethod
@@ -171,13 +173,12 @@ def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quanti
     return Quantised(exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit))))
 
 
-#: the exact integer type sums are taken in (DuckDB: HUGEINT, int128; others: DECIMAL(38, 0)); both hold
-#: 2³² rows × 2⁶³ < 2⁹⁵ exactly
-SUM_TYPES = {"duckdb": "INT128"}
-
-
 def exact_sum(x: exp.Expression, dialect: str) -> exp.Expression:
-    return exp.Sum(this=exp.cast(x, exp.DataType.build(SUM_TYPES.get(dialect, "DECIMAL(38, 0)"))))
+    """The exact Σ of a BIGINT per-row value: DuckDB sums BIGINT into a HUGEINT (int128) natively; other engines
+    (Spark) sum it as DECIMAL(38, 0).  Both hold 2³² rows × 2⁶³ < 2⁹⁵ exactly."""
+    if dialect == "duckdb":
+        return exp.Sum(this=x)
+    return exp.Sum(this=exp.cast(x, exp.DataType.build("DECIMAL(38, 0)")))
 
 
 def count_if(cond: exp.Expression) -> exp.Expression:
@@ -263,36 +264,29 @@ class Compiler:
         return _case(whens, lit(-1))
 
     # ---- the per-cell aggregates of one query ----
-    def rows(self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select) -> exp.Select:
-        """SELECT dp_cell, <per-row values> FROM data: ``dp_cell`` is the row's declared cell when it passes the
-        filter, else the discarded cell ``n_cells`` (every row is scanned and aggregated alike).
+    def rows(
+        self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select
+    ) -> tuple[exp.Select, list[str]]:
+        """SELECT <keys>, <per-row values> FROM data, and the key columns' names.
 
-        Three projections, so that no per-row subexpression is repeated: the filter, the bin codes and the
-        quantised values' ``y``; then the cell and r = FLOOR(y); then the rounded values."""
+        Keys: ``dp_in`` (1 when the row passes the filter) and one ``dp_g<i>`` per GROUP BY key — the row's raw
+        value on a categorical key grouped by its declared values (the engine groups by it; the kernel maps the
+        few distinct values to their declared positions), else its bin index (−1: in no bin).  Every row is
+        scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
+        pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
+        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values.
+        """
         cond = [self.box(query.where)]
         if query.filter is not None:
             cond.append(self.filter(query.filter))
+        keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
         first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
-        sizes = [g.size for g in query.groups]
         for i, g in enumerate(query.groups):
-            first.append(exp.alias_(self.group_code(g), f"dp_g{i}"))
+            first.append(exp.alias_(col(g.column) if g.sets is None else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
-        # the cell: rows outside the filter or in no bin go to the discarded cell n_cells, as in the pandas backend
-        inside = [exp.EQ(this=exp.column("dp_in"), expression=lit(1))]
-        cell: exp.Expression = lit(0)
-        if query.groups:
-            inside += [exp.GTE(this=exp.column(f"dp_g{i}"), expression=lit(0)) for i in range(len(sizes))]
-            strides = [int(np.prod(sizes[i + 1 :])) for i in range(len(sizes))]
-            terms: list[exp.Expression] = [
-                exp.column(f"dp_g{i}") if st == 1 else exp.Mul(this=exp.column(f"dp_g{i}"), expression=lit(st))
-                for i, st in enumerate(strides)
-            ]
-            cell = terms[0]
-            for t in terms[1:]:
-                cell = exp.Add(this=cell, expression=t)
-        second: list[exp.Expression] = [exp.alias_(_case([(_and(inside), cell)], lit(query.n_cells)), "dp_cell")]
-        third: list[exp.Expression] = [exp.column("dp_cell")]
+        second: list[exp.Expression] = [exp.column(k) for k in keys]
+        third: list[exp.Expression] = [exp.column(k) for k in keys]
         for k, v in values.items():
             second.append(exp.column(k))
             if isinstance(v, Quantised):
@@ -302,7 +296,26 @@ class Compiler:
                 third.append(exp.column(k))
         q1 = exp.select(*first).from_(exp.alias_(exp.Subquery(this=view), DATA))
         q2 = exp.select(*second).from_(exp.alias_(exp.Subquery(this=q1), "dp_l1"))
-        return exp.select(*third).from_(exp.alias_(exp.Subquery(this=q2), "dp_l2"))
+        return exp.select(*third).from_(exp.alias_(exp.Subquery(this=q2), "dp_l2")), keys
+
+    def cell_of(self, query: Query, key: Sequence[Any]) -> int | None:
+        """The declared cell of one aggregate row's keys (``dp_in``, ``dp_g<i>``), None when it is discarded."""
+        if int(key[0]) != 1:
+            return None
+        cell = 0
+        for g, v in zip(query.groups, key[1:], strict=True):
+            if g.sets is None:
+                c = self.schema[g.column]
+                assert isinstance(c, CategoricalColumn)
+                if isinstance(v, decimal.Decimal):
+                    v = int(v) if v == v.to_integral_value() else float(v)
+                i = c.index_of(v)
+            else:
+                i = int(v)
+            if i is None or i < 0:
+                return None
+            cell = cell * g.size + i
+        return cell
 
 
 def _pandas_string_dtype() -> str:
@@ -501,20 +514,24 @@ class EngineBackend(ABC):
                 k = f"v{len(values)}"
                 values[k] = as_double(col(name))
                 quantiles[alias] = k
-        rows = comp.rows(query, values, self._view)
+        rows, key_cols = comp.rows(query, values, self._view)
+        nk = len(key_cols)
         stmt = (
-            exp.select(exp.column("dp_cell"), *[exp.alias_(v, k) for k, v in aggs.items()])
+            exp.select(*[exp.column(k) for k in key_cols], *[exp.alias_(v, k) for k, v in aggs.items()])
             .from_(exp.alias_(exp.Subquery(this=rows), "r"))
-            .group_by(exp.column("dp_cell"))
+            .group_by(*[exp.column(k) for k in key_cols])
         )
-        result = self._run(stmt)
         names = list(aggs)
         per: dict[str, list[int]] = {k: [0] * n_cells for k in names}
-        for row in result:
-            cell = int(row[0])
-            if not 0 <= cell < n_cells:
+        seen: set[int] = set()
+        for row in self._run(stmt):
+            cell = comp.cell_of(query, row[:nk])
+            if cell is None:
                 continue
-            for k, v in zip(names, row[1:], strict=True):
+            if cell in seen:  # distinct raw values map to distinct declared values (validated data)
+                raise RuntimeError("two engine groups map to one declared cell")
+            seen.add(cell)
+            for k, v in zip(names, row[nk:], strict=True):
                 per[k][cell] = int(v or 0)
         counts = np.asarray(per["n"], dtype=np.int64)
         sums = {sk: per[f"s_{k}"] for sk, k in sum_keys.items()}
@@ -526,24 +543,25 @@ class EngineBackend(ABC):
             elif a.func in ("var", "stddev"):
                 extra[alias] = {"n": [int(v) for v in counts], "s": per[f"vs_{alias}"], "q": per[f"vq_{alias}"]}
             else:
-                extra[alias] = self._histogram(rows, quantiles[alias], n_cells)
+                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells)
         return Cells(keys=keys, counts=counts, sums=sums, extra=extra)
 
-    def _histogram(self, rows: exp.Select, k: str, n_cells: int) -> list[np.ndarray]:
+    def _histogram(self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int) -> list[np.ndarray]:
         """Each cell's multiset of values (sorted), from the engine's per-cell (value, count) histogram."""
         stmt = (
-            exp.select(exp.column("dp_cell"), exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
+            exp.select(*[exp.column(c) for c in key_cols], exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
             .from_(exp.alias_(exp.Subquery(this=rows), "r"))
-            .group_by(exp.column("dp_cell"), exp.column(k))
-            .having(exp.LT(this=exp.column("dp_cell"), expression=lit(n_cells)))  # the discarded cell stays behind
+            .group_by(*[exp.column(c) for c in key_cols], exp.column(k))
+            .having(exp.EQ(this=exp.column("dp_in"), expression=lit(1)))  # the discarded rows' values stay behind
         )
+        nk = len(key_cols)
         vals: list[list[float]] = [[] for _ in range(n_cells)]
         cnts: list[list[int]] = [[] for _ in range(n_cells)]
-        for cell, v, n in self._run(stmt):
-            cell = int(cell)
-            if 0 <= cell < n_cells:
-                vals[cell].append(float(v))
-                cnts[cell].append(int(n))
+        for row in self._run(stmt):
+            cell = self.compiler.cell_of(query, row[:nk])
+            if cell is not None:
+                vals[cell].append(float(row[nk]))
+                cnts[cell].append(int(row[nk + 1]))
         out = []
         for v, n in zip(vals, cnts, strict=True):
             order = np.argsort(np.asarray(v, dtype=float), kind="stable")
