@@ -371,3 +371,20 @@ def test_spark_quoting_and_tables(spark) -> None:
     expected = backend_for(df, schema).evaluate(q, units, extended=extra)
     assert_same_cells(expected, backend_for(sdf, schema).evaluate(q, units, extended=extra))
     assert_same_cells(expected, backend_for((spark, "dpmagic_quoting"), schema).evaluate(q, units, extended=extra))
+
+
+def test_csv_file_and_row_limit(tables, monkeypatch) -> None:
+    df, schema, _ = tables["adult"]
+    q, units, extra = _plan("SELECT race, COUNT(*), SUM(age) FROM adult WHERE sex = 'Female' GROUP BY race", schema)
+    csv = DuckDBBackend(str(DATA / "adult.csv"), schema)
+    assert_same_cells(
+        backend_for(df, schema).evaluate(q, units, extended=extra), csv.evaluate(q, units, extended=extra)
+    )
+    import dpmagic.backends.pandas as pandas_backend
+    import dpmagic.backends.sql as sql_backend
+
+    monkeypatch.setattr(pandas_backend, "MAX_ROWS", 100)
+    monkeypatch.setattr(sql_backend, "MAX_ROWS", 100)
+    expected = _error(lambda: backend_for(df, schema))
+    assert "more than" in expected[1]
+    assert _error(lambda: backend_for(str(DATA / "adult.csv"), schema)) == expected

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob as globmod
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,11 @@ class DuckDBBackend(EngineBackend):
             self.files = []
         else:
             files, fmt = data_files(data)
-            config: dict[str, Any] = {"memory_limit": memory_limit}
+            # beyond memory_limit DuckDB spills to temp_directory: tables larger than memory work
+            config: dict[str, Any] = {
+                "memory_limit": memory_limit,
+                "temp_directory": os.path.join(tempfile.gettempdir(), f"dpmagic_duckdb_{os.getpid()}"),
+            }
             if threads is not None:
                 config["threads"] = threads
             con = duckdb.connect(":memory:", config=config)
