@@ -213,6 +213,52 @@ def py_value(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+# -- validation messages (one wording for every backend: pandas, DuckDB, Spark) ------------------------------
+def missing_columns_error(missing: list[str]) -> DataValidationError:
+    return DataValidationError(f"column(s) {missing} are declared in the schema but missing from the data")
+
+
+def undeclared_columns_error(undeclared: list[str]) -> DataValidationError:
+    return DataValidationError(
+        f"column(s) {undeclared} are in the data but not declared in the schema",
+        hint="declare them, or drop them from the DataFrame before binding",
+    )
+
+
+def missing_values_error(name: str) -> DataValidationError:
+    return DataValidationError(
+        f"column {name!r} has missing values; the declared domain has none",
+        hint=f"drop those rows (df.dropna(subset=[{name!r}])), impute a value inside the declared "
+        f"domain (df[{name!r}].fillna(...)), or declare a sentinel category such as 'unknown' in the "
+        "schema and fill the gaps with it",
+    )
+
+
+def categories_error(name: str, bad: list[Any]) -> DataValidationError:
+    """``bad``: the distinct undeclared values in order of first appearance (at most 5 are shown)."""
+    shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
+    return DataValidationError(f"column {name!r} has value(s) outside its declared categories: {shown}")
+
+
+def dtype_error(col: NumericColumn, dtype: str) -> DataValidationError:
+    return DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {dtype} values")
+
+
+def nonfinite_error(name: str) -> DataValidationError:
+    return DataValidationError(f"column {name!r} has non-finite values")
+
+
+def fractional_error(name: str) -> DataValidationError:
+    return DataValidationError(f"column {name!r} is declared int but holds fractional values")
+
+
+def outside_error(col: NumericColumn, n: int) -> DataValidationError:
+    return DataValidationError(
+        f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
+        hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
+    )
+
+
 def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Series:
     import pandas as pd
 
@@ -220,8 +266,7 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
     present = pd.unique(values)
     bad = [py_value(v) for v in present if col.index_of(py_value(v)) is None]
     if bad:
-        shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        raise DataValidationError(f"column {col.name!r} has value(s) outside its declared categories: {shown}")
+        raise categories_error(col.name, bad)
     # Normalise to the declared values (e.g. 1.0 -> 1) so that comparisons with literals are exact.
     mapping = {v: col.values[col.index_of(py_value(v))] for v in present}  # type: ignore[index]
     return values.map(mapping).astype(object)
@@ -231,20 +276,17 @@ def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangeP
     import pandas as pd
 
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
-        raise DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {series.dtype} values")
+        raise dtype_error(col, str(series.dtype))
     if col.is_int:
         return _validate_int(col, series, policy)
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
-        raise DataValidationError(f"column {col.name!r} has non-finite values")
+        raise nonfinite_error(col.name)
     outside = (arr < col.lower) | (arr > col.upper)
     if outside.any():
         if policy == "error":
             n = int(outside.sum())
-            raise DataValidationError(
-                f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
-                hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
-            )
+            raise outside_error(col, n)
         arr = np.clip(arr, col.lower, col.upper)
     return pd.Series(arr, index=series.index)
 
@@ -262,9 +304,9 @@ def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolic
     else:
         raw = series.to_numpy(dtype=float)
         if not np.isfinite(raw).all():
-            raise DataValidationError(f"column {col.name!r} has non-finite values")
+            raise nonfinite_error(col.name)
         if not np.all(raw == np.round(raw)):
-            raise DataValidationError(f"column {col.name!r} is declared int but holds fractional values")
+            raise fractional_error(col.name)
         # whole doubles in [-2^63, 2^63) convert to int64 exactly; the rest lie outside every int bound
         below = raw < -(2.0**63)
         above = raw >= 2.0**63
@@ -274,10 +316,7 @@ def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolic
     outside = below | above
     if outside.any() and policy == "error":
         n = int(outside.sum())
-        raise DataValidationError(
-            f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
-            hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
-        )
+        raise outside_error(col, n)
     out = np.where(above, 0, arr).astype(np.int64)  # uint64 above int64's range is "above" (0 is a placeholder)
     out[below] = lo
     out[above] = hi

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -134,7 +134,11 @@ class DPMagic(Magics, Configurable):
 
     # -- %dpsession -------------------------------------------------------------------------------------
     @magic_arguments()
-    @argument("data", help="Name of the pandas DataFrame variable holding the sensitive rows.")
+    @argument(
+        "data",
+        help="The sensitive rows: a variable holding a pandas DataFrame, a DuckDB relation or a Spark DataFrame, "
+        "or a Parquet/CSV path or glob (bound through DuckDB, without loading the rows into the kernel).",
+    )
     @argument("--schema", "-s", required=True, help="Schema JSON file, or the name of a Schema / dict variable.")
     @argument(
         "--budget",
@@ -189,11 +193,7 @@ class DPMagic(Magics, Configurable):
         """Bind a DataFrame, its public schema and a privacy budget: ``%dpsession df --schema s.json --budget epsilon=1``."""
         args = parse_argstring(self.dpsession, line)
         ns = self.shell.user_ns if self.shell is not None else {}
-        if args.data not in ns:
-            raise ConfigurationError(f"no variable named {args.data!r} in the notebook")
-        data = ns[args.data]
-        if not isinstance(data, pd.DataFrame):
-            raise ConfigurationError(f"{args.data!r} is a {type(data).__name__}, not a pandas DataFrame")
+        data, table_name = _data_arg(args.data, ns)
         schema_arg = unquote(args.schema)
         schema: Any = ns.get(schema_arg) if schema_arg in ns else schema_arg
         if isinstance(schema, str) and not Path(schema).is_file():
@@ -204,6 +204,8 @@ class DPMagic(Magics, Configurable):
             )
         ledger = unquote(args.ledger or self.ledger or str(default_ledger_path()))
         if args.privacy == "statistical":
+            if not isinstance(data, pd.DataFrame):
+                raise ConfigurationError(f"{args.data!r} is a {type(data).__name__}, not a pandas DataFrame")
             self._bind_statistical(args, data, schema, ledger)
             return
         sp_only = [f"--{k}" for k in ("prior", "parts", "epsilon", "column") if getattr(args, k) is not None]
@@ -221,7 +223,7 @@ class DPMagic(Magics, Configurable):
             ledger=ledger,
             time_limit=self.time_limit,
             delta=1e-6 if args.delta is None else args.delta,
-            table_names=(args.data,),
+            table_names=(table_name,),
         )
         _STATE["session"] = session
         cur = session.currency
@@ -582,3 +584,27 @@ def _is_statistical(session: object) -> bool:
     from dpmagic.statistical.session import StatisticalSession
 
     return isinstance(session, StatisticalSession)
+
+
+def _data_arg(arg: str, ns: Mapping[str, Any]) -> tuple[Any, str]:
+    """The data ``%dpsession`` binds and the table name FROM may use: a notebook variable (pandas, DuckDB or
+    Spark), else a Parquet/CSV path or glob (a DuckDB binding; a missing file is named by the binding)."""
+    if arg in ns:
+        data = ns[arg]
+        if isinstance(data, (str, Path)):
+            return data, Path(str(data)).name.split(".")[0] or arg
+        kind = f"{type(data).__module__}.{type(data).__name__}"
+        if not (isinstance(data, pd.DataFrame) or kind.startswith(("duckdb.", "pyspark."))):
+            raise ConfigurationError(
+                f"{arg!r} is a {type(data).__name__}, not a pandas DataFrame",
+                hint="bind a DataFrame, a DuckDB relation, a Spark DataFrame or a Parquet/CSV file path",
+            )
+        return data, arg
+    text = unquote(arg)
+    low = text.lower()
+    if any(ch in text for ch in "/\\*?[") or low.endswith((".parquet", ".pq", ".csv", ".tsv", ".csv.gz")):
+        return text, Path(text).name.split(".")[0] or "data"
+    raise ConfigurationError(
+        f"no variable named {arg!r} in the notebook",
+        hint="name a DataFrame variable, or give a Parquet/CSV file path (bound through DuckDB)",
+    )

@@ -37,7 +37,10 @@ from dpmagic.columns import (  # re-exported: the declared columns live in dpmag
     canonical_number,
     canonical_value,
     column_from_dict,
+    missing_columns_error,
+    missing_values_error,
     py_value,
+    undeclared_columns_error,
     validate_column,
 )
 from dpmagic.errors import DataValidationError, SchemaError
@@ -276,23 +279,15 @@ class Schema:
         data_cols = [str(c) for c in df.columns]
         missing = [c for c in self.columns if c not in data_cols]
         if missing:
-            raise DataValidationError(f"column(s) {missing} are declared in the schema but missing from the data")
+            raise missing_columns_error(missing)
         undeclared = [c for c in data_cols if c not in self.columns]
         if undeclared:
-            raise DataValidationError(
-                f"column(s) {undeclared} are in the data but not declared in the schema",
-                hint="declare them, or drop them from the DataFrame before binding",
-            )
+            raise undeclared_columns_error(undeclared)
         out = df.copy()
         out.columns = data_cols
         for name, col in self.columns.items():
             series = out[name]
             if series.isna().any():
-                raise DataValidationError(
-                    f"column {name!r} has missing values; the declared domain has none",
-                    hint=f"drop those rows (df.dropna(subset=[{name!r}])), impute a value inside the declared "
-                    f"domain (df[{name!r}].fillna(...)), or declare a sentinel category such as 'unknown' in the "
-                    "schema and fill the gaps with it",
-                )
+                raise missing_values_error(name)
             out[name] = validate_column(col, series, out_of_range)
         return out

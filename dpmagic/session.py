@@ -29,7 +29,7 @@ from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
-from dpmagic.backends.pandas import PandasBackend
+from dpmagic.backends.bind import backend_for
 from dpmagic.cache import ReleaseCache, cache_key
 from dpmagic.costs import CostSpec, parse_cost, session_cost
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
@@ -53,7 +53,9 @@ class Session:
     Parameters
     ----------
     data:
-        the sensitive table; validated against ``schema`` on binding.
+        the sensitive table, validated against ``schema`` on binding: a pandas DataFrame, a Parquet/CSV path,
+        glob or list of paths or a DuckDB relation (DuckDB: :mod:`dpmagic.backends.duckdb`), or a Spark
+        DataFrame (:mod:`dpmagic.backends.spark`); see :func:`dpmagic.backends.bind.backend_for`.
     schema:
         a :class:`Schema`, a path to its JSON file, or its parsed JSON object.
     budget:
@@ -81,7 +83,7 @@ class Session:
 
     def __init__(
         self,
-        data: pd.DataFrame,
+        data: Any,
         schema: Schema | str | Path | Mapping[str, Any],
         budget: str | float | Budget | dict[str, float],
         *,
@@ -105,10 +107,12 @@ class Session:
             if default_cost is None
             else check_cost(default_cost, f"the default {self.budget.currency.parameter}")
         )
-        self.data = self.schema.validate(data, out_of_range=out_of_range)
+        # pandas DataFrame → PandasBackend; Parquet/CSV path, glob or list, DuckDB relation → DuckDB; Spark → Spark
+        self.backend = backend_for(data, self.schema, out_of_range=out_of_range)
+        #: the validated frame (pandas backend only; engine backends keep the rows in the engine)
+        self.data = getattr(self.backend, "df", None)
         #: the names FROM may use for the bound table (schema-qualified forms such as PUMS.PUMS included)
         self.table_names = tuple(dict.fromkeys([self.schema.table, *(table_names or ())]))
-        self.backend = PandasBackend(self.data, self.schema)
         if not isinstance(ledger, Ledger):
             ledger = Ledger(ledger)
         self.ledger = ledger

@@ -75,3 +75,31 @@ def ip():
     shell = InteractiveShell.instance()
     shell.run_cell("%load_ext dpmagic", store_history=False)
     return shell
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """ONE local SparkSession for the whole test session (tests marked ``spark``; skip with ``-m "not spark"``)."""
+    import os
+    import shutil
+
+    required = os.environ.get("DPMAGIC_SPARK_REQUIRED") == "1"  # CI (.ci/run): run, never skip
+    if not required:
+        pytest.importorskip("pyspark")
+        if shutil.which("java") is None:
+            pytest.skip("no Java runtime for Spark (bash scripts/java_setup.sh installs one)")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("dpmagic-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -39,15 +39,20 @@ def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[i
     return [int(a) + (int(b) << 21) + (int(c) << 42) for a, b, c in zip(lo, mid, hi)]
 
 
+def too_many_rows_error() -> DataValidationError:
+    """The one error of a table longer than :data:`~dpmagic.mechanisms.MAX_ROWS` (every backend)."""
+    return DataValidationError(
+        f"the data has more than {MAX_ROWS:,} rows, the most dpmagic sums exactly",
+        hint="split the table into parts of at most 2^32 rows",
+    )
+
+
 class PandasBackend:
     """Evaluates queries on a DataFrame already validated against ``schema``."""
 
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
         if len(df) > MAX_ROWS:
-            raise DataValidationError(
-                f"the data has more than {MAX_ROWS:,} rows, the most dpmagic sums exactly",
-                hint="split the table into parts of at most 2^32 rows",
-            )
+            raise too_many_rows_error()
         self.df = df
         self.schema = schema
         self._codes: dict[str, np.ndarray] = {}

@@ -1,0 +1,600 @@
+"""One engine-neutral compiler from a :class:`~dpmagic.query.model.Query` to SQL, and the engine backends' common
+part (DuckDB: :mod:`dpmagic.backends.duckdb`, Spark: :mod:`dpmagic.backends.spark`).
+
+Every statement is built as a sqlglot expression tree from the *schema and the parsed query* — column names as
+quoted identifiers, values as literals (floats as ``CAST('<repr>' AS DOUBLE)``, which every engine parses to the
+same double), never text pasted from the analyst — and rendered with ``.sql(dialect="duckdb" | "spark")``.
+
+What the engine computes, identically to :class:`~dpmagic.backends.pandas.PandasBackend` (bit for bit):
+
+* the **normalised view** of the bound data: every declared column, int columns as BIGINT, float columns as
+  DOUBLE, both clamped into the declared bounds under the custodian's ``--clamp`` policy (the pandas path's
+  :meth:`Schema.validate` copy);
+* the **WHERE filter**: a box is an AND over its columns of a category list (``IN``) or a union of intervals
+  with exact ends (Python ints on int columns, doubles on float columns); AND / OR / NOT of boxes map to the
+  same SQL operators.  Validated data has no NULL (a NULL or NaN is refused at binding, as in pandas), so
+  SQL's three-valued logic never differs from the pandas masks;
+* the **cell** of each row: the engine groups by ``dp_in`` (the row passes the filter) and each GROUP BY key
+  (a categorical key's raw value, or a bin index); the kernel maps each aggregate row to its declared cell in
+  numpy's ``ravel_multi_index`` order and drops the rows outside the filter or in no bin — every row is
+  aggregated alike (the same work however many rows the box holds, as the pandas backend's discarded bin);
+  zero-filling over the declared keys happens in the kernel;
+* exact **integer sums**: BIGINT per-row values summed into HUGEINT (DuckDB's SUM of BIGINT) or as
+  DECIMAL(38, 0) (Spark), exact beyond 2³² rows × 2⁶³; float
+  columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
+  arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
+  is odd — so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
+* the inputs of the aggregates of :mod:`dpmagic.aggregates`: COUNT(DISTINCT) per cell; VAR / STDDEV's three
+  exact sums (:func:`dpmagic.aggregates.variance.exact`, same per-row formulas and quantisation); a quantile's
+  per-cell *histogram* (value, count) — the kernel expands it into the cell's multiset of values, which is
+  all OpenDP's quantile score depends on (the pandas backend passes the same multiset in row order).
+
+Only these aggregates cross from the engine to the kernel; binding validates the domain with aggregate queries
+(counts of missing, non-finite, fractional, out-of-range values; the distinct undeclared categories, which the
+pandas path names too) and raises the same errors (:mod:`dpmagic.schema`'s message functions).
+"""
+
+from __future__ import annotations
+
+import decimal
+import itertools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpmagic.backends.pandas import too_many_rows_error
+from dpmagic.cells import Cells
+from dpmagic.columns import (
+    CategoricalColumn,
+    NumericColumn,
+    OutOfRangePolicy,
+    categories_error,
+    dtype_error,
+    fractional_error,
+    missing_columns_error,
+    missing_values_error,
+    nonfinite_error,
+    outside_error,
+    undeclared_columns_error,
+)
+from dpmagic.mechanisms import MAX_ROWS
+from dpmagic.query.model import Filter, GroupKey, Query
+from dpmagic.schema import Schema
+from dpmagic.sensitivity import clamp_bounds
+from dpmagic.sets import Box, CategorySet, IntervalSet, ValueSet
+
+__all__ = ["EngineBackend", "SourceColumn", "Compiler"]
+
+#: the name the normalised data carries inside every statement
+DATA = "dpmagic_data"
+_DOUBLE_MAX = "1.7976931348623157e308"
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """A column of the bound source: its name, its kind (``string``, ``int``, ``uint``, ``float``, ``decimal``,
+    ``bool`` or ``other``) and the dtype name pandas would show for it (for the same error message)."""
+
+    name: str
+    kind: str
+    dtype: str
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("int", "uint", "float", "decimal")
+
+
+# -- expression helpers ---------------------------------------------------------------------------------
+def col(name: str) -> exp.Column:
+    return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def lit(v: Any) -> exp.Expression:
+    """A literal: strings quoted by sqlglot, ints exact, floats as CAST('<repr>' AS DOUBLE) (exact round trip)."""
+    if isinstance(v, str):
+        return exp.Literal.string(v)
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError("boolean literals are not domain values")
+    if isinstance(v, (int, np.integer)):
+        return exp.Literal.number(int(v))
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"non-finite literal {f!r}")
+    return exp.cast(exp.Literal.string(repr(f)), "DOUBLE")
+
+
+def _and(parts: Sequence[exp.Expression]) -> exp.Expression:
+    parts = list(parts)
+    if not parts:
+        return exp.true()
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.And(this=out, expression=p)
+    return exp.paren(out) if len(parts) > 1 else out
+
+
+def _or(parts: Sequence[exp.Expression]) -> exp.Expression:
+    parts = list(parts)
+    if not parts:
+        return exp.false()
+    out = parts[0]
+    for p in parts[1:]:
+        out = exp.Or(this=out, expression=p)
+    return exp.paren(out) if len(parts) > 1 else out
+
+
+def _case(whens: Sequence[tuple[exp.Expression, exp.Expression]], default: exp.Expression) -> exp.Expression:
+    c = exp.Case()
+    for cond, then in whens:
+        c = c.when(cond, then)
+    return c.else_(default)
+
+
+def clip(x: exp.Expression, lo: Any, hi: Any) -> exp.Expression:
+    """``np.clip(x, lo, hi)`` as a CASE (no NULL or NaN reaches it: validated data; a CASE rather than
+    GREATEST / LEAST, which some dialects wrap in NULL guards)."""
+    return _case(
+        [(exp.LT(this=x, expression=lit(lo)), lit(lo)), (exp.GT(this=x.copy(), expression=lit(hi)), lit(hi))],
+        x.copy(),
+    )
+
+
+def as_double(x: exp.Expression) -> exp.Expression:
+    return exp.cast(x, "DOUBLE")
+
+
+@dataclass(frozen=True)
+class Quantised:
+    """A per-row value to be quantised: ``y`` = clip(x, lo, hi) / unit (a double), rounded by :func:`rint` in a
+    later projection of :meth:`Compiler.rows` (so that ``y`` is computed once per row)."""
+
+    y: exp.Expression
+
+
+def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
+    """numpy's ``rint`` (round half to even) of the double ``y`` as BIGINT, given r = CAST(FLOOR(y) AS BIGINT),
+    in IEEE arithmetic every engine does alike: d = y − r is exact; r + 1 when d > ½, or d = ½ and r is odd."""
+    d = exp.paren(exp.Sub(this=y, expression=as_double(r.copy())))
+    half = lit(0.5)
+    odd = exp.NEQ(this=exp.Mod(this=r.copy(), expression=lit(2)), expression=lit(0))
+    up = exp.Or(
+        this=exp.GT(this=d, expression=half),
+        expression=exp.paren(exp.And(this=exp.EQ(this=d.copy(), expression=half.copy()), expression=odd)),
+    )
+    return exp.Add(this=r.copy(), expression=_case([(up, lit(1))], lit(0)))
+
+
+def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quantised:
+    """:func:`dpmagic.mechanisms.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
+    return Quantised(exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit))))
+
+
+def exact_sum(x: exp.Expression, dialect: str) -> exp.Expression:
+    """The exact Σ of a BIGINT per-row value: DuckDB sums BIGINT into a HUGEINT (int128) natively; other engines
+    (Spark) sum it as DECIMAL(38, 0).  Both hold 2³² rows × 2⁶³ < 2⁹⁵ exactly."""
+    if dialect == "duckdb":
+        return exp.Sum(this=x)
+    return exp.Sum(this=exp.cast(x, exp.DataType.build("DECIMAL(38, 0)")))
+
+
+def count_if(cond: exp.Expression) -> exp.Expression:
+    return exp.Sum(this=_case([(cond, lit(1))], lit(0)))
+
+
+# -- the compiler --------------------------------------------------------------------------------------
+class Compiler:
+    """Builds the statements of one bound data set (its schema, its source relation's name and columns)."""
+
+    def __init__(self, schema: Schema, source: exp.Expression, columns: Mapping[str, SourceColumn]) -> None:
+        self.schema = schema
+        self.source = source  # a table / view reference of the raw bound data
+        self.columns = dict(columns)
+
+    # ---- the normalised view (declared types, the custodian's clamp) ----
+    def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:
+        """SELECT of every declared column as the pandas path's validated frame holds it."""
+        sel = []
+        for name, c in self.schema.columns.items():
+            x: exp.Expression = col(name)
+            if isinstance(c, NumericColumn):
+                if c.is_int:
+                    if out_of_range == "clamp":
+                        x = clip(x, int(c.lower), int(c.upper))
+                    x = exp.cast(x, "BIGINT")
+                else:
+                    x = as_double(x)
+                    if out_of_range == "clamp":
+                        x = clip(x, float(c.lower), float(c.upper))
+            sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
+        return exp.select(*sel).from_(self.source.copy())
+
+    # ---- predicates ----
+    def value_set(self, name: str, s: ValueSet) -> exp.Expression:
+        if isinstance(s, CategorySet):
+            mask = s.to_mask()
+            values = [v for v, m in zip(s.column.values, mask, strict=True) if m]
+            if len(values) == len(s.column.values):
+                return exp.true()
+            if not values:
+                return exp.false()
+            return exp.In(this=col(name), expressions=[lit(v) for v in values])
+        assert isinstance(s, IntervalSet)
+        c = self.schema[name]
+        assert isinstance(c, NumericColumn)
+        parts = []
+        for iv in s.intervals:
+            sides = []
+            if not (isinstance(iv.lo, float) and math.isinf(iv.lo)):
+                lo = int(iv.lo) if c.is_int else float(iv.lo)
+                sides.append((exp.GTE if iv.lo_closed else exp.GT)(this=col(name), expression=lit(lo)))
+            if not (isinstance(iv.hi, float) and math.isinf(iv.hi)):
+                hi = int(iv.hi) if c.is_int else float(iv.hi)
+                sides.append((exp.LTE if iv.hi_closed else exp.LT)(this=col(name), expression=lit(hi)))
+            parts.append(_and(sides))
+        return _or(parts)
+
+    def box(self, box: Box) -> exp.Expression:
+        if box.is_empty():
+            return exp.false()
+        return _and([self.value_set(n, s) for n, s in box.constraints.items()])
+
+    def filter(self, f: Filter) -> exp.Expression:
+        if f.op == "box":
+            assert f.box is not None
+            return self.box(f.box)
+        parts = [self.filter(p) for p in f.parts]
+        if f.op == "and":
+            return _and(parts)
+        if f.op == "or":
+            return _or(parts)
+        return exp.Not(this=exp.paren(parts[0]))
+
+    def group_code(self, g: GroupKey) -> exp.Expression:
+        """The row's bin index along ``g`` (−1: in no bin; impossible on validated data, but discarded)."""
+        if g.sets is None:
+            c = self.schema[g.column]
+            assert isinstance(c, CategoricalColumn)
+            whens = [(exp.EQ(this=col(g.column), expression=lit(v)), lit(i)) for i, v in enumerate(c.values)]
+        else:
+            whens = [(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)]
+        return _case(whens, lit(-1))
+
+    # ---- the per-cell aggregates of one query ----
+    def rows(
+        self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select
+    ) -> tuple[exp.Select, list[str]]:
+        """SELECT <keys>, <per-row values> FROM data, and the key columns' names.
+
+        Keys: ``dp_in`` (1 when the row passes the filter) and one ``dp_g<i>`` per GROUP BY key — the row's raw
+        value on a categorical key grouped by its declared values (the engine groups by it; the kernel maps the
+        few distinct values to their declared positions), else its bin index (−1: in no bin).  Every row is
+        scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
+        pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
+        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values.
+        """
+        cond = [self.box(query.where)]
+        if query.filter is not None:
+            cond.append(self.filter(query.filter))
+        keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
+        first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
+        for i, g in enumerate(query.groups):
+            first.append(exp.alias_(col(g.column) if g.sets is None else self.group_code(g), f"dp_g{i}"))
+        for k, v in values.items():
+            first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
+        second: list[exp.Expression] = [exp.column(k) for k in keys]
+        third: list[exp.Expression] = [exp.column(k) for k in keys]
+        for k, v in values.items():
+            second.append(exp.column(k))
+            if isinstance(v, Quantised):
+                second.append(exp.alias_(exp.cast(exp.Floor(this=exp.column(k)), "BIGINT"), f"{k}_r"))
+                third.append(exp.alias_(rint(exp.column(k), exp.column(f"{k}_r")), k))
+            else:
+                third.append(exp.column(k))
+        q1 = exp.select(*first).from_(exp.alias_(exp.Subquery(this=view), DATA))
+        q2 = exp.select(*second).from_(exp.alias_(exp.Subquery(this=q1), "dp_l1"))
+        return exp.select(*third).from_(exp.alias_(exp.Subquery(this=q2), "dp_l2")), keys
+
+    def cell_of(self, query: Query, key: Sequence[Any]) -> int | None:
+        """The declared cell of one aggregate row's keys (``dp_in``, ``dp_g<i>``), None when it is discarded."""
+        if int(key[0]) != 1:
+            return None
+        cell = 0
+        for g, v in zip(query.groups, key[1:], strict=True):
+            if g.sets is None:
+                c = self.schema[g.column]
+                assert isinstance(c, CategoricalColumn)
+                if isinstance(v, decimal.Decimal):
+                    v = int(v) if v == v.to_integral_value() else float(v)
+                i = c.index_of(v)
+            else:
+                i = int(v)
+            if i is None or i < 0:
+                return None
+            cell = cell * g.size + i
+        return cell
+
+
+def _pandas_string_dtype() -> str:
+    import pandas as pd
+
+    return str(pd.Series(["a"]).dtype)
+
+
+class EngineBackend(ABC):
+    """A :class:`~dpmagic.releases.base.Backend` over a SQL engine: validation at binding, exact aggregates.
+
+    Subclasses give the dialect, the source's columns and a way to run one statement (returning rows of
+    aggregates only).  Binding validates the declared domain (:meth:`validate`) and fixes the normalised view.
+    """
+
+    dialect: str = "duckdb"
+
+    schema: Schema
+
+    def _init(
+        self, schema: Schema, source: exp.Expression, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
+    ) -> None:
+        if out_of_range not in ("error", "clamp"):
+            from dpmagic.errors import DataValidationError
+
+            raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
+        self.schema = schema
+        self.out_of_range = out_of_range
+        self.compiler = Compiler(schema, source, {c.name: c for c in columns})
+        self.n_rows = self.validate(columns)
+        self._view = self.compiler.view(out_of_range)
+
+    @abstractmethod
+    def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+        """Run one SELECT (of aggregates) and return its rows."""
+
+    def _position(self) -> exp.Expression:
+        """A per-row scan position (only to list undeclared categories in order of first appearance)."""
+        return exp.Window(this=exp.RowNumber())
+
+    def sql(self, statement: exp.Expression) -> str:
+        return statement.sql(dialect=self.dialect)
+
+    # ---- binding: the domain checked by aggregate queries ----
+    def validate(self, columns: list[SourceColumn]) -> int:
+        """Check the source against the declared domain; the errors (and their order) are the pandas path's.
+
+        One aggregate scan: per column the counts of missing values, undeclared categories, non-finite,
+        fractional and out-of-range numbers (only a count crosses, as the pandas messages show); then, only when
+        a column has undeclared categories, its distinct undeclared values (the pandas message names them).
+        Returns the row count.
+        """
+        names = [c.name for c in columns]
+        missing = [c for c in self.schema.columns if c not in names]
+        if missing:
+            raise missing_columns_error(missing)
+        undeclared = [c for c in names if c not in self.schema.columns]
+        if undeclared:
+            raise undeclared_columns_error(undeclared)
+        src = {c.name: c for c in columns}
+        aggs: dict[str, exp.Expression] = {"n_rows": exp.Count(this=exp.Star())}
+        for i, (name, c) in enumerate(self.schema.columns.items()):
+            s = src[name]
+            x = col(name)
+            null: exp.Expression = exp.Is(this=x, expression=exp.Null())
+            if s.kind == "float":
+                null = exp.Or(this=null, expression=exp.IsNan(this=x.copy()))
+            aggs[f"null_{i}"] = count_if(null)
+            if isinstance(c, CategoricalColumn):
+                aggs[f"bad_{i}"] = count_if(exp.Not(this=exp.paren(self._declared(c, s))))
+            elif s.numeric:
+                if s.kind in ("float", "decimal"):
+                    aggs[f"inf_{i}"] = count_if(
+                        exp.GT(this=exp.Abs(this=as_double(x.copy())), expression=lit(float(_DOUBLE_MAX)))
+                    )
+                    if c.is_int:
+                        aggs[f"frac_{i}"] = count_if(exp.NEQ(this=exp.Floor(this=x.copy()), expression=x.copy()))
+                lo, hi = (int(c.lower), int(c.upper)) if c.is_int else (float(c.lower), float(c.upper))
+                aggs[f"out_{i}"] = count_if(
+                    exp.Or(
+                        this=exp.LT(this=x.copy(), expression=lit(lo)),
+                        expression=exp.GT(this=x.copy(), expression=lit(hi)),
+                    )
+                )
+        stmt = exp.select(*[exp.alias_(v, k) for k, v in aggs.items()]).from_(self.compiler.source.copy())
+        row = dict(zip(aggs, self._run(stmt)[0], strict=True))
+        counts = {k: int(v or 0) for k, v in row.items()}
+        for i, (name, c) in enumerate(self.schema.columns.items()):
+            s = src[name]
+            if counts[f"null_{i}"]:
+                raise missing_values_error(name)
+            if isinstance(c, CategoricalColumn):
+                if counts[f"bad_{i}"]:
+                    raise categories_error(name, self._bad_categories(c, s))
+                continue
+            if not s.numeric:
+                raise dtype_error(c, s.dtype)
+            if counts.get(f"inf_{i}"):
+                raise nonfinite_error(name)
+            if counts.get(f"frac_{i}"):
+                raise fractional_error(name)
+            if counts[f"out_{i}"] and self.out_of_range == "error":
+                raise outside_error(c, counts[f"out_{i}"])
+        if counts["n_rows"] > MAX_ROWS:
+            raise too_many_rows_error()
+        return counts["n_rows"]
+
+    def _declared(self, c: CategoricalColumn, s: SourceColumn) -> exp.Expression:
+        """The row's value is a declared category (strings match strings, numbers numbers, as ``index_of``)."""
+        if s.kind == "string":
+            vals = [v for v in c.values if isinstance(v, str)]
+        elif s.numeric:
+            vals = [v for v in c.values if not isinstance(v, str)]
+        else:
+            vals = []
+        if not vals:
+            return exp.false()
+        return exp.In(this=col(c.name), expressions=[lit(v) for v in vals])
+
+    def _bad_categories(self, c: CategoricalColumn, s: SourceColumn) -> list[Any]:
+        """The first (up to 6) distinct undeclared values, in order of first appearance in the scan."""
+        inner = exp.select(exp.alias_(col(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
+            self.compiler.source.copy()
+        )
+        stmt = (
+            exp.select("v")
+            .from_(exp.alias_(exp.Subquery(this=inner), "t"))
+            .where(
+                exp.Not(
+                    this=exp.paren(
+                        self._declared(c, SourceColumn("v", s.kind, s.dtype)).transform(
+                            lambda n: exp.column("v") if isinstance(n, exp.Column) else n
+                        )
+                    )
+                )
+            )
+            .group_by("v")
+            .order_by(exp.Min(this=exp.column("pos")))
+            .limit(6)
+        )
+        out = []
+        for (v,) in self._run(stmt):
+            out.append(v.item() if isinstance(v, np.generic) else v)
+        return out
+
+    # ---- queries ----
+    def evaluate(
+        self,
+        query: Query,
+        units: Mapping[str, float] | None = None,
+        *,
+        extended: Mapping[str, Any] | None = None,
+    ) -> Cells:
+        """Exact per-cell COUNT and SUMs (and the inputs of :mod:`dpmagic.aggregates`), as the pandas backend's."""
+        comp = self.compiler
+        n_cells = query.n_cells
+        keys = list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
+        values: dict[str, exp.Expression | Quantised] = {}
+        aggs: dict[str, exp.Expression] = {"n": exp.Count(this=exp.Star())}
+        sum_keys: dict[str, str] = {}
+        for agg in query.aggregates:
+            if agg.column is None or not agg.is_basic or agg.sum_key in sum_keys:
+                continue
+            c = self.schema[agg.column]
+            assert isinstance(c, NumericColumn)
+            lo, hi = clamp_bounds(c, agg.clamp)
+            x: exp.Expression | Quantised = col(agg.column)
+            if c.is_int:
+                if agg.clamp is not None:
+                    x = clip(x, int(lo), int(hi))
+            else:
+                unit = (units or {}).get(agg.sum_key)
+                if unit is None:
+                    raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
+                x = quantise_sql(x, unit, float(lo), float(hi))
+            k = f"v{len(values)}"
+            values[k] = x
+            sum_keys[agg.sum_key] = k
+            aggs[f"s_{k}"] = exact_sum(exp.column(k), self.dialect)
+        plans = dict(extended or {})
+        quantiles: dict[str, str] = {}
+        for alias, u in plans.items():
+            a = u.agg
+            name = str(a.column)
+            if a.func == "count_distinct":
+                k = f"v{len(values)}"
+                values[k] = col(name)
+                aggs[f"d_{alias}"] = exp.Count(this=exp.Distinct(expressions=[exp.column(k)]))
+            elif a.func in ("var", "stddev"):
+                s_expr, q_expr = self._variance_values(name, u.plan)
+                ks, kq = f"v{len(values)}", f"v{len(values) + 1}"
+                values[ks], values[kq] = s_expr, q_expr
+                aggs[f"vs_{alias}"] = exact_sum(exp.column(ks), self.dialect)
+                aggs[f"vq_{alias}"] = exact_sum(exp.column(kq), self.dialect)
+            else:
+                k = f"v{len(values)}"
+                values[k] = as_double(col(name))
+                quantiles[alias] = k
+        rows, key_cols = comp.rows(query, values, self._view)
+        nk = len(key_cols)
+        stmt = (
+            exp.select(*[exp.column(k) for k in key_cols], *[exp.alias_(v, k) for k, v in aggs.items()])
+            .from_(exp.alias_(exp.Subquery(this=rows), "r"))
+            .group_by(*[exp.column(k) for k in key_cols])
+        )
+        names = list(aggs)
+        per: dict[str, list[int]] = {k: [0] * n_cells for k in names}
+        seen: set[int] = set()
+        for row in self._run(stmt):
+            cell = comp.cell_of(query, row[:nk])
+            if cell is None:
+                continue
+            if cell in seen:  # distinct raw values map to distinct declared values (validated data)
+                raise RuntimeError("two engine groups map to one declared cell")
+            seen.add(cell)
+            for k, v in zip(names, row[nk:], strict=True):
+                per[k][cell] = int(v or 0)
+        counts = np.asarray(per["n"], dtype=np.int64)
+        sums = {sk: per[f"s_{k}"] for sk, k in sum_keys.items()}
+        extra: dict[str, Any] = {}
+        for alias, u in plans.items():
+            a = u.agg
+            if a.func == "count_distinct":
+                extra[alias] = np.asarray(per[f"d_{alias}"], dtype=np.int64)
+            elif a.func in ("var", "stddev"):
+                extra[alias] = {"n": [int(v) for v in counts], "s": per[f"vs_{alias}"], "q": per[f"vq_{alias}"]}
+            else:
+                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells)
+        return Cells(keys=keys, counts=counts, sums=sums, extra=extra)
+
+    def _histogram(self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int) -> list[np.ndarray]:
+        """Each cell's multiset of values (sorted), from the engine's per-cell (value, count) histogram."""
+        stmt = (
+            exp.select(*[exp.column(c) for c in key_cols], exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
+            .from_(exp.alias_(exp.Subquery(this=rows), "r"))
+            .group_by(*[exp.column(c) for c in key_cols], exp.column(k))
+            .having(exp.EQ(this=exp.column("dp_in"), expression=lit(1)))  # the discarded rows' values stay behind
+        )
+        nk = len(key_cols)
+        vals: list[list[float]] = [[] for _ in range(n_cells)]
+        cnts: list[list[int]] = [[] for _ in range(n_cells)]
+        for row in self._run(stmt):
+            cell = self.compiler.cell_of(query, row[:nk])
+            if cell is not None:
+                vals[cell].append(float(row[nk]))
+                cnts[cell].append(int(row[nk + 1]))
+        out = []
+        for v, n in zip(vals, cnts, strict=True):
+            order = np.argsort(np.asarray(v, dtype=float), kind="stable")
+            out.append(np.repeat(np.asarray(v, dtype=float)[order], np.asarray(n, dtype=np.int64)[order]))
+        return out
+
+    def _variance_values(self, name: str, p: Any) -> tuple[exp.Expression | Quantised, exp.Expression | Quantised]:
+        """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units)."""
+        x = col(name)
+        if p.is_int:
+            y = clip(x, int(p.lo), int(p.hi))
+            c = int(p.c)
+            yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
+            s: exp.Expression | Quantised
+            q: exp.Expression | Quantised
+            if p.total.quantised:
+                s = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
+            else:
+                s = exp.Sub(this=y.copy(), expression=lit(c))
+            if p.squares.quantised:
+                q = quantise_sql(
+                    exp.Mul(this=exp.paren(yd.copy()), expression=exp.paren(yd.copy())),
+                    p.squares.noise.unit,
+                    p.squares.a,
+                    p.squares.b,
+                )
+            else:
+                yc = exp.paren(exp.Sub(this=y.copy(), expression=lit(c)))
+                q = exp.Mul(this=yc, expression=yc.copy())
+            return s, q
+        xc = exp.paren(exp.Sub(this=clip(as_double(x), float(p.lo), float(p.hi)), expression=lit(float(p.c))))
+        return (
+            quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b),
+            quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b),
+        )
