@@ -26,6 +26,7 @@ never touches data or budget.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,7 @@ _REFUSED: list[tuple[type[exp.Expression], str]] = [
     (exp.Window, "a window function"),
     (exp.With, "WITH (common table expressions)"),
 ]
+_REFUSED_KINDS = tuple(kind for kind, _ in _REFUSED)
 
 
 def _parse_statements(text: str) -> list[exp.Expression]:
@@ -117,13 +119,16 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
                 f"{tree.key.upper()} is not supported in dpmagic's SQL subset: ask one query per part"
             )
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
+    subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
     for node in tree.walk():
-        for kind, label in _REFUSED:
-            if isinstance(node, kind):
-                raise UnsupportedQueryError(
-                    f"{label.split(' (')[0]} is not supported in dpmagic's SQL subset"
-                    + (f" ({label.split(' (', 1)[1]}" if " (" in label else "")
-                )
+        if isinstance(node, exp.Sub):
+            subs.append(node)
+        elif isinstance(node, _REFUSED_KINDS):
+            label = next(lab for kind, lab in _REFUSED if isinstance(node, kind))
+            raise UnsupportedQueryError(
+                f"{label.split(' (')[0]} is not supported in dpmagic's SQL subset"
+                + (f" ({label.split(' (', 1)[1]}" if " (" in label else "")
+            )
         if isinstance(node, exp.Select) and node is not tree:
             raise UnsupportedQueryError("a subquery is not supported in dpmagic's SQL subset")
     if tree.args.get("distinct") is not None:
@@ -132,7 +137,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
             hint="use GROUP BY col with COUNT(*) instead (all declared values are listed, with noisy counts)",
         )
     _check_no_unknown_clauses(tree)
-    _fix_dashed_columns(tree, schema)
+    _fix_dashed_columns(subs, schema)
 
     table = _table_name(tree, schema, tables)
     ctx = _Context(schema)
@@ -164,7 +169,6 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     post = not simple or having is not None or bool(order_by) or limit is not None or ctx.hidden
     return Query(
         text=text,
-        canonical=tree.sql(),
         table=table,
         aggregates=tuple(ctx.aggregates),
         group_by=tuple(g.name for g in groups),
@@ -176,6 +180,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         order_by=tuple(order_by),
         limit=limit,
         hidden=tuple(ctx.hidden),
+        _tree=tree,
     )
 
 
@@ -277,6 +282,8 @@ class _Context:
 
     def key_for(self, node: exp.Expression) -> str | None:
         """The group key an expression (a column or the GROUP BY expression itself) refers to."""
+        if not self.groups:
+            return None
         sql = _norm(node)
         for g, gsql in zip(self.groups, self.group_exprs, strict=True):
             if sql == gsql:
@@ -335,6 +342,11 @@ class _Context:
 
 def _ref(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
+
+
+def _ref_sql(name: str) -> str:
+    """``_ref(name).sql()`` without regenerating SQL: a double-quoted identifier, quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _norm(node: exp.Expression) -> str:
@@ -790,7 +802,7 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             if seen_agg or key_pos >= len(ctx.groups) or ctx.groups[key_pos].name != key:
                 simple = False
             key_pos += 1
-            outputs.append(Output(name, _ref(key).sql(), None))
+            outputs.append(Output(name, _ref_sql(key), None))
             continue
         if _is_aggregate(node):
             agg = _aggregate(node, ctx.schema)
@@ -799,7 +811,7 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             if released != name:
                 simple = False
             seen_agg = True
-            outputs.append(Output(name, _ref(released).sql(), released))
+            outputs.append(Output(name, _ref_sql(released), released))
             continue
         if isinstance(node, exp.Column):
             name = _resolve(node, ctx.schema)
@@ -851,7 +863,7 @@ def _default_name(agg: Aggregate) -> str:
 # columns and literals
 
 
-def _fix_dashed_columns(tree: exp.Expression, schema: Schema) -> None:
+def _fix_dashed_columns(subs: list[exp.Sub], schema: Schema) -> None:
     """Rewrite ``marital - status`` (how unquoted ``marital-status`` parses) into the declared column."""
 
     def dashed(e: exp.Expression) -> str | None:
@@ -863,7 +875,7 @@ def _fix_dashed_columns(tree: exp.Expression, schema: Schema) -> None:
                 return f"{left}-{right}"
         return None
 
-    for node in list(tree.find_all(exp.Sub)):
+    for node in subs:  # in walk order, collected before any replacement (as ``list(tree.find_all(exp.Sub))``)
         name = dashed(node)
         if name is not None and name in schema:
             node.replace(exp.column(exp.to_identifier(name, quoted=True)))
@@ -1168,19 +1180,22 @@ def _comparison(node: exp.Expression, op: str, schema: Schema) -> tuple[Box, fro
         raise UnsupportedQueryError(f"{node.sql()!r}: one side of a comparison must be a column")
     name, col = _column_of(left, schema, op)
     value = _literal(right, col)
-    s: ValueSet
+    if op not in ("=", "!=") and isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
+        raise UnsupportedQueryError(
+            f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
+            hint="use = or IN (...) on categorical columns",
+        )
+    return Box({name: _comparison_set(col, op, type(value), value)}), frozenset([name])
+
+
+@functools.lru_cache(maxsize=4096)
+def _comparison_set(col: Column, op: str, kind: type, value: Any) -> ValueSet:
+    """The value set of ``col op value`` (memoised: logs repeat their comparisons; value sets are immutable;
+    ``kind`` keeps ``1``, ``1.0`` and ``True`` apart)."""
     if op in ("=", "!="):
         s = _points(col, [value])
-        if op == "!=":
-            s = s.complement()
-    else:
-        if isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
-            raise UnsupportedQueryError(
-                f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
-                hint="use = or IN (...) on categorical columns",
-            )
-        s = _half_line(col, op, value)
-    return Box({name: s}), frozenset([name])
+        return s.complement() if op == "!=" else s
+    return _half_line(col, op, value)
 
 
 def _is_column(node: exp.Expression) -> bool:
