@@ -13,12 +13,17 @@ from .encoding import BoxStore, build_problem, is_helly_box
 from .engine import Admission, Bounds, OverlapEngine
 from .graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
 from .maxoverlap import OverlapResult, max_overlap, milp_overlap, solve_overlap
+from .portfolio import Instance, PortfolioConfig, Step, plan
 
 __all__ = [
     "OverlapEngine",
     "Admission",
     "Bounds",
     "OverlapResult",
+    "PortfolioConfig",
+    "Instance",
+    "Step",
+    "plan",
     "CliqueResult",
     "BoxStore",
     "build_problem",

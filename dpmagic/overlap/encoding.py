@@ -140,8 +140,8 @@ class _CatStore:
         if self.bdtype is not None:
             return (self.bits[a][:, None] & self.bits[b][None, :]) != 0
         # 64 values per AND (a float matmul is slower here and at the mercy of the BLAS threads)
-        xa = _packed_words(self.mask[:, a])
-        xb = xa if b is a else _packed_words(self.mask[:, b])
+        xa = packed_words(self.mask[:, a])
+        xb = xa if b is a else packed_words(self.mask[:, b])
         return words_intersect(xa, xb)
 
 
@@ -299,7 +299,7 @@ def words_intersect(xa: np.ndarray, xb: np.ndarray, block: int = 1024) -> np.nda
     return out
 
 
-def _packed_words(mask: np.ndarray) -> np.ndarray:
+def packed_words(mask: np.ndarray) -> np.ndarray:
     """``mask[value, q]`` → ``(q, words)`` uint64 bit rows (64 values per word)."""
     packed = np.packbits(mask.T, axis=1, bitorder="little")
     words = max(1, (packed.shape[1] + 7) // 8)

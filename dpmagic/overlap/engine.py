@@ -99,6 +99,7 @@ from .graph import (
     weighted_coloring_bound,
 )
 from .maxoverlap import OverlapResult, solve_overlap
+from .portfolio import PortfolioConfig
 from .rounding import add_up, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
@@ -219,8 +220,11 @@ class OverlapEngine:
         charged: ChargeKind | None = None,
         display_time_limit: float = 0.05,
         hard_time_limit: float = HARD_TIME_LIMIT,
+        solver: PortfolioConfig | None = None,
     ) -> None:
         self.schema = schema
+        #: the configuration of every γ computation's portfolio (:class:`~.portfolio.PortfolioConfig`)
+        self.solver = solver if solver is not None else PortfolioConfig()
         #: the bound the caller charges (None: keep every bound exact).  Admissions compute what it needs
         #: first; display-only bounds get at most ``display_time_limit`` seconds (``sequential``: no search at
         #: all), so they never delay an answer (their reported values stay proven bounds, maybe intervals).
@@ -319,7 +323,7 @@ class OverlapEngine:
         Only the neighbours of ``box`` matter, each restricted to it (docs/design.md §2, incremental admission).
         """
         hint = self._gamma.upper if self._gamma is not None else math.inf
-        return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint)
+        return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint, config=self.solver)
 
     def overlap(self) -> OverlapResult:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
@@ -458,7 +462,7 @@ class OverlapEngine:
         g = self._current_gamma()
         if not g.exact and n:
             chi = sum_up(self._cm.tolist())
-            r = solve_overlap(st, time_limit=limit, upper_hint=min(g.upper, chi))
+            r = solve_overlap(st, time_limit=limit, upper_hint=min(g.upper, chi), config=self.solver)
             best = r if r.lower >= g.lower else g
             upper = max(min(r.upper, g.upper), best.lower)
             self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
@@ -529,7 +533,7 @@ class OverlapEngine:
                     return OverlapResult(best, max(best, hint), True, best_row, members, "pool-row-in-box", 0.0)
         if best_row is not None:
             floor = max(floor, best)
-        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
+        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver)
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
             res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
@@ -647,7 +651,7 @@ class OverlapEngine:
         if self._gamma is None:
             limit, _ = self._needs()
             limit = min(self.display_time_limit, self.time_limit) if limit is None else limit
-            self._gamma = solve_overlap(self._store, time_limit=limit)
+            self._gamma = solve_overlap(self._store, time_limit=limit, config=self.solver)
         return self._gamma
 
     def _current_clique(self) -> _Clique:
