@@ -311,7 +311,9 @@ def run_portfolio(
         now = time.perf_counter()
         left = deadline - now
         if step.name == "tensor":
-            if step.cost(inst, cfg) > left + grace:
+            # bounded and exact: it runs when its estimate fits in the time left plus ``grace`` (time already
+            # overrun by uninterruptible work before it is not held against it, as when it is the whole plan)
+            if step.cost(inst, cfg) > max(left, 0.0) + grace:
                 continue
         elif left <= 0:
             continue
