@@ -435,7 +435,7 @@ def test_plan_orders_steps_by_instance():
     # (HiGHS after the tensor only runs when the tensor step was skipped for lack of time)
     assert _names(plan(inst, probe))[:2] == [("graph", True), ("tensor", False)]
     assert not inst.helly  # category sets of several values
-    no_tensor = replace(probe, tensor_cells=1)
+    no_tensor = replace(probe, tensor_cells=1, milp_early_nnz=1e9)
     assert _names(plan(inst, no_tensor))[:2] == [("graph", True), ("milp", False)]
     assert _names(plan(inst, replace(no_tensor, milp_early_nnz=0)))[-2:] == [("milp", False), ("lp", False)]
     # interval-only boxes (Helly): HiGHS stays last
@@ -454,6 +454,20 @@ def test_plan_orders_steps_by_instance():
     assert hinst.helly
     names = [n for n, _ in _names(plan(hinst, no_tensor))]
     assert names.index("milp") > max(names.index("columns"), names.index("graph"))
+
+
+def test_milp_early_plans_match_brute_force():
+    """The plan that sends non-Helly instances to HiGHS first is exact (brute force), its witness load = lower."""
+    cfg = PortfolioConfig(tensor_cells=1, milp_early_nnz=1e9)
+    rng = np.random.default_rng(17)
+    for _ in range(6):
+        sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 5)), kmax=4)
+        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+        assert [s.name for s, _ in plan(_instance(sch, bx), cfg)][0] in ("graph", "milp")
+        truth = brute_max(sch, bx, ws)
+        r = max_overlap(bx, ws, sch, time_limit=30.0, config=cfg)
+        assert r.lower <= truth <= r.upper
+        assert r.exact and r.lower == truth and row_load(bx, ws, r.witness) == r.lower
 
 
 @pytest.mark.parametrize("probe_wins", [True, False])
