@@ -982,17 +982,36 @@ def _eval(node: exp.Expression, schema: Schema) -> tuple[Box, frozenset[str]]:
     return box, frozenset(box.constraints)
 
 
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The operands of a left-deep chain of ANDs (as sqlglot parses ``a AND b AND c``), left to right."""
+    out: list[exp.Expression] = []
+    while isinstance(node, exp.And):
+        out.append(node.expression)
+        node = node.this
+    out.append(node)
+    return out[::-1]
+
+
 def _ev(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
     """(exact filter, covering box, whether the box is exact)."""
     if isinstance(node, exp.Paren):
         return _ev(node.this, schema)
     if isinstance(node, exp.And):
-        fa, a, ea = _ev(node.this, schema)
-        fb, b, eb = _ev(node.expression, schema)
-        box = a.intersect(b)
-        if ea and eb:
+        # folded along the chain (``a AND b AND c`` is ((a AND b) AND c)); exact boxes are intersected per column
+        # once at the end (the same box as intersecting pairwise)
+        done = [_ev(p, schema) for p in _conjuncts(node)]
+        f, box, exact = done[0]
+        if all(e for _, _, e in done):
+            cons: dict[str, ValueSet] = {}
+            for _, b, _ in done:
+                for c, vs in b.constraints.items():
+                    cons[c] = cons[c].intersect(vs) if c in cons else vs  # type: ignore[arg-type]
+            box = Box(cons)
             return Filter("box", box), box, True
-        return Filter("and", parts=(fa, fb)), box, False
+        for fb, b, eb in done[1:]:
+            box = box.intersect(b)
+            f, exact = (Filter("box", box), True) if exact and eb else (Filter("and", parts=(f, fb)), False)
+        return f, box, exact
     if isinstance(node, exp.Or):
         fa, a, ea = _ev(node.this, schema)
         fb, b, eb = _ev(node.expression, schema)
