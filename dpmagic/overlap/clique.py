@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,28 +24,13 @@ import scipy.sparse as sp
 
 from .deadline import SearchTimeout
 from .graph import as_csr, components
+from .result import CliqueResult, OverlapResult
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
 
 #: components larger than this are not searched (their bound is their colouring/total weight)
 DENSE_CLIQUE_MAX = 12_000
-
-
-@dataclass(frozen=True)
-class CliqueResult:
-    """``lower``: weight of ``members`` (a clique, rounded down); ``upper``: proven bound (rounded up); they
-    meet within :data:`~.rounding.REL_TOL` when ``exact`` (equal for weights on a power-of-two lattice)."""
-
-    lower: float
-    upper: float
-    exact: bool
-    members: tuple[int, ...]
-    seconds: float
-
-    @property
-    def value(self) -> float:
-        return self.upper
 
 
 def colour_bound(
@@ -153,7 +137,7 @@ def max_weight_clique(
     *,
     upper_hint: float = math.inf,
     initial: Sequence[int] | None = None,
-) -> CliqueResult:
+) -> OverlapResult:
     """Maximum weight clique of the graph ``adjacency`` (sparse/dense matrix or networkx graph).
 
     Reference: Smith et al. 2022 §6.1, Algorithm 1.  Complexity: exponential in the worst case (NP-hard), each
@@ -167,7 +151,7 @@ def max_weight_clique(
     w = np.asarray(weights, dtype=np.float64)
     n = A.shape[0]
     if n == 0:
-        return CliqueResult(0.0, 0.0, True, (), time.perf_counter() - t0)
+        return OverlapResult(0.0, 0.0, True, None, (), "clique", time.perf_counter() - t0)
     comps = components(A)
     totals = [float(w[c].sum()) for c in comps]
     order_c = np.argsort(-np.array(totals), kind="stable")
@@ -220,4 +204,4 @@ def max_weight_clique(
         upper = min(proven_upper(max(upper, best, lower), 2 * n + 2, grid=grid), upper_hint)
     upper = max(upper, lower)
     exact = exact and is_exact(lower, upper)
-    return CliqueResult(lower, upper, exact, tuple(sorted(best_set)), time.perf_counter() - t0)
+    return OverlapResult(lower, upper, exact, None, tuple(sorted(best_set)), "clique", time.perf_counter() - t0)

@@ -158,12 +158,9 @@ class Bounds:
         raise ValueError(f"unknown charge kind {kind!r}")
 
 
-@dataclass(frozen=True)
-class _Clique:
-    lower: float
-    upper: float
-    exact: bool
-    members: tuple[int, ...]
+def _omega(lower: float, upper: float, exact: bool, members: tuple[int, ...]) -> OverlapResult:
+    """ω's interval (the one result type; no witness row)."""
+    return OverlapResult(lower, upper, exact, None, members, "clique")
 
 
 @dataclass
@@ -175,7 +172,7 @@ class _Admission:
     neighbors: np.ndarray
     region: OverlapResult | None
     color: int
-    clique: _Clique | None
+    clique: OverlapResult | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,7 +193,7 @@ class Admission:
     _color: int
     _cm: np.ndarray
     _gamma: OverlapResult
-    _clique: _Clique
+    _clique: OverlapResult
     _rows: tuple[tuple[dict[str, Any], float], ...] = ()
 
 
@@ -249,7 +246,7 @@ class OverlapEngine:
         self._colored = 0  # nodes [0, _colored) have a colour (or -1 for empty boxes)
         self._last_recolor = 0
         self._gamma: OverlapResult | None = _EMPTY_RESULT
-        self._clique: _Clique | None = _Clique(0.0, 0.0, True, ())
+        self._clique: OverlapResult | None = _omega(0.0, 0.0, True, ())
 
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
@@ -480,7 +477,7 @@ class OverlapEngine:
             else:
                 members, lower = c.members, c.lower
             upper = max(min(cr.upper, c.upper), lower)
-            self._clique = _Clique(lower, upper, cr.exact or is_exact(lower, upper), members)
+            self._clique = _omega(lower, upper, cr.exact or is_exact(lower, upper), members)
 
     @staticmethod
     def _check_weight(weight: float) -> None:
@@ -550,7 +547,7 @@ class OverlapEngine:
         color = cheapest_color(col_nb, w, self._cm)
         limit, need_clique = self._needs()
         if limit is None:  # nothing but Σw is charged: no search at all
-            return _Admission(box, w, qid, False, nb, None, color, _Clique(w, math.inf, False, (qid,)))
+            return _Admission(box, w, qid, False, nb, None, color, _omega(w, math.inf, False, (qid,)))
         # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters
         floor = -math.inf
         if not need_clique and self._gamma is not None and self._gamma.exact:
@@ -564,14 +561,14 @@ class OverlapEngine:
         if helly:
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, region.upper)), region.exact, members)
+            clique = _omega(lower, max(lower, add_up(w, region.upper)), region.exact, members)
         elif len(nb) == 0:
-            clique = _Clique(w, w, True, (qid,))
+            clique = _omega(w, w, True, (qid,))
         elif not need_clique:
             # ω is display-only here: the witness's members form a clique (lower); ω ≤ χ bounds it (upper)
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, math.inf, False, members)
+            clique = _omega(lower, math.inf, False, members)
         elif self._clique is not None and not self._clique.exact:
             # ω is already only bounded: do not search again, bound ω(N(q)) by a greedy colouring
             adj = st.pairwise(nb)
@@ -579,7 +576,7 @@ class OverlapEngine:
             chi_nb = coloring_value(greedy_coloring(sp.csr_matrix(adj), st.weights[nb]), st.weights[nb])
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, chi_nb)), False, members)
+            clique = _omega(lower, max(lower, add_up(w, chi_nb)), False, members)
         else:
             adj = st.pairwise(nb)
             np.fill_diagonal(adj, False)
@@ -587,7 +584,7 @@ class OverlapEngine:
             cr = max_weight_clique(adj, st.weights[nb], clique_limit, initial=seed)
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
+            clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
         return _Admission(box, w, qid, False, nb, region, color, clique)
 
     def _cm_after(self, adm: _Admission) -> np.ndarray:
@@ -654,28 +651,28 @@ class OverlapEngine:
             self._gamma = solve_overlap(self._store, time_limit=limit, config=self.solver)
         return self._gamma
 
-    def _current_clique(self) -> _Clique:
+    def _current_clique(self) -> OverlapResult:
         if self._clique is None:
             g = self._current_gamma()
             st = self._store
             n = st.n
             alive = st.alive[:n]
             if bool(st.helly[:n][alive].all()):
-                self._clique = _Clique(g.lower, g.upper, g.exact, g.members)
+                self._clique = _omega(g.lower, g.upper, g.exact, g.members)
             elif not self._needs()[1]:
-                self._clique = _Clique(g.lower, math.inf, False, g.members)  # display-only: ω ≤ χ
+                self._clique = _omega(g.lower, math.inf, False, g.members)  # display-only: ω ≤ χ
             else:
                 self._sync_coloring()
                 chi = sum_up(self._cm.tolist())
                 if g.exact and chi <= g.lower:
                     # squeezed: γ ≤ ω ≤ χ
-                    self._clique = _Clique(g.lower, g.lower, True, g.members)
+                    self._clique = _omega(g.lower, g.lower, True, g.members)
                     return self._clique
                 ids = np.flatnonzero(alive)
                 A = overlap_adjacency(st, ids=ids)
                 pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
                 cr = max_weight_clique(A, st.weights[ids], self.clique_time_limit, upper_hint=chi, initial=pos)
-                self._clique = _Clique(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
+                self._clique = _omega(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
         return self._clique
 
     def _ensure_color_cap(self) -> None:
@@ -773,7 +770,7 @@ def _complete_in(row: dict[str, Any], box: Box) -> dict[str, Any]:
     return out
 
 
-def _clique_after(old: _Clique, adm: _Admission) -> _Clique:
+def _clique_after(old: OverlapResult, adm: _Admission) -> OverlapResult:
     c = adm.clique
     if adm.empty or c is None:
         return old
@@ -783,10 +780,10 @@ def _clique_after(old: _Clique, adm: _Admission) -> _Clique:
         lower, members = old.lower, old.members
     exact = old.exact and c.exact
     upper = max(old.upper, c.upper, lower)
-    return _Clique(lower, upper, exact, members)
+    return _omega(lower, upper, exact, members)
 
 
-def _compose(seq: float, chi: float, c: _Clique, g: OverlapResult) -> Bounds:
+def _compose(seq: float, chi: float, c: OverlapResult, g: OverlapResult) -> Bounds:
     chrom = min(chi, seq)
     if c.exact:
         clique = max(c.upper, g.lower)  # the exact ω, rounded up

@@ -39,8 +39,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -50,6 +48,7 @@ from dpmagic.sets import Box
 from .encoding import BoxStore, build_problem
 from .milp import milp_overlap
 from .portfolio import Instance, PortfolioConfig, run_portfolio, witness_row
+from .result import OverlapResult
 from .rounding import ProblemRounding, grid_of, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack", "PortfolioConfig"]
@@ -60,28 +59,6 @@ DEDUPE_MAX_COLUMNS = 200
 #: ``OVERRUN_SHARE · time_limit + OVERRUN_SECONDS`` (it is skipped when its estimate exceeds that)
 OVERRUN_SHARE = 0.05
 OVERRUN_SECONDS = 0.1
-
-
-@dataclass(frozen=True)
-class OverlapResult:
-    """Result of a maximum-overlap computation.
-
-    ``lower`` is the exact load of ``witness`` (a concrete row, one value per constrained column);
-    ``upper`` is a proven upper bound (charge this); ``members`` are the node ids covering the witness.
-    """
-
-    lower: float
-    upper: float
-    exact: bool
-    witness: dict[str, Any] | None
-    members: tuple[int, ...]
-    method: str
-    seconds: float
-
-    @property
-    def value(self) -> float:
-        """The value an accountant charges: ``upper``."""
-        return self.upper
 
 
 def float_slack(weights: np.ndarray) -> float:

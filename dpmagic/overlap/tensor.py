@@ -10,13 +10,14 @@ computation, not interruptible).  The Khatri–Rao product is built here only.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from .encoding import Problem
 
-__all__ = ["tensor_cost", "tensor_max"]
+__all__ = ["tensor_cost", "tensor_max", "khatri_rao"]
 
 
 def tensor_cost(prob: Problem) -> tuple[float, float]:
@@ -29,6 +30,16 @@ def tensor_cost(prob: Problem) -> tuple[float, float]:
     return cells_a * a[b], cells_a * max(prob.n, 1)
 
 
+def khatri_rao(prob: Problem, axes: Sequence[int] | None = None) -> np.ndarray:
+    """Row-wise Kronecker product of the membership matrices of the columns ``axes`` (default all): entry
+    ``[q, cell]`` says whether query q covers the cell (cells in C order of ``axes``).  ``O(n · Π a_c)``."""
+    n = prob.n
+    K = np.ones((n, 1), dtype=bool)
+    for i in range(len(prob.columns)) if axes is None else axes:
+        K = (K[:, :, None] & prob.columns[i].dense()[:, None, :]).reshape(n, -1)
+    return K
+
+
 def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
     """Maximum load over the whole compressed domain of ``prob`` and one maximising atom per column."""
     cols = prob.columns
@@ -38,9 +49,7 @@ def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
         return float(w.sum()), {}
     b = int(np.argmax([c.a for c in cols]))
     A = [i for i in range(len(cols)) if i != b]
-    K = np.ones((n, 1), dtype=bool)
-    for i in A:
-        K = (K[:, :, None] & cols[i].dense()[:, None, :]).reshape(n, -1)
+    K = khatri_rao(prob, A)
     cells_a = K.shape[1]
     Kw = K * w[:, None]
     cb = cols[b]
