@@ -98,8 +98,9 @@ from .graph import (
     overlap_adjacency,
     weighted_coloring_bound,
 )
-from .maxoverlap import OverlapResult, solve_overlap
+from .maxoverlap import solve_overlap
 from .portfolio import PortfolioConfig
+from .result import OverlapResult
 from .rounding import add_up, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
