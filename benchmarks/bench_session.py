@@ -316,8 +316,64 @@ def _child(section: str, mode: str, max_s: float) -> dict[str, Any]:
     raise ValueError(section)
 
 
+def _figures(d: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures of one run (missing sections: None)."""
+
+    def get(*path: str) -> Any:
+        x: Any = d
+        for k in path:
+            if not isinstance(x, dict) or k not in x:
+                return None
+            x = x[k]
+        return x
+
+    return {
+        "1,000 queries: p50 ms": get("sequential", "all", "p50_ms"),
+        "1,000 queries: p99 ms": get("sequential", "all", "p99_ms"),
+        "1,000 queries: 501-1000 p50 ms": get("sequential", "windows", "501-1000", "p50_ms"),
+        "1,000 queries: CPU p50 ms": get("sequential", "cpu", "p50_ms"),
+        "1,000 queries: CPU p99 ms": get("sequential", "cpu", "p99_ms"),
+        "1,000 queries: worst upper/lower": get("sequential", "worst_upper_over_lower"),
+        "1,000 queries: share exact": get("sequential", "exact_share"),
+        "10,000 registered: p50 ms": get("prefilled", "admission", "p50_ms"),
+        "10,000 registered: p99 ms": get("prefilled", "admission", "p99_ms"),
+        "10,000 registered: worst upper/lower": get("prefilled", "worst_upper_over_lower"),
+        "10,000 registered: peak RSS MB": get("prefilled", "peak_rss_mb"),
+        "3M rows: p50 ms": get("rows3m", "query", "p50_ms"),
+        "3M rows: scan p50 ms": get("rows3m", "scan_only", "p50_ms"),
+        "3M rows: scan share of p50": get("rows3m", "scan_share_p50"),
+        "CLI 2,000 census: s (no .pyc)": get("cli", "cli_s", "median"),
+        "CLI 2,000 census: CPU s (no .pyc)": get("cli", "cli_cpu_s", "median"),
+        "CLI 2,000 census: s (.pyc)": get("cli", "cli_pyc_s", "median"),
+        "import dpmagic: s": get("cli", "import_s", "median"),
+        "load average after the sequential section": get("sequential", "loadavg_after"),
+        "date": get("machine", "date"),
+    }
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    if isinstance(x, list):
+        return ", ".join(f"{v:.1f}" for v in x)
+    return str(x)
+
+
 def _markdown(mode: str, data: dict[str, Any]) -> str:
     md = [f"# Session benchmark ({mode})", "", f"Machine: {data['machine']}", ""]
+    if "previous" in data:
+        now, before = _figures(data), _figures(data["previous"])
+        md += [
+            "## Headline figures next to the previous run of this file",
+            "",
+            "Wall-clock figures depend on the machine's load (2 cores shared with other jobs; see the load "
+            "averages): CPU time is the steadier column.",
+            "",
+            md_table(["figure", "previous run", "this run"], [[k, _fmt(before[k]), _fmt(now[k])] for k in now]),
+            "",
+        ]
     if "sequential" in data:
         d = data["sequential"]
         md += [
@@ -434,8 +490,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"section {section} failed")
         data[section] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"{section}: done in {pc() - t0:.1f} s", file=sys.stderr)
+    name = args.name or f"bench_session_{args.mode}"
+    prev_path = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    if prev_path.exists():  # the run this one replaces: its figures are shown next to the new ones
+        data["previous"] = json.loads(prev_path.read_text(encoding="utf-8"))
+        data["previous"].pop("previous", None)
     md = _markdown(args.mode, data)
-    write_results(args.name or f"bench_session_{args.mode}", data, md)
+    write_results(name, data, md)
     print(md)
     return 0
 
