@@ -3,7 +3,8 @@
 docs/design.md §2 ("Facts worth using"): two boxes overlap iff their per-column sets intersect on every column
 (Smith et al. 2022, Prop. 3), and per column the values that no predicate distinguishes can be merged into *atoms*.
 
-Two layers live here.
+Two layers live here (≈ 680 lines, one module on purpose: the compressed :class:`Problem` is cut from the
+store's per-column arrays, and both share the column encodings — splitting them would export those internals).
 
 :class:`BoxStore` — the registered boxes, one growable array store per column ever constrained, so that
 appending a query never re-encodes the others:

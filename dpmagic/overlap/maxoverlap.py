@@ -88,7 +88,7 @@ def solve_overlap(
 
     ``upper_hint`` is any proven upper bound the caller knows (exact clique, colouring, Σw); it only
     tightens ``upper`` on a timeout.  ``method``: ``"auto"`` (tensor, else the portfolio of
-    :func:`_portfolio`: column branch and bound and graph search in a feature-chosen order, then HiGHS),
+    :mod:`.portfolio`: column branch and bound and graph search in a feature-chosen order, then HiGHS),
     ``"bb"`` (tensor / column branch and bound only), ``"graph"`` (tensor / graph search only) or
     ``"milp"`` (HiGHS only).  ``time_limit`` is a wall-clock budget for the whole call (encoding included);
     on a timeout ``upper`` is the smallest *proven* bound (search frontier, LP / MILP dual bound,

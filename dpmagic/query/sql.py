@@ -23,7 +23,8 @@ Column names that contain ``-`` (``marital-status``) may be written unquoted or 
 
 Layout: this module parses the statement (once, with sqlglot) and translates its clauses and SELECT list;
 :mod:`.where` turns WHERE into boxes, :mod:`.groups` the GROUP BY keys into declared cells, :mod:`.aggregates`
-the aggregate calls, :mod:`.domain` columns and literals into value sets on the declared domain.  The
+the aggregate calls, :mod:`.domain` columns and literals into value sets on the declared domain (this module,
+≈ 450 lines, keeps the clause checks and the SELECT list together: they share the aggregate collector).  The
 statement's canonical text (:attr:`Query.canonical`) is regenerated from the tree only when first asked for.
 Anything else raises a :class:`~dpmagic.errors.QueryError` subclass that names the construct; parsing
 never touches data or budget.
