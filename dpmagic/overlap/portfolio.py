@@ -30,6 +30,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -105,39 +106,56 @@ class PortfolioConfig:
         return replace(self, steps=self.steps & METHODS[method], prefer=_PREFER.get(method, self.prefer))
 
 
-@dataclass(frozen=True)
 class Instance:
-    """Features of one compressed problem, computed once by :meth:`of` (``O(Σ_c n·a_c)``)."""
+    """Features of one compressed problem; each computed on first use (the census tensor shortcut needs only
+    the tensor's size: ``O(m)``; the others ``O(Σ_c n·a_c)``)."""
 
-    store: BoxStore
-    prob: Problem
-    ids: np.ndarray
-    cells: float
-    kr: float
-    log_cells: float
-    graph_words: float
-    nvar: float
-    nnz: float
-    helly: bool
+    def __init__(self, store: BoxStore, prob: Problem, ids: np.ndarray) -> None:
+        self.store, self.prob, self.ids = store, prob, ids
+        self.cells, self.kr = tensor_cost(prob)
 
     @classmethod
     def of(cls, store: BoxStore, prob: Problem, ids: np.ndarray) -> Instance:
-        cells, kr = tensor_cost(prob)
+        return cls(store, prob, ids)
+
+    @cached_property
+    def log_cells(self) -> float:
+        return float(sum(math.log10(max(c.a, 1)) for c in self.prob.columns))
+
+    @cached_property
+    def graph_words(self) -> float:
+        """64-bit word ANDs of building the query graph: ``Σ_c n_c² ⌈a_c/64⌉``."""
         words = 0.0
-        helly = True
-        for c in prob.columns:
-            st = store.cols.get(c.name)
-            n_c = float(st.constrained[ids].sum()) if st is not None else float(prob.n)
+        for c in self.prob.columns:
+            st = self.store.cols.get(c.name)
+            n_c = float(st.constrained[self.ids].sum()) if st is not None else float(self.prob.n)
             words += n_c * n_c * math.ceil(c.a / 64)
-            if helly:
-                if c.M is not None:
-                    k = c.M.sum(axis=1)
-                    helly = bool(np.all((k <= 1) | (k == c.a)))
-                else:
-                    helly = c.rs is None or c.rs.shape[1] <= 1  # type: ignore[union-attr]
-        nvar, nnz = milp_size(prob)
-        log_cells = float(sum(math.log10(max(c.a, 1)) for c in prob.columns))
-        return cls(store, prob, ids, cells, kr, log_cells, words, float(nvar), nnz, helly)
+        return words
+
+    @cached_property
+    def helly(self) -> bool:
+        """Every query's set in every column is one interval or one category (or the whole column)."""
+        for c in self.prob.columns:
+            if c.M is not None:
+                k = c.M.sum(axis=1)
+                if not bool(np.all((k <= 1) | (k == c.a))):
+                    return False
+            elif c.rs is not None and c.rs.shape[1] > 1:
+                return False
+        return True
+
+    @cached_property
+    def _milp(self) -> tuple[float, float]:
+        nvar, nnz = milp_size(self.prob)
+        return float(nvar), float(nnz)
+
+    @property
+    def nvar(self) -> float:
+        return self._milp[0]
+
+    @property
+    def nnz(self) -> float:
+        return self._milp[1]
 
     def tensor_seconds(self, cfg: PortfolioConfig) -> float:
         return cfg.tensor_seconds_per_entry * (self.cells + self.kr)  # inf when the atom product overflows
