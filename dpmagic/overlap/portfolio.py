@@ -282,27 +282,35 @@ STEPS: dict[str, Step] = {
 
 def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]]:
     """The steps to run, in order, each with a time cap in seconds (None: its share of the time left)."""
-    ok = {name: STEPS[name].applies(inst, cfg) for name in cfg.steps}
+    memo: dict[str, bool] = {}
+
+    def ok(name: str) -> bool:  # applicability, computed only when the plan asks (features are lazy)
+        if name not in memo:
+            memo[name] = name in cfg.steps and STEPS[name].applies(inst, cfg)
+        return memo[name]
+
     tensor_s = STEPS["tensor"].cost(inst, cfg)
-    if ok.get("tensor") and tensor_s <= cfg.probe_min_seconds:
+    if ok("tensor") and tensor_s <= cfg.probe_min_seconds:
         return [(STEPS["tensor"], None)]
     out: list[tuple[Step, float | None]] = []
-    if ok.get("graph") and not ok.get("tensor") and inst.log_cells > cfg.column_first_log10:
+    if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
         searches = ["graph", "columns"]
     else:
-        if ok.get("graph") and tensor_s > cfg.probe_min_seconds:
+        if tensor_s > cfg.probe_min_seconds and ok("graph"):
             probe = max(cfg.probe_min_seconds, cfg.probe_share * tensor_s)
             if STEPS["graph"].cost(inst, cfg) <= cfg.probe_share * probe:
                 out.append((STEPS["graph"], probe))
-        searches = ["tensor"] if ok.get("tensor") else ["columns", "graph"]
+        searches = ["tensor"] if ok("tensor") else ["columns", "graph"]
+    if not out and searches == ["tensor"]:
+        return [(STEPS["tensor"], None)]  # no probe worth trying: the bounded tensor alone (exact)
     if cfg.prefer in searches:
         searches.remove(cfg.prefer)
         searches.insert(0, cfg.prefer)
-    if searches[0] == "columns" and ok.get("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
+    if searches[0] == "columns" and ok("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
         out.append((STEPS["milp"], None))  # few small columns (dense domain), non-Helly: the integer program early
-    out.extend((STEPS[n], None) for n in searches if ok.get(n))
+    out.extend((STEPS[n], None) for n in searches if ok(n))
     for n in ("milp", "lp"):
-        if ok.get(n) and all(s.name != n for s, _ in out):
+        if ok(n) and all(s.name != n for s, _ in out):
             out.append((STEPS[n], None))
     return out
 
