@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,10 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpmagic.overlap import (
+    Instance,
     OverlapEngine,
+    PortfolioConfig,
     max_overlap,
     max_weight_clique,
     overlap_adjacency,
+    plan,
     weighted_coloring_bound,
 )
 from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
@@ -395,61 +399,98 @@ def test_uniform_small_matches_brute_force():
         assert r2.lower == truth
 
 
-def test_branch_and_bound_path(monkeypatch):
-    import dpmagic.overlap.maxoverlap as mo
-
-    monkeypatch.setattr(mo, "TENSOR_CELLS", 8)
+def test_branch_and_bound_path():
+    cfg = PortfolioConfig.for_method("bb", tensor_cells=8)  # the column search, tensor leaves of ≤ 8 cells
     rng = np.random.default_rng(3)
     for _ in range(4):
         sch, bx = _uniform(rng, 30, m=5, kmax=3)
         ws = [float(x) for x in rng.integers(1, 4, len(bx))]
         truth = brute_max(sch, bx, ws)
-        r = mo.max_overlap(bx, ws, sch)
+        r = max_overlap(bx, ws, sch, config=cfg)
         assert r.exact and r.lower == truth and "branch" in r.method
 
 
-@pytest.mark.parametrize("probe_wins", [True, False])
-def test_graph_probe_before_tensor_or_columns(monkeypatch, probe_wins):
-    """The short graph-search probe of the portfolio: exact when it finishes, and when it times out the
-    tensor / column search that follows still is (brute force on small domains)."""
-    import dpmagic.overlap.maxoverlap as mo
-
-    monkeypatch.setattr(mo, "GRAPH_SECONDS_PER_WORD", 0.0)  # always cheap enough to build the graph
-    monkeypatch.setattr(mo, "PROBE_MIN_SECONDS", 0.0)
-    # a generous probe (the estimated tensor time is huge) or one that is out of time at once
-    monkeypatch.setattr(mo, "TENSOR_SECONDS_PER_ENTRY", 1.0 if probe_wins else 1e-300)
-    real_graph_data = mo.graph_data
-    monkeypatch.setattr(mo, "graph_data", lambda prob, deadline: real_graph_data(prob))  # build, then search
-    rng = np.random.default_rng(31)
-    for k in range(8):
-        if k % 2:
-            monkeypatch.setattr(mo, "TENSOR_CELLS", 1)  # the column search follows the probe
-        sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 6)), kmax=4)
-        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
-        truth = brute_max(sch, bx, ws)
-        r = mo.max_overlap(bx, ws, sch, time_limit=30.0)
-        assert r.exact and r.lower == truth == r.upper
-        assert row_load(bx, ws, r.witness) == r.lower
-        assert r.method.startswith("graph-probe")
-        if probe_wins:
-            assert r.method == "graph-probe"
-        else:
-            assert "tensor" in r.method or "branch" in r.method
-        monkeypatch.setattr(mo, "TENSOR_CELLS", 6_000_000)
-
-
-def test_plan_cheap_tensor_first_and_methods():
-    import dpmagic.overlap.maxoverlap as mo
+def _instance(sch, bx):
     from dpmagic.overlap.encoding import BoxStore, build_problem
 
-    rng = np.random.default_rng(4)
-    sch, bx = _uniform(rng, 20, m=3, kmax=3)
     store = BoxStore(sch)
     store.extend(bx, np.ones(len(bx)))
     ids = np.arange(len(bx))
-    prob = build_problem(store, ids)
+    return Instance.of(store, build_problem(store, ids), ids)
+
+
+def _names(steps):
+    return [(s.name, cap is not None) for s, cap in steps]
+
+
+def test_plan_orders_steps_by_instance():
+    """The plan is data: cheap tensor alone; a graph probe (capped) before the tensor when the graph is cheap;
+    non-Helly instances whose integer program is small go to HiGHS right after the probe, Helly ones last."""
+    rng = np.random.default_rng(4)
+    sch, bx = _uniform(rng, 20, m=3, kmax=3)
+    inst = _instance(sch, bx)
     for method in ("auto", "bb", "graph"):
-        assert mo._plan(store, prob, ids, method) == [("tensor", None)]
+        assert _names(plan(inst, PortfolioConfig.for_method(method))) == [("tensor", False)]
+    probe = PortfolioConfig(graph_seconds_per_word=0.0, probe_min_seconds=0.0, tensor_seconds_per_entry=1.0)
+    # (HiGHS after the tensor only runs when the tensor step was skipped for lack of time)
+    assert _names(plan(inst, probe))[:2] == [("graph", True), ("tensor", False)]
+    assert not inst.helly  # category sets of several values
+    no_tensor = replace(probe, tensor_cells=1, milp_early_nnz=1e9)
+    assert _names(plan(inst, no_tensor))[:2] == [("graph", True), ("milp", False)]
+    assert _names(plan(inst, replace(no_tensor, milp_early_nnz=0)))[-2:] == [("milp", False), ("lp", False)]
+    # interval-only boxes (Helly): HiGHS stays last
+    col = NumericColumn("x", "int", 0, 99)
+    hsch = Schema({"x": col, "y": NumericColumn("y", "int", 0, 99)})
+    hb = [
+        Box(
+            {
+                "x": IntervalSet.of(col, [Interval(int(a), int(a) + 20)]),
+                "y": IntervalSet.of(hsch["y"], [Interval(int(b), int(b) + 9)]),
+            }
+        )
+        for a, b in rng.integers(0, 80, (30, 2))
+    ]
+    hinst = _instance(hsch, hb)
+    assert hinst.helly
+    names = [n for n, _ in _names(plan(hinst, no_tensor))]
+    assert names.index("milp") > max(names.index("columns"), names.index("graph"))
+
+
+def test_milp_early_plans_match_brute_force():
+    """The plan that sends non-Helly instances to HiGHS first is exact (brute force), its witness load = lower."""
+    cfg = PortfolioConfig(tensor_cells=1, milp_early_nnz=1e9)
+    rng = np.random.default_rng(17)
+    for _ in range(6):
+        sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 5)), kmax=4)
+        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+        assert [s.name for s, _ in plan(_instance(sch, bx), cfg)][0] in ("graph", "milp")
+        truth = brute_max(sch, bx, ws)
+        r = max_overlap(bx, ws, sch, time_limit=30.0, config=cfg)
+        assert r.lower <= truth <= r.upper
+        assert r.exact and r.lower == truth and row_load(bx, ws, r.witness) == r.lower
+
+
+@pytest.mark.parametrize("probe_wins", [True, False])
+def test_graph_probe_before_tensor_or_columns(probe_wins):
+    """Plans that start with a graph-search probe are exact (brute force on small domains); a generous probe
+    (the estimated tensor time is huge) finishes on its own."""
+    base = PortfolioConfig(
+        steps=frozenset({"tensor", "graph", "columns"}),
+        graph_seconds_per_word=0.0,
+        probe_min_seconds=0.0,
+        tensor_seconds_per_entry=1.0 if probe_wins else 1e-300,
+    )
+    rng = np.random.default_rng(31)
+    for k in range(8):
+        cfg = replace(base, tensor_cells=1) if k % 2 else base  # odd k: the column search follows the probe
+        sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 6)), kmax=4)
+        ws = [float(x) for x in rng.integers(1, 5, len(bx))]
+        truth = brute_max(sch, bx, ws)
+        r = max_overlap(bx, ws, sch, time_limit=30.0, config=cfg)
+        assert r.exact and r.lower == truth == r.upper
+        assert row_load(bx, ws, r.witness) == r.lower
+        if probe_wins:
+            assert r.method == "graph-probe"
 
 
 def test_time_limit_not_exact_but_safe():
@@ -526,37 +567,28 @@ def _graph_exact(bx, ws, sch, **kw):
     return max_overlap(bx, ws, sch, time_limit=kw.pop("time_limit", 30.0), method="graph", **kw)
 
 
-def test_graph_search_matches_brute_force_small_domains(monkeypatch):
-    import dpmagic.overlap.maxoverlap as mo
-
-    monkeypatch.setattr(mo, "TENSOR_CELLS", 1)  # force the searches even on tiny domains
+def test_graph_search_matches_brute_force_small_domains():
+    cfg = PortfolioConfig(tensor_cells=1)  # force the searches even on tiny domains
     rng = np.random.default_rng(11)
     for _ in range(8):
         sch, bx = _uniform(rng, int(rng.integers(5, 30)), m=int(rng.integers(2, 6)), kmax=4)
         ws = [float(x) for x in rng.integers(1, 5, len(bx))]
         truth = brute_max(sch, bx, ws)
         for method in ("graph", "bb", "auto"):
-            r = mo.max_overlap(bx, ws, sch, time_limit=30.0, method=method)
+            r = max_overlap(bx, ws, sch, time_limit=30.0, method=method, config=cfg)
             assert r.exact and r.lower == truth == r.upper, method
             assert row_load(bx, ws, r.witness) == r.lower
-        assert "graph" in mo.max_overlap(bx, ws, sch, method="graph").method
+        assert "graph" in max_overlap(bx, ws, sch, method="graph", config=cfg).method
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads, st.sampled_from(["graph", "bb", "auto"]))
 def test_searches_hypothesis(wl, method):
     # mixed categorical / int / float columns, unions and complements, dyadic weights
-    import dpmagic.overlap.maxoverlap as mo
-
     bx = [b for b, _ in wl]
     ws = [w for _, w in wl]
     truth = brute_max(SCHEMA, bx, ws)
-    old = mo.TENSOR_CELLS
-    mo.TENSOR_CELLS = 1
-    try:
-        r = mo.max_overlap(bx, ws, SCHEMA, time_limit=30.0, method=method)
-    finally:
-        mo.TENSOR_CELLS = old
+    r = max_overlap(bx, ws, SCHEMA, time_limit=30.0, method=method, config=PortfolioConfig(tensor_cells=1))
     assert r.exact and r.lower == truth == r.upper
     assert row_load(bx, ws, r.witness) == r.lower
 
@@ -621,22 +653,17 @@ def test_graph_search_timeout_is_safe_and_respects_the_budget():
             assert r.best <= truth.lower <= r.upper
         assert r.exact or r.upper >= r.best
     for method in ("auto", "graph", "bb"):
-        t0 = time.perf_counter()
-        r = max_overlap(bx, None, sch, time_limit=0.3, method=method)
-        assert time.perf_counter() - t0 < 0.3 + 1.0  # the whole call, LP included, stays near the budget
+        r = max_overlap(bx, None, sch, time_limit=0.3, method=method)  # its wall time: bench_time_limits.py
         if truth.exact:
             assert r.lower <= truth.lower <= r.upper
 
 
-def test_engine_region_and_incremental_use_graph_search(monkeypatch):
-    import dpmagic.overlap.maxoverlap as mo
-
-    monkeypatch.setattr(mo, "TENSOR_CELLS", 1)
-    monkeypatch.setattr(mo, "COLUMN_FIRST_LOG10", -1.0)  # graph search first
+def test_engine_region_and_incremental_use_graph_search():
+    cfg = PortfolioConfig(tensor_cells=1, column_first_log10=-1.0)  # graph search first
     rng = np.random.default_rng(2)
     sch, bx = _uniform(rng, 25, m=4, kmax=3)
     ws = [float(x) for x in rng.integers(1, 4, len(bx))]
-    eng = OverlapEngine(sch, time_limit=30.0)
+    eng = OverlapEngine(sch, time_limit=30.0, solver=cfg)
     for i, (b, w) in enumerate(zip(bx, ws)):
         eng.add(b, w)
         g = eng.overlap()
@@ -681,11 +708,9 @@ def test_tensor_step_runs_even_when_the_probe_used_up_the_time():
     does when it is the whole plan), so a tight limit never turns an exact instance into Σw."""
     from tests_support import uniform_boxes
 
-    import dpmagic.overlap.maxoverlap as mo
-
     sch, bx = uniform_boxes(800, m=10, kmin=2, kmax=5, seed=3)
-    ref = mo.max_overlap(bx, None, sch, method="bb")
+    ref = max_overlap(bx, None, sch, method="bb")
     assert ref.exact
     for limit in (1e-4, 2e-3):
-        r = mo.max_overlap(bx, None, sch, time_limit=limit)
+        r = max_overlap(bx, None, sch, time_limit=limit)
         assert r.exact and r.lower == r.upper == ref.lower and "tensor" in r.method

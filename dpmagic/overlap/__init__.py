@@ -8,17 +8,23 @@ docs/design.md §2; Smith et al. 2022 §3–7.  Public API:
 * :func:`max_weight_clique`, :func:`weighted_coloring_bound`, :func:`overlap_adjacency` — the graph bounds.
 """
 
-from .clique import CliqueResult, max_weight_clique
+from .clique import max_weight_clique
 from .encoding import BoxStore, build_problem, is_helly_box
 from .engine import Admission, Bounds, OverlapEngine
 from .graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
-from .maxoverlap import OverlapResult, max_overlap, milp_overlap, solve_overlap
+from .maxoverlap import max_overlap, milp_overlap, solve_overlap
+from .portfolio import Instance, PortfolioConfig, Step, plan
+from .result import CliqueResult, OverlapResult
 
 __all__ = [
     "OverlapEngine",
     "Admission",
     "Bounds",
     "OverlapResult",
+    "PortfolioConfig",
+    "Instance",
+    "Step",
+    "plan",
     "CliqueResult",
     "BoxStore",
     "build_problem",

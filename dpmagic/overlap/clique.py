@@ -15,10 +15,8 @@ frontier's colouring bound, or a component's total weight).
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,28 +24,13 @@ import scipy.sparse as sp
 
 from .deadline import SearchTimeout
 from .graph import as_csr, components
+from .result import CliqueResult, OverlapResult
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
 
 #: components larger than this are not searched (their bound is their colouring/total weight)
 DENSE_CLIQUE_MAX = 12_000
-
-
-@dataclass(frozen=True)
-class CliqueResult:
-    """``lower``: weight of ``members`` (a clique, rounded down); ``upper``: proven bound (rounded up); they
-    meet within :data:`~.rounding.REL_TOL` when ``exact`` (equal for weights on a power-of-two lattice)."""
-
-    lower: float
-    upper: float
-    exact: bool
-    members: tuple[int, ...]
-    seconds: float
-
-    @property
-    def value(self) -> float:
-        return self.upper
 
 
 def colour_bound(
@@ -100,29 +83,44 @@ class _Search:
         self.top_bound = math.inf
 
     def expand(self, P: int, cw: float, C: list[int], top: bool = False) -> None:
-        self.calls += 1
-        if self.calls & 15 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 16th
-            raise SearchTimeout
-        adj, w = self.adj, self.w
-        order, bounds = colour_bound(P, adj, w, self.best - cw, self.nadj)
-        for i in range(len(order) - 1, -1, -1):
-            if top:
+        """Branch and bound below the candidate set ``P`` (clique ``C`` of weight ``cw``), depth first with an
+        explicit stack (no recursion, so no interpreter limit to raise); raises :class:`SearchTimeout`."""
+        adj, w, nadj = self.adj, self.w, self.nadj
+        stack: list[list[Any]] = []  # [P, cw, order, bounds, next index, top]
+
+        def push(P: int, cw: float, top: bool) -> None:
+            self.calls += 1
+            if self.calls & 15 == 1 and time.perf_counter() > self.deadline:  # the first node, then every 16th
+                raise SearchTimeout
+            order, bounds = colour_bound(P, adj, w, self.best - cw, nadj)
+            stack.append([P, cw, order, bounds, len(order) - 1, top])
+
+        push(P, cw, top)
+        while stack:
+            f = stack[-1]
+            P, cw, order, bounds, i, top = f
+            if i >= 0 and top:
                 self.top_bound = cw + bounds[i]
-            if cw + bounds[i] <= self.best:
-                return
+            if i < 0 or cw + bounds[i] <= self.best:
+                if top and i < 0:
+                    self.top_bound = self.best
+                stack.pop()
+                if stack:  # back in the parent: the vertex it branched on is done
+                    stack[-1][0] &= ~(1 << C.pop())
+                continue
             v = order[i]
+            f[4] = i - 1
             NP = P & adj[v]
             nw = cw + w[v]
             C.append(v)
             if NP:
-                self.expand(NP, nw, C)
-            elif nw > self.best:
+                push(NP, nw, False)
+                continue
+            if nw > self.best:
                 self.best = nw
                 self.best_set = list(C)
             C.pop()
-            P &= ~(1 << v)
-        if top:
-            self.top_bound = self.best
+            f[0] = P & ~(1 << v)
 
 
 def _bitsets(A: sp.csr_matrix, order: np.ndarray) -> list[int]:
@@ -139,7 +137,7 @@ def max_weight_clique(
     *,
     upper_hint: float = math.inf,
     initial: Sequence[int] | None = None,
-) -> CliqueResult:
+) -> OverlapResult:
     """Maximum weight clique of the graph ``adjacency`` (sparse/dense matrix or networkx graph).
 
     Reference: Smith et al. 2022 §6.1, Algorithm 1.  Complexity: exponential in the worst case (NP-hard), each
@@ -153,7 +151,7 @@ def max_weight_clique(
     w = np.asarray(weights, dtype=np.float64)
     n = A.shape[0]
     if n == 0:
-        return CliqueResult(0.0, 0.0, True, (), time.perf_counter() - t0)
+        return OverlapResult(0.0, 0.0, True, None, (), "clique", time.perf_counter() - t0)
     comps = components(A)
     totals = [float(w[c].sum()) for c in comps]
     order_c = np.argsort(-np.array(totals), kind="stable")
@@ -167,40 +165,35 @@ def max_weight_clique(
             best, best_set = float(np.sum(w[init])), init
     upper = 0.0
     exact = True
-    old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 20_000))
-    try:
-        for pos, k in enumerate(order_c):
-            comp = comps[k]
-            if totals[k] <= best:
-                break
-            if len(comp) == 1:
-                best, best_set = float(w[comp[0]]), [int(comp[0])]
-                continue
-            if len(comp) > DENSE_CLIQUE_MAX or time.perf_counter() > deadline:
-                exact = False
-                upper = max(upper, totals[k])
-                continue
-            vorder = comp[np.argsort(-w[comp], kind="stable")]
-            search = _Search(_bitsets(A, vorder), w[vorder].tolist(), deadline)
-            search.best = best
-            search.top_bound = totals[k]
-            try:
-                search.expand((1 << len(vorder)) - 1, 0.0, [], top=True)
-            except SearchTimeout:
-                exact = False
-                upper = max(upper, search.top_bound)
-                # components not reached: bounded by their total weight
-                for k2 in order_c[pos + 1 :]:
-                    if totals[k2] > max(best, search.best):
-                        upper = max(upper, totals[k2])
-                if search.best > best:
-                    best, best_set = search.best, [int(vorder[i]) for i in search.best_set]
-                break
+    for pos, k in enumerate(order_c):
+        comp = comps[k]
+        if totals[k] <= best:
+            break
+        if len(comp) == 1:
+            best, best_set = float(w[comp[0]]), [int(comp[0])]
+            continue
+        if len(comp) > DENSE_CLIQUE_MAX or time.perf_counter() > deadline:
+            exact = False
+            upper = max(upper, totals[k])
+            continue
+        vorder = comp[np.argsort(-w[comp], kind="stable")]
+        search = _Search(_bitsets(A, vorder), w[vorder].tolist(), deadline)
+        search.best = best
+        search.top_bound = totals[k]
+        try:
+            search.expand((1 << len(vorder)) - 1, 0.0, [], top=True)
+        except SearchTimeout:
+            exact = False
+            upper = max(upper, search.top_bound)
+            # components not reached: bounded by their total weight
+            for k2 in order_c[pos + 1 :]:
+                if totals[k2] > max(best, search.best):
+                    upper = max(upper, totals[k2])
             if search.best > best:
                 best, best_set = search.best, [int(vorder[i]) for i in search.best_set]
-    finally:
-        sys.setrecursionlimit(old_limit)
+            break
+        if search.best > best:
+            best, best_set = search.best, [int(vorder[i]) for i in search.best_set]
     lower = sum_down(w[best_set].tolist()) if best_set else 0.0
     # the search's sums and pruning comparisons are float64 sums of ≤ 2n non-negative weights: round the
     # best clique (exact) or the frontier bound (timeout) up; a proven hint caps a timed-out search
@@ -211,4 +204,4 @@ def max_weight_clique(
         upper = min(proven_upper(max(upper, best, lower), 2 * n + 2, grid=grid), upper_hint)
     upper = max(upper, lower)
     exact = exact and is_exact(lower, upper)
-    return CliqueResult(lower, upper, exact, tuple(sorted(best_set)), time.perf_counter() - t0)
+    return OverlapResult(lower, upper, exact, None, tuple(sorted(best_set)), "clique", time.perf_counter() - t0)

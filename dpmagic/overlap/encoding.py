@@ -3,7 +3,8 @@
 docs/design.md §2 ("Facts worth using"): two boxes overlap iff their per-column sets intersect on every column
 (Smith et al. 2022, Prop. 3), and per column the values that no predicate distinguishes can be merged into *atoms*.
 
-Two layers live here.
+Two layers live here (≈ 680 lines, one module on purpose: the compressed :class:`Problem` is cut from the
+store's per-column arrays, and both share the column encodings — splitting them would export those internals).
 
 :class:`BoxStore` — the registered boxes, one growable array store per column ever constrained, so that
 appending a query never re-encodes the others:
@@ -140,8 +141,8 @@ class _CatStore:
         if self.bdtype is not None:
             return (self.bits[a][:, None] & self.bits[b][None, :]) != 0
         # 64 values per AND (a float matmul is slower here and at the mercy of the BLAS threads)
-        xa = _packed_words(self.mask[:, a])
-        xb = xa if b is a else _packed_words(self.mask[:, b])
+        xa = packed_words(self.mask[:, a])
+        xb = xa if b is a else packed_words(self.mask[:, b])
         return words_intersect(xa, xb)
 
 
@@ -299,7 +300,7 @@ def words_intersect(xa: np.ndarray, xb: np.ndarray, block: int = 1024) -> np.nda
     return out
 
 
-def _packed_words(mask: np.ndarray) -> np.ndarray:
+def packed_words(mask: np.ndarray) -> np.ndarray:
     """``mask[value, q]`` → ``(q, words)`` uint64 bit rows (64 values per word)."""
     packed = np.packbits(mask.T, axis=1, bitorder="little")
     words = max(1, (packed.shape[1] + 7) // 8)

@@ -98,7 +98,9 @@ from .graph import (
     overlap_adjacency,
     weighted_coloring_bound,
 )
-from .maxoverlap import OverlapResult, solve_overlap
+from .maxoverlap import solve_overlap
+from .portfolio import PortfolioConfig
+from .result import OverlapResult
 from .rounding import add_up, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
@@ -157,12 +159,9 @@ class Bounds:
         raise ValueError(f"unknown charge kind {kind!r}")
 
 
-@dataclass(frozen=True)
-class _Clique:
-    lower: float
-    upper: float
-    exact: bool
-    members: tuple[int, ...]
+def _omega(lower: float, upper: float, exact: bool, members: tuple[int, ...]) -> OverlapResult:
+    """ω's interval (the one result type; no witness row)."""
+    return OverlapResult(lower, upper, exact, None, members, "clique")
 
 
 @dataclass
@@ -174,7 +173,7 @@ class _Admission:
     neighbors: np.ndarray
     region: OverlapResult | None
     color: int
-    clique: _Clique | None
+    clique: OverlapResult | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,7 +194,7 @@ class Admission:
     _color: int
     _cm: np.ndarray
     _gamma: OverlapResult
-    _clique: _Clique
+    _clique: OverlapResult
     _rows: tuple[tuple[dict[str, Any], float], ...] = ()
 
 
@@ -219,8 +218,11 @@ class OverlapEngine:
         charged: ChargeKind | None = None,
         display_time_limit: float = 0.05,
         hard_time_limit: float = HARD_TIME_LIMIT,
+        solver: PortfolioConfig | None = None,
     ) -> None:
         self.schema = schema
+        #: the configuration of every γ computation's portfolio (:class:`~.portfolio.PortfolioConfig`)
+        self.solver = solver if solver is not None else PortfolioConfig()
         #: the bound the caller charges (None: keep every bound exact).  Admissions compute what it needs
         #: first; display-only bounds get at most ``display_time_limit`` seconds (``sequential``: no search at
         #: all), so they never delay an answer (their reported values stay proven bounds, maybe intervals).
@@ -245,7 +247,7 @@ class OverlapEngine:
         self._colored = 0  # nodes [0, _colored) have a colour (or -1 for empty boxes)
         self._last_recolor = 0
         self._gamma: OverlapResult | None = _EMPTY_RESULT
-        self._clique: _Clique | None = _Clique(0.0, 0.0, True, ())
+        self._clique: OverlapResult | None = _omega(0.0, 0.0, True, ())
 
     # -- construction -------------------------------------------------------------------------------------
     @classmethod
@@ -319,7 +321,7 @@ class OverlapEngine:
         Only the neighbours of ``box`` matter, each restricted to it (docs/design.md §2, incremental admission).
         """
         hint = self._gamma.upper if self._gamma is not None else math.inf
-        return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint)
+        return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint, config=self.solver)
 
     def overlap(self) -> OverlapResult:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
@@ -458,7 +460,7 @@ class OverlapEngine:
         g = self._current_gamma()
         if not g.exact and n:
             chi = sum_up(self._cm.tolist())
-            r = solve_overlap(st, time_limit=limit, upper_hint=min(g.upper, chi))
+            r = solve_overlap(st, time_limit=limit, upper_hint=min(g.upper, chi), config=self.solver)
             best = r if r.lower >= g.lower else g
             upper = max(min(r.upper, g.upper), best.lower)
             self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
@@ -476,7 +478,7 @@ class OverlapEngine:
             else:
                 members, lower = c.members, c.lower
             upper = max(min(cr.upper, c.upper), lower)
-            self._clique = _Clique(lower, upper, cr.exact or is_exact(lower, upper), members)
+            self._clique = _omega(lower, upper, cr.exact or is_exact(lower, upper), members)
 
     @staticmethod
     def _check_weight(weight: float) -> None:
@@ -529,7 +531,7 @@ class OverlapEngine:
                     return OverlapResult(best, max(best, hint), True, best_row, members, "pool-row-in-box", 0.0)
         if best_row is not None:
             floor = max(floor, best)
-        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor)
+        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver)
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
             res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
@@ -546,7 +548,7 @@ class OverlapEngine:
         color = cheapest_color(col_nb, w, self._cm)
         limit, need_clique = self._needs()
         if limit is None:  # nothing but Σw is charged: no search at all
-            return _Admission(box, w, qid, False, nb, None, color, _Clique(w, math.inf, False, (qid,)))
+            return _Admission(box, w, qid, False, nb, None, color, _omega(w, math.inf, False, (qid,)))
         # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters
         floor = -math.inf
         if not need_clique and self._gamma is not None and self._gamma.exact:
@@ -560,14 +562,14 @@ class OverlapEngine:
         if helly:
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, region.upper)), region.exact, members)
+            clique = _omega(lower, max(lower, add_up(w, region.upper)), region.exact, members)
         elif len(nb) == 0:
-            clique = _Clique(w, w, True, (qid,))
+            clique = _omega(w, w, True, (qid,))
         elif not need_clique:
             # ω is display-only here: the witness's members form a clique (lower); ω ≤ χ bounds it (upper)
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, math.inf, False, members)
+            clique = _omega(lower, math.inf, False, members)
         elif self._clique is not None and not self._clique.exact:
             # ω is already only bounded: do not search again, bound ω(N(q)) by a greedy colouring
             adj = st.pairwise(nb)
@@ -575,7 +577,7 @@ class OverlapEngine:
             chi_nb = coloring_value(greedy_coloring(sp.csr_matrix(adj), st.weights[nb]), st.weights[nb])
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, chi_nb)), False, members)
+            clique = _omega(lower, max(lower, add_up(w, chi_nb)), False, members)
         else:
             adj = st.pairwise(nb)
             np.fill_diagonal(adj, False)
@@ -583,7 +585,7 @@ class OverlapEngine:
             cr = max_weight_clique(adj, st.weights[nb], clique_limit, initial=seed)
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
-            clique = _Clique(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
+            clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
         return _Admission(box, w, qid, False, nb, region, color, clique)
 
     def _cm_after(self, adm: _Admission) -> np.ndarray:
@@ -647,31 +649,31 @@ class OverlapEngine:
         if self._gamma is None:
             limit, _ = self._needs()
             limit = min(self.display_time_limit, self.time_limit) if limit is None else limit
-            self._gamma = solve_overlap(self._store, time_limit=limit)
+            self._gamma = solve_overlap(self._store, time_limit=limit, config=self.solver)
         return self._gamma
 
-    def _current_clique(self) -> _Clique:
+    def _current_clique(self) -> OverlapResult:
         if self._clique is None:
             g = self._current_gamma()
             st = self._store
             n = st.n
             alive = st.alive[:n]
             if bool(st.helly[:n][alive].all()):
-                self._clique = _Clique(g.lower, g.upper, g.exact, g.members)
+                self._clique = _omega(g.lower, g.upper, g.exact, g.members)
             elif not self._needs()[1]:
-                self._clique = _Clique(g.lower, math.inf, False, g.members)  # display-only: ω ≤ χ
+                self._clique = _omega(g.lower, math.inf, False, g.members)  # display-only: ω ≤ χ
             else:
                 self._sync_coloring()
                 chi = sum_up(self._cm.tolist())
                 if g.exact and chi <= g.lower:
                     # squeezed: γ ≤ ω ≤ χ
-                    self._clique = _Clique(g.lower, g.lower, True, g.members)
+                    self._clique = _omega(g.lower, g.lower, True, g.members)
                     return self._clique
                 ids = np.flatnonzero(alive)
                 A = overlap_adjacency(st, ids=ids)
                 pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
                 cr = max_weight_clique(A, st.weights[ids], self.clique_time_limit, upper_hint=chi, initial=pos)
-                self._clique = _Clique(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
+                self._clique = _omega(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
         return self._clique
 
     def _ensure_color_cap(self) -> None:
@@ -769,7 +771,7 @@ def _complete_in(row: dict[str, Any], box: Box) -> dict[str, Any]:
     return out
 
 
-def _clique_after(old: _Clique, adm: _Admission) -> _Clique:
+def _clique_after(old: OverlapResult, adm: _Admission) -> OverlapResult:
     c = adm.clique
     if adm.empty or c is None:
         return old
@@ -779,10 +781,10 @@ def _clique_after(old: _Clique, adm: _Admission) -> _Clique:
         lower, members = old.lower, old.members
     exact = old.exact and c.exact
     upper = max(old.upper, c.upper, lower)
-    return _Clique(lower, upper, exact, members)
+    return _omega(lower, upper, exact, members)
 
 
-def _compose(seq: float, chi: float, c: _Clique, g: OverlapResult) -> Bounds:
+def _compose(seq: float, chi: float, c: OverlapResult, g: OverlapResult) -> Bounds:
     chrom = min(chi, seq)
     if c.exact:
         clique = max(c.upper, g.lower)  # the exact ω, rounded up

@@ -23,9 +23,9 @@ not yet finished in the current component, and the colouring bounds of the compo
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -162,25 +162,39 @@ class _Search:
         self.top_bound = math.inf
 
     def expand(self, P: int, wX: float, inter: list[int], top: bool = False) -> None:
-        self.calls += 1
-        if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first call, then every 8th
-            raise SearchTimeout
-        adj, w, qbits, consbits, vcols = self.adj, self.w, self.qbits, self.consbits, self.vcols
-        order, bounds = colour_bound(P, adj, w, self.best + self.tol - wX, self.nadj)
-        for i in range(len(order) - 1, -1, -1):
-            if top:
+        """Branch and bound below the candidate set ``P`` (chosen weight ``wX``, running intersection ``inter``),
+        depth first with an explicit stack (no recursion, so no interpreter limit to raise)."""
+        adj, w, qbits, consbits, vcols, nadj = self.adj, self.w, self.qbits, self.consbits, self.vcols, self.nadj
+        stack: list[list[Any]] = []  # [P, wX, inter, order, bounds, next index, top]
+
+        def push(P: int, wX: float, inter: list[int], top: bool) -> None:
+            self.calls += 1
+            if self.calls & 7 == 1 and time.perf_counter() > self.deadline:  # the first node, then every 8th
+                raise SearchTimeout
+            order, bounds = colour_bound(P, adj, w, self.best + self.tol - wX, nadj)
+            stack.append([P, wX, inter, order, bounds, len(order) - 1, top])
+
+        push(P, wX, inter, top)
+        while stack:
+            f = stack[-1]
+            P, wX, inter, order, bounds, i, top = f
+            if i >= 0 and top:
                 self.top_bound = wX + bounds[i]
-            if wX + bounds[i] <= self.best + self.tol:
-                return
+            if i < 0 or wX + bounds[i] <= self.best + self.tol:
+                if top and i < 0:
+                    self.top_bound = self.best
+                stack.pop()
+                continue
             v = order[i]
+            f[5] = i - 1
             P &= ~(1 << v)
+            f[0] = P
             NP = P & adj[v]
             ninter = inter
             copied = False
-            qv = qbits
             for j in vcols[v]:
                 cur = ninter[j]
-                nb = cur & qv[j][v]
+                nb = cur & qbits[j][v]
                 if nb != cur:
                     if not copied:
                         ninter = list(inter)
@@ -188,7 +202,7 @@ class _Search:
                     ninter[j] = nb
                     cand = NP & consbits[j]
                     if cand:
-                        qj = qv[j]
+                        qj = qbits[j]
                         while cand:
                             low = cand & -cand
                             cand ^= low
@@ -196,14 +210,12 @@ class _Search:
                                 NP ^= low
             nw = wX + w[v]
             if NP:
-                self.expand(NP, nw, ninter)
+                push(NP, nw, ninter, False)
             elif nw > self.best + self.tol:
                 self.best = nw
                 self.best_inter = ninter
                 if nw >= self.target:
                     raise _Reached
-        if top:
-            self.top_bound = self.best
 
 
 def graph_search(
@@ -256,26 +268,21 @@ def graph_search(
     comps.sort(key=lambda x: -x[0])
     upper = -math.inf
     exact = True
-    old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 20_000))
     full = list(data.full)
-    try:
-        for k, (cb, P) in enumerate(comps):
-            if cb <= search.best + tol:
-                break
-            search.top_bound = cb
-            try:
-                search.expand(P, 0.0, full, top=True)
-            except _Reached:
-                break  # optimal: nothing exceeds the target
-            except SearchTimeout:
-                exact = False
-                upper = max(upper, search.top_bound)
-                for cb2, _ in comps[k + 1 :]:
-                    upper = max(upper, cb2)
-                break
-    finally:
-        sys.setrecursionlimit(old_limit)
+    for k, (cb, P) in enumerate(comps):
+        if cb <= search.best + tol:
+            break
+        search.top_bound = cb
+        try:
+            search.expand(P, 0.0, full, top=True)
+        except _Reached:
+            break  # optimal: nothing exceeds the target
+        except SearchTimeout:
+            exact = False
+            upper = max(upper, search.top_bound)
+            for cb2, _ in comps[k + 1 :]:
+                upper = max(upper, cb2)
+            break
     atoms: dict[int, int] = {}
     if search.best_inter is not None:
         for j, S in enumerate(search.best_inter):

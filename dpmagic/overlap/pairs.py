@@ -24,6 +24,7 @@ import numpy as np
 
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
+from dpmagic.overlap.tensor import khatri_rao
 from dpmagic.schema import Schema
 from dpmagic.sets import Box
 
@@ -61,10 +62,7 @@ def max_pair_load(
         return None
     n = prob.n
     w = prob.weights
-    cover = np.ones((n, 1), dtype=bool)
-    for col in prob.columns:
-        m = col.dense()
-        cover = (cover[:, :, None] & m[:, None, :]).reshape(n, -1)
+    cover = khatri_rao(prob)
     sig, first = np.unique(cover.T, axis=0, return_index=True)
     s = sig.astype(float)
     load = s @ w

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["REL_TOL", "sum_up", "sum_down", "add_up", "proven_upper", "grid_of", "is_exact"]
+if TYPE_CHECKING:
+    from .encoding import Problem
+
+__all__ = ["ProblemRounding", "REL_TOL", "sum_up", "sum_down", "add_up", "proven_upper", "grid_of", "is_exact"]
 
 #: ``[lower, upper]`` is reported exact when ``upper - lower <= REL_TOL * upper`` (the charge is always ``upper``)
 REL_TOL = 1e-9
@@ -105,3 +110,47 @@ def is_exact(lower: float, upper: float) -> bool:
     if not (math.isfinite(lower) and math.isfinite(upper)):
         return False
     return upper - lower <= REL_TOL * abs(upper)
+
+
+@dataclass(frozen=True)
+class ProblemRounding:
+    """Proven upper bounds for the float64 values computed on one problem (:mod:`.rounding`).
+
+    Every value a solver computes (a load, a column sum, a colouring bound, a tensor cell) is a float64
+    evaluation with at most ``n_terms`` additions of ± weights whose partial sums are bounded by ``total``
+    (Σw rounded up): ``n`` for a sum of weights, ``n`` more for the tensor's difference rows and the pruning
+    comparisons, plus the longest cumulative-sum axis.  :meth:`up` turns such a value into a proven bound.
+    """
+
+    n_terms: int
+    total: float
+    grid: float
+
+    @classmethod
+    def of(cls, prob: Problem) -> ProblemRounding:
+        w = np.asarray(prob.weights, dtype=np.float64)
+        longest = max((c.a for c in prob.columns), default=0)
+        return cls(2 * len(w) + longest + 4, sum_up(w.tolist()), grid_of(w))
+
+    def up(self, x: float) -> float:
+        """A float ≥ the exact value whose float64 evaluation on this problem gave ``x``."""
+        return proven_upper(x, self.n_terms, self.total, self.grid)
+
+    @property
+    def slack(self) -> float:
+        """An absolute bound on the rounding error of any such evaluation (0 for exact lattice sums)."""
+        if self.grid > 0.0 and self.total / self.grid < 2.0**52:
+            return 0.0
+        return 2.0 * (self.n_terms + 2) * 2.0**-53 * self.total
+
+
+def float_slack(weights: np.ndarray) -> float:
+    """Absolute bound on the rounding error of float64 sums of ``weights`` (0 when every such sum is exact)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if len(w) == 0:
+        return 0.0
+    grid = grid_of(w)
+    total = sum_up(w.tolist())
+    if grid > 0.0 and total / grid < 2.0**52:
+        return 0.0
+    return 2.0 * (2 * len(w) + 4) * 2.0**-53 * total

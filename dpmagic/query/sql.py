@@ -20,35 +20,37 @@ Supported (the README's "The SQL subset" lists every construct with its privacy 
 * HAVING, ORDER BY, LIMIT / TOP n: post-processing of the released, noisy values (free).
 
 Column names that contain ``-`` (``marital-status``) may be written unquoted or in double quotes.
+
+Layout: this module parses the statement (once, with sqlglot) and translates its clauses and SELECT list;
+:mod:`.where` turns WHERE into boxes, :mod:`.groups` the GROUP BY keys into declared cells, :mod:`.aggregates`
+the aggregate calls, :mod:`.domain` columns and literals into value sets on the declared domain (this module,
+≈ 450 lines, keeps the clause checks and the SELECT list together: they share the aggregate collector).  The
+statement's canonical text (:attr:`Query.canonical`) is regenerated from the tree only when first asked for.
 Anything else raises a :class:`~dpmagic.errors.QueryError` subclass that names the construct; parsing
 never touches data or budget.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from dpmagic.errors import QueryError, QueryTypeError, UnknownColumnError, UnsupportedQueryError
-from dpmagic.query.evaluate import EvalError, columns_of, evaluate
-from dpmagic.query.model import Aggregate, AggregateFunction, Filter, GroupKey, Output, Query
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet, ValueSet, empty_set, full_set
+from dpmagic.errors import QueryError, UnsupportedQueryError
+from dpmagic.query.aggregates import AGG_CLASSES, base_aggregate, is_aggregate
+from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_column
+from dpmagic.query.evaluate import EvalError, evaluate
+from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
+from dpmagic.query.model import Aggregate, GroupKey, Output, Query
+from dpmagic.query.where import where_clause
+from dpmagic.schema import Schema
+from dpmagic.sets import Box
 
 __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX_ENUMERATION"]
 
-_INF = math.inf
-
-#: the largest number of GROUP BY cells a query may release (each is a noisy row of the answer)
-MAX_CELLS = 10_000
-#: the largest integer domain a single-column expression is evaluated on (to turn it into a set or bins)
-MAX_ENUMERATION = 2_000_000
 
 # Constructs refused with their name in the message (checked anywhere in the tree).
 _REFUSED: list[tuple[type[exp.Expression], str]] = [
@@ -61,6 +63,7 @@ _REFUSED: list[tuple[type[exp.Expression], str]] = [
     (exp.Window, "a window function"),
     (exp.With, "WITH (common table expressions)"),
 ]
+_REFUSED_KINDS = tuple(kind for kind, _ in _REFUSED)
 
 
 def _parse_statements(text: str) -> list[exp.Expression]:
@@ -117,13 +120,16 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
                 f"{tree.key.upper()} is not supported in dpmagic's SQL subset: ask one query per part"
             )
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
+    subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
     for node in tree.walk():
-        for kind, label in _REFUSED:
-            if isinstance(node, kind):
-                raise UnsupportedQueryError(
-                    f"{label.split(' (')[0]} is not supported in dpmagic's SQL subset"
-                    + (f" ({label.split(' (', 1)[1]}" if " (" in label else "")
-                )
+        if isinstance(node, exp.Sub):
+            subs.append(node)
+        elif isinstance(node, _REFUSED_KINDS):
+            label = next(lab for kind, lab in _REFUSED if isinstance(node, kind))
+            raise UnsupportedQueryError(
+                f"{label.split(' (')[0]} is not supported in dpmagic's SQL subset"
+                + (f" ({label.split(' (', 1)[1]}" if " (" in label else "")
+            )
         if isinstance(node, exp.Select) and node is not tree:
             raise UnsupportedQueryError("a subquery is not supported in dpmagic's SQL subset")
     if tree.args.get("distinct") is not None:
@@ -132,12 +138,12 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
             hint="use GROUP BY col with COUNT(*) instead (all declared values are listed, with noisy counts)",
         )
     _check_no_unknown_clauses(tree)
-    _fix_dashed_columns(tree, schema)
+    fix_dashed_columns(subs, schema)
 
     table = _table_name(tree, schema, tables)
     ctx = _Context(schema)
     aliases = _select_aliases(tree)
-    groups, group_exprs = _group_by(tree, schema, aliases)
+    groups, group_exprs = group_by_keys(tree, schema, aliases)
     ctx.groups = groups
     ctx.group_exprs = group_exprs
     outputs, simple = _select_list(tree, ctx)
@@ -153,7 +159,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     limit = _limit(tree)
     where_node = tree.args.get("where")
     if where_node is not None:
-        where, exact = _where(where_node.this, schema)
+        where, exact = where_clause(where_node.this, schema)
     else:
         where, exact = Box.everything(), None
     if not ctx.aggregates:
@@ -164,7 +170,6 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     post = not simple or having is not None or bool(order_by) or limit is not None or ctx.hidden
     return Query(
         text=text,
-        canonical=tree.sql(),
         table=table,
         aggregates=tuple(ctx.aggregates),
         group_by=tuple(g.name for g in groups),
@@ -176,6 +181,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         order_by=tuple(order_by),
         limit=limit,
         hidden=tuple(ctx.hidden),
+        _tree=tree,
     )
 
 
@@ -231,23 +237,6 @@ def _select_aliases(tree: exp.Select) -> dict[str, exp.Expression]:
 
 # -- aggregates ----------------------------------------------------------------------------------------
 
-_AGG_CLASSES: tuple[type[exp.Expression], ...] = (exp.AggFunc, exp.WithinGroup)
-_ANON_AGGS = {
-    "VAR": ("var", 1.0),
-    "VARP": ("var", 0.0),
-    "STD": ("stddev", 1.0),
-    "STDEV": ("stddev", 1.0),
-    "STDEVP": ("stddev", 0.0),
-    "APPROX_PERCENTILE": ("quantile", None),
-    "PERCENTILE": ("quantile", None),
-}
-
-
-def _is_aggregate(node: exp.Expression) -> bool:
-    if isinstance(node, _AGG_CLASSES):
-        return True
-    return isinstance(node, exp.Anonymous) and str(node.this).upper() in _ANON_AGGS
-
 
 class _Context:
     """Collects the base aggregates of a query (deduplicated) while its expressions are rewritten."""
@@ -277,7 +266,9 @@ class _Context:
 
     def key_for(self, node: exp.Expression) -> str | None:
         """The group key an expression (a column or the GROUP BY expression itself) refers to."""
-        sql = _norm(node)
+        if not self.groups:
+            return None
+        sql = norm_sql(node)
         for g, gsql in zip(self.groups, self.group_exprs, strict=True):
             if sql == gsql:
                 return g.name
@@ -293,22 +284,22 @@ class _Context:
         key = self.key_for(node)
         if key is not None:
             return _ref(key)
-        if _is_aggregate(node):
-            agg = _aggregate(node, self.schema)
+        if is_aggregate(node):
+            agg = base_aggregate(node, self.schema)
             return _ref(self.add(agg, None, hidden=True))
 
         def visit(e: exp.Expression) -> exp.Expression:
             k = self.key_for(e)
             if k is not None:
                 return _ref(k)
-            if _is_aggregate(e):
-                return _ref(self.add(_aggregate(e, self.schema), None, hidden=True))
+            if is_aggregate(e):
+                return _ref(self.add(base_aggregate(e, self.schema), None, hidden=True))
             if isinstance(e, exp.Column):
                 if outputs is not None:
                     for o in outputs:
                         if o.name.lower() == e.name.lower():
                             return exp.Paren(this=sqlglot.parse_one(o.expr))
-                name = _resolve(e, self.schema)
+                name = resolve_column(e, self.schema)
                 raise UnsupportedQueryError(
                     f"column {name!r} is used in {where} without an aggregate and is not in GROUP BY",
                     hint="aggregate it (COUNT, SUM, AVG ...) or add it to GROUP BY",
@@ -337,8 +328,9 @@ def _ref(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
 
-def _norm(node: exp.Expression) -> str:
-    return node.sql().lower()
+def _ref_sql(name: str) -> str:
+    """``_ref(name).sql()`` without regenerating SQL: a double-quoted identifier, quotes doubled."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _check_evaluable(e: exp.Expression) -> None:
@@ -354,411 +346,7 @@ def _check_evaluable(e: exp.Expression) -> None:
         pass
 
 
-def _aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
-    """One aggregate call → a base :class:`Aggregate` (alias filled in by the caller)."""
-    func: AggregateFunction
-    param: float | None = None
-    arg: exp.Expression | None
-    if isinstance(node, exp.WithinGroup):
-        inner, order = node.this, node.expression
-        if not isinstance(inner, (exp.PercentileCont, exp.PercentileDisc)):
-            raise UnsupportedQueryError(
-                f"{inner.sql()} WITHIN GROUP is not supported: use PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col)"
-            )
-        if not isinstance(order, exp.Order) or len(order.expressions) != 1:
-            raise UnsupportedQueryError("PERCENTILE_CONT(p) WITHIN GROUP takes (ORDER BY one column)")
-        o = order.expressions[0]
-        if isinstance(o, exp.Ordered) and o.args.get("desc"):
-            raise UnsupportedQueryError(
-                "PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col DESC) is not supported: use 1 - p"
-            )
-        func, param = "quantile", _fraction(inner.this, "PERCENTILE_CONT")
-        arg = o.this if isinstance(o, exp.Ordered) else o
-    elif isinstance(node, exp.Count):
-        arg = node.this
-        if isinstance(arg, exp.Distinct):
-            if len(arg.expressions) != 1:
-                raise UnsupportedQueryError("COUNT(DISTINCT ...) takes one column")
-            col = arg.expressions[0]
-            if not isinstance(col, exp.Column):
-                raise UnsupportedQueryError(f"COUNT(DISTINCT ...) takes a column name, not {col.sql()!r}")
-            return Aggregate("count_distinct", _resolve(col, schema), "")
-        if isinstance(arg, exp.Star) or arg is None:
-            return Aggregate("count", None, "")
-        if isinstance(arg, exp.Column):
-            _resolve(arg, schema)  # the column must exist; the domain has no NULLs, so COUNT(col) = COUNT(*)
-            return Aggregate("count", None, "")
-        if not columns_of(arg):
-            return Aggregate("count", None, "")  # COUNT(1)
-        raise UnsupportedQueryError(f"COUNT takes *, a column or DISTINCT column, not {arg.sql()!r}")
-    elif isinstance(node, exp.Sum):
-        func, arg = "sum", node.this
-    elif isinstance(node, exp.Avg):
-        func, arg = "avg", node.this
-    elif isinstance(node, exp.Variance):
-        func, param, arg = "var", 1.0, node.this
-    elif isinstance(node, exp.VariancePop):
-        func, param, arg = "var", 0.0, node.this
-    elif isinstance(node, (exp.Stddev, exp.StddevSamp)):
-        func, param, arg = "stddev", 1.0, node.this
-    elif isinstance(node, exp.StddevPop):
-        func, param, arg = "stddev", 0.0, node.this
-    elif isinstance(node, exp.Median):
-        func, param, arg = "quantile", 0.5, node.this
-    elif isinstance(node, (exp.Quantile, exp.ApproxQuantile)):
-        q = node.args.get("quantile")
-        func, param, arg = "quantile", _fraction(q, node.key.upper()), node.this
-    elif isinstance(node, (exp.Min, exp.Max)):
-        # the 0- or 1-quantile, by an exponential mechanism with a data-independent tie-break (dpmagic.aggregates.quantile)
-        func, param, arg = "quantile", 0.0 if isinstance(node, exp.Min) else 1.0, node.this
-        if arg is None or isinstance(arg, exp.Star):
-            raise UnsupportedQueryError(f"{node.key.upper()} takes one column name, not '*'")
-    elif isinstance(node, exp.Anonymous) and str(node.this).upper() in _ANON_AGGS:
-        func, param = _ANON_AGGS[str(node.this).upper()]  # type: ignore[assignment]
-        args = node.expressions
-        if func == "quantile":
-            if len(args) != 2:
-                raise UnsupportedQueryError(f"{str(node.this).upper()} takes (col, p)")
-            param = _fraction(args[1], str(node.this).upper())
-        elif len(args) != 1:
-            raise UnsupportedQueryError(f"{str(node.this).upper()} takes one column")
-        arg = args[0]
-    elif isinstance(node, exp.AggFunc):
-        raise UnsupportedQueryError(
-            f"aggregate {node.key.upper()} is not supported: use COUNT, COUNT(DISTINCT col), SUM, AVG, VAR, STDDEV, "
-            "MEDIAN or PERCENTILE_CONT"
-        )
-    else:  # pragma: no cover - guarded by _is_aggregate
-        raise UnsupportedQueryError(f"{node.sql()!r} is not an aggregate")
-    if arg is None or isinstance(arg, exp.Star):
-        raise UnsupportedQueryError(f"{func.upper()} takes one column name, not '*'")
-    while isinstance(arg, exp.Paren):
-        arg = arg.this
-    name, clamp = _clamped_column(arg, schema, func)
-    col = schema[name]
-    if not isinstance(col, NumericColumn):
-        label = {"quantile": "a quantile", "var": "VAR", "stddev": "STDDEV"}.get(func, func.upper())
-        raise QueryTypeError(f"{label} of {name!r} needs a numeric (int or float) column; {name!r} is categorical")
-    if clamp is not None and col.is_int and not all(math.isinf(b) or float(b).is_integer() for b in clamp):
-        raise QueryTypeError(
-            f"the clamp bounds of int column {name!r} must be whole numbers, got {clamp[0]:g}, {clamp[1]:g}"
-        )
-    if clamp is not None:
-        lo, hi = max(clamp[0], float(col.lower)), min(clamp[1], float(col.upper))
-        if lo > hi:
-            lo = hi = min(max(clamp[0], float(col.lower)), float(col.upper))
-        clamp = None if (lo, hi) == (float(col.lower), float(col.upper)) else (lo, hi)
-    return Aggregate(func, name, "", clamp, param)
-
-
-def _fraction(node: exp.Expression | None, where: str) -> float:
-    if node is None:
-        raise UnsupportedQueryError(f"{where} needs a fraction p in [0, 1]")
-    try:
-        v = _number(node)
-    except QueryError:
-        raise UnsupportedQueryError(f"{where} takes a constant fraction p in [0, 1], not {node.sql()!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise QueryError(f"{where}: the fraction p must be in [0, 1], got {v:g}")
-    return float(v)
-
-
-def _number(node: exp.Expression) -> float:
-    neg = False
-    while isinstance(node, (exp.Paren, exp.Neg)):
-        if isinstance(node, exp.Neg):
-            neg = not neg
-        node = node.this
-    if isinstance(node, exp.Cast):
-        return (-1 if neg else 1) * _number(node.this)
-    if not (isinstance(node, exp.Literal) and not node.is_string):
-        raise QueryError(f"{node.sql()!r} is not a number")
-    v = float(node.this)
-    return -v if neg else v
-
-
-def _clamped_column(arg: exp.Expression, schema: Schema, func: str) -> tuple[str, tuple[float, float] | None]:
-    """``col``, ``CLAMP(col, lo, hi)``, ``LEAST(GREATEST(col, lo), hi)`` (either order) → (column, clamp)."""
-    while isinstance(arg, exp.Paren):
-        arg = arg.this
-    if isinstance(arg, exp.Cast):
-        return _clamped_column(arg.this, schema, func)
-    if isinstance(arg, exp.Column):
-        return _resolve(arg, schema), None
-    if isinstance(arg, exp.Anonymous) and str(arg.this).upper() == "CLAMP" and len(arg.expressions) == 3:
-        inner, lo, hi = arg.expressions
-        name, c = _clamped_column(inner, schema, func)
-        lo_v, hi_v = _number(lo), _number(hi)
-        if lo_v > hi_v:
-            raise QueryError(f"CLAMP({name}, {lo_v:g}, {hi_v:g}): the lower bound exceeds the upper bound")
-        return name, _meet(c, (lo_v, hi_v))
-    if isinstance(arg, (exp.Least, exp.Greatest)):
-        operands = [arg.this, *arg.expressions]
-        inner = [o for o in operands if columns_of(o)]
-        consts = [o for o in operands if not columns_of(o)]
-        if len(inner) == 1 and consts:
-            name, c = _clamped_column(inner[0], schema, func)
-            vals = [_number(o) for o in consts]
-            bound = (-_INF, min(vals)) if isinstance(arg, exp.Least) else (max(vals), _INF)
-            return name, _meet(c, bound)
-    raise UnsupportedQueryError(
-        f"{func.upper()}({arg.sql()}) is not supported: aggregate a column, optionally clamped with CLAMP(col, lo, hi) "
-        "or LEAST(GREATEST(col, lo), hi)"
-    )
-
-
-def _meet(a: tuple[float, float] | None, b: tuple[float, float]) -> tuple[float, float]:
-    if a is None:
-        return b
-    lo, hi = max(a[0], b[0]), min(a[1], b[1])
-    if lo > hi:  # clamping into an empty range: every value becomes the same bound
-        lo = hi = min(max(a[0], b[0]), b[1]) if b[1] < a[0] else b[0]
-    return lo, hi
-
-
 # -- GROUP BY ------------------------------------------------------------------------------------------
-
-
-def _group_by(tree: exp.Select, schema: Schema, aliases: dict[str, exp.Expression]) -> tuple[list[GroupKey], list[str]]:
-    group = tree.args.get("group")
-    if group is None:
-        return [], []
-    keys: list[GroupKey] = []
-    exprs: list[str] = []
-    names_by_expr = {_norm(item.this): item.alias for item in tree.expressions if isinstance(item, exp.Alias)}
-    for e in group.expressions:
-        name: str
-        if (
-            isinstance(e, exp.Column)
-            and not e.table
-            and e.name.lower() in aliases
-            and e.name not in schema
-            and not any(c.lower() == e.name.lower() for c in schema.names)
-        ):
-            expr = aliases[e.name.lower()]
-            name = [a for a in (names_by_expr.get(_norm(expr)),) if a][0]
-        elif isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
-            i = int(e.this)
-            if not 1 <= i <= len(tree.expressions):
-                raise UnsupportedQueryError(f"GROUP BY {i}: the SELECT list has {len(tree.expressions)} items")
-            item = tree.expressions[i - 1]
-            expr = item.this if isinstance(item, exp.Alias) else item
-            name = (
-                item.alias
-                if isinstance(item, exp.Alias)
-                else (expr.name if isinstance(expr, exp.Column) else expr.sql())
-            )
-        else:
-            expr = e
-            name = names_by_expr.get(_norm(e)) or (e.name if isinstance(e, exp.Column) else e.sql())
-        while isinstance(expr, exp.Paren):
-            expr = expr.this
-        if _is_aggregate(expr) or expr.find(*_AGG_CLASSES):
-            raise UnsupportedQueryError(f"GROUP BY {e.sql()}: an aggregate cannot be a group key")
-        key = _group_key(expr, name, schema)
-        if any(k.name.lower() == key.name.lower() for k in keys):
-            raise UnsupportedQueryError(f"{key.name!r} appears twice in GROUP BY")
-        keys.append(key)
-        exprs.append(_norm(expr))
-        if isinstance(expr, exp.Column):
-            exprs[-1] = _norm(exp.column(_resolve(expr, schema)))
-    n = 1
-    for k in keys:
-        n *= k.size
-    if n > MAX_CELLS:
-        raise UnsupportedQueryError(
-            f"GROUP BY {', '.join(k.name for k in keys)} has {n:,} cells (declared values), more than the "
-            f"limit of {MAX_CELLS:,}",
-            hint="bin a numeric key, e.g. GROUP BY FLOOR(age / 10) * 10, or filter it with WHERE",
-        )
-    return keys, exprs
-
-
-def _group_key(expr: exp.Expression, name: str, schema: Schema) -> GroupKey:
-    if isinstance(expr, exp.Column):
-        col_name = _resolve(expr, schema)
-        col = schema[col_name]
-        out_name = col_name if name.lower() == col_name.lower() else name
-        if isinstance(col, CategoricalColumn):
-            return GroupKey(out_name, col_name, tuple(col.values), None)
-        if col.is_int:
-            n = int(col.upper) - int(col.lower) + 1
-            if n > MAX_CELLS:
-                raise UnsupportedQueryError(
-                    f"GROUP BY {col_name}: the int column has {n:,} declared values, more than the limit of "
-                    f"{MAX_CELLS:,} cells",
-                    hint=f"bin it, e.g. GROUP BY FLOOR({col_name} / 10) * 10 or WIDTH_BUCKET({col_name}, lo, hi, k)",
-                )
-            values = range(int(col.lower), int(col.upper) + 1)
-            sets = tuple(IntervalSet.of(col, [Interval(float(v), float(v))]) for v in values)
-            return GroupKey(out_name, col_name, tuple(values), sets)
-        raise UnsupportedQueryError(
-            f"GROUP BY {col_name}: a float column has no finite set of values to group by",
-            hint=f"bin it, e.g. GROUP BY WIDTH_BUCKET({col_name}, lo, hi, k) or FLOOR({col_name} / w) * w, or CASE WHEN",
-        )
-    cols = columns_of(expr)
-    if len(cols) != 1:
-        raise UnsupportedQueryError(
-            f"GROUP BY {expr.sql()}: a group key must be a column or an expression of one column"
-            + ("" if cols else " (this one is a constant)")
-        )
-    col_name = _resolve(next(iter(expr.find_all(exp.Column))), schema)
-    col = schema[col_name]
-    bins = _bins(expr, col, schema)
-    labels = tuple(label for label, _ in bins)
-    return GroupKey(name, col_name, labels, tuple(s for _, s in bins))
-
-
-def _domain_values(col: Column) -> list[Any] | None:
-    if isinstance(col, CategoricalColumn):
-        return list(col.values)
-    if col.is_int and int(col.upper) - int(col.lower) + 1 <= MAX_ENUMERATION:
-        return list(range(int(col.lower), int(col.upper) + 1))
-    return None
-
-
-def _domain_array(col: Column, values: list[Any]) -> np.ndarray:
-    if isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
-        a = np.empty(len(values), dtype=object)
-        a[:] = values
-        return a
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
-        return np.array(values, dtype=np.int64)
-    return np.array(values, dtype=float)
-
-
-def _set_of_values(col: Column, members: list[Any]) -> ValueSet:
-    if isinstance(col, CategoricalColumn):
-        return CategorySet.of_values(col, members) if members else empty_set(col)
-    return IntervalSet.of(col, [Interval(float(v), float(v)) for v in members]) if members else empty_set(col)
-
-
-def _enumerate(expr: exp.Expression, col: Column, schema: Schema) -> tuple[list[Any], np.ndarray] | None:
-    values = _domain_values(col)
-    if values is None:
-        return None
-    arr = _domain_array(col, values)
-    try:
-        out = evaluate(expr, {col.name: arr}, len(values), lambda c: _resolve(c, schema))
-    except EvalError as exc:
-        raise UnsupportedQueryError(str(exc)) from None
-    return values, out
-
-
-def _bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
-    """The declared bins of a single-column expression: (output value, the column's values giving it)."""
-    got = _enumerate(expr, col, schema)
-    if got is None:
-        if isinstance(expr, (exp.Case, exp.If)):
-            return _case_bins(expr, col, schema)
-        if isinstance(col, NumericColumn):
-            return _float_bins(expr, col, schema)
-        raise UnsupportedQueryError(f"GROUP BY {expr.sql()}: cannot enumerate the declared values of {col.name!r}")
-    values, out = got
-    groups: dict[Any, list[Any]] = {}
-    for v, o in zip(values, out.tolist(), strict=True):
-        key = None if (o is None or (isinstance(o, float) and math.isnan(o))) else o
-        groups.setdefault(key, []).append(v)
-    if len(groups) > MAX_CELLS:
-        raise UnsupportedQueryError(
-            f"GROUP BY {expr.sql()} has {len(groups):,} bins, more than the limit of {MAX_CELLS:,}"
-        )
-    labels = sorted(groups, key=lambda k: (k is None, k if k is not None else 0))
-    return [(k, _set_of_values(col, groups[k])) for k in labels]
-
-
-def _case_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
-    """CASE WHEN cond THEN const ... over a float column: each condition a set of the column (first match wins)."""
-    if isinstance(expr, exp.If):
-        branches = [(expr.this, expr.args.get("true"))]
-        default = expr.args.get("false")
-    else:
-        if expr.this is not None:
-            raise UnsupportedQueryError(f"GROUP BY {expr.sql()}: use CASE WHEN <condition> THEN ... on a float column")
-        branches = [(i.this, i.args.get("true")) for i in expr.args.get("ifs", [])]
-        default = expr.args.get("default")
-    taken = empty_set(col)
-    out: dict[Any, ValueSet] = {}
-    order: list[Any] = []
-
-    def add(label: Any, s: ValueSet) -> None:
-        if label in out:
-            out[label] = out[label].union(s)  # type: ignore[arg-type]
-        else:
-            out[label] = s
-            order.append(label)
-
-    for cond, then in branches:
-        box, _ = _eval(cond, schema)
-        s = box.constraints.get(col.name, full_set(col)) if not box.is_empty() else empty_set(col)
-        if set(box.constraints) - {col.name}:
-            raise UnsupportedQueryError(f"GROUP BY {expr.sql()}: every condition must be on {col.name!r}")
-        add(_const(then), s.intersect(taken.complement()))  # type: ignore[arg-type]
-        taken = taken.union(s)  # type: ignore[arg-type]
-    add(_const(default) if default is not None else None, taken.complement())
-    return [(k, out[k]) for k in order if not out[k].is_empty()]
-
-
-def _const(node: exp.Expression | None) -> Any:
-    if node is None or isinstance(node, exp.Null):
-        return None
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return node.this
-        v = float(node.this)
-        return int(v) if v.is_integer() and "." not in node.this else v
-    if isinstance(node, (exp.Neg, exp.Paren)):
-        return _number(node)
-    raise UnsupportedQueryError(f"a CASE group key takes constant results, not {node.sql()!r}")
-
-
-def _float_bins(expr: exp.Expression, col: NumericColumn, schema: Schema) -> list[tuple[Any, ValueSet]]:
-    """``FLOOR(col / w) [* w]``, ``WIDTH_BUCKET(col, lo, hi, k)`` and ``CAST(col AS INT)`` on a float column."""
-    lo, hi = float(col.lower), float(col.upper)
-    if isinstance(expr, exp.WidthBucket) and isinstance(expr.this, exp.Column):
-        a, b, k = (_number(expr.args[x]) for x in ("min_value", "max_value", "num_buckets"))
-        k = int(k)
-        if not (b > a and 1 <= k <= MAX_CELLS):
-            raise UnsupportedQueryError("WIDTH_BUCKET needs min < max and 1 ≤ buckets ≤ 10,000")
-        edges = [a + (b - a) * i / k for i in range(k + 1)]
-        bins: list[tuple[Any, ValueSet]] = [(0, IntervalSet.of(col, [Interval(-_INF, a, True, False)]))]
-        for i in range(k):
-            bins.append((i + 1, IntervalSet.of(col, [Interval(edges[i], edges[i + 1], True, False)])))
-        bins.append((k + 1, IntervalSet.of(col, [Interval(b, _INF, True, True)])))
-        return [(lab, s) for lab, s in bins if not s.is_empty()]
-    mult = None
-    inner = expr
-    if isinstance(inner, exp.Mul) and not columns_of(inner.expression):
-        mult, inner = _number(inner.expression), inner.this
-    while isinstance(inner, exp.Paren):
-        inner = inner.this
-    if isinstance(inner, exp.Floor):
-        arg = inner.this
-        while isinstance(arg, exp.Paren):
-            arg = arg.this
-        if isinstance(arg, exp.Div) and isinstance(arg.this, exp.Column) and not columns_of(arg.expression):
-            w = _number(arg.expression)
-        elif isinstance(arg, exp.Column):
-            w = 1.0
-        else:
-            w = 0.0
-        if w > 0:
-            first, last = math.floor(lo / w), math.floor(hi / w)
-            if last - first + 1 > MAX_CELLS:
-                raise UnsupportedQueryError(
-                    f"GROUP BY {expr.sql()} has {last - first + 1:,} bins, more than {MAX_CELLS:,}"
-                )
-            out = []
-            for j in range(first, last + 1):
-                label: Any = j if mult is None else j * mult
-                if isinstance(label, float) and label.is_integer():
-                    label = int(label)
-                out.append((label, IntervalSet.of(col, [Interval(j * w, (j + 1) * w, True, False)])))
-            return [(lab, s) for lab, s in out if not s.is_empty()]
-    raise UnsupportedQueryError(
-        f"GROUP BY {expr.sql()} on float column {col.name!r} is not supported",
-        hint=f"use FLOOR({col.name} / w) * w, WIDTH_BUCKET({col.name}, lo, hi, k) or CASE WHEN {col.name} < ... THEN ... END",
-    )
 
 
 # -- SELECT list ---------------------------------------------------------------------------------------
@@ -790,24 +378,24 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             if seen_agg or key_pos >= len(ctx.groups) or ctx.groups[key_pos].name != key:
                 simple = False
             key_pos += 1
-            outputs.append(Output(name, _ref(key).sql(), None))
+            outputs.append(Output(name, _ref_sql(key), None))
             continue
-        if _is_aggregate(node):
-            agg = _aggregate(node, ctx.schema)
+        if is_aggregate(node):
+            agg = base_aggregate(node, ctx.schema)
             name = alias or _default_name(agg)
             released = ctx.add(agg, name, hidden=False)
             if released != name:
                 simple = False
             seen_agg = True
-            outputs.append(Output(name, _ref(released).sql(), released))
+            outputs.append(Output(name, _ref_sql(released), released))
             continue
         if isinstance(node, exp.Column):
-            name = _resolve(node, ctx.schema)
+            name = resolve_column(node, ctx.schema)
             raise UnsupportedQueryError(
                 f"column {name!r} is selected without an aggregate and is not in GROUP BY"
                 + (
                     ""
-                    if ctx.groups or tree.find(*_AGG_CLASSES)
+                    if ctx.groups or tree.find(*AGG_CLASSES)
                     else ": row-level SELECTs are not supported, dpmagic releases noisy aggregates only"
                 ),
                 hint="aggregate it (COUNT, SUM, AVG ...) or add it to GROUP BY",
@@ -851,377 +439,8 @@ def _default_name(agg: Aggregate) -> str:
 # columns and literals
 
 
-def _fix_dashed_columns(tree: exp.Expression, schema: Schema) -> None:
-    """Rewrite ``marital - status`` (how unquoted ``marital-status`` parses) into the declared column."""
-
-    def dashed(e: exp.Expression) -> str | None:
-        if isinstance(e, exp.Column) and not e.table:
-            return e.name
-        if isinstance(e, exp.Sub):
-            left, right = dashed(e.this), dashed(e.expression)
-            if left is not None and right is not None:
-                return f"{left}-{right}"
-        return None
-
-    for node in list(tree.find_all(exp.Sub)):
-        name = dashed(node)
-        if name is not None and name in schema:
-            node.replace(exp.column(exp.to_identifier(name, quoted=True)))
-
-
-def _resolve(col: exp.Column, schema: Schema) -> str:
-    name = col.name
-    if name in schema:
-        return name
-    matches = [c for c in schema.names if c.lower() == name.lower()]
-    if len(matches) == 1:
-        return matches[0]
-    if col.this is not None and getattr(col.this, "quoted", False):
-        raise UnknownColumnError(
-            f'unknown column "{name}": double quotes name a column',
-            hint=f"string literals take single quotes: '{name}'",
-        )
-    close = [c for c in schema.names if name.lower() in c.lower() or c.lower() in name.lower()]
-    hint = f"did you mean {close[0]!r}?" if close else f"declared columns: {', '.join(schema.names)}"
-    raise UnknownColumnError(f"unknown column {name!r}", hint=hint)
-
-
-def _literal(node: exp.Expression, column: Column) -> Any:
-    if isinstance(node, exp.Paren):
-        return _literal(node.this, column)
-    negate = False
-    if isinstance(node, exp.Neg):
-        negate, node = True, node.this
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            if negate:
-                raise QueryTypeError(f"cannot negate the string {node.this!r}")
-            value: Any = node.this
-        else:
-            text = node.this
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise QueryError(f"{text!r} is not a valid number") from None
-            if negate:
-                value = -value
-    elif isinstance(node, exp.Null):
-        raise UnsupportedQueryError(f"NULL comparisons on {column.name!r} are not supported (the domain has no NULLs)")
-    elif isinstance(node, exp.Boolean):
-        raise QueryTypeError(f"boolean literal {node.sql()} cannot be compared with column {column.name!r}")
-    elif isinstance(node, exp.Column):
-        raise UnsupportedQueryError(
-            f"comparing two columns ({column.name!r} and {node.name!r}) is not supported: compare a column with literals"
-        )
-    else:
-        raise UnsupportedQueryError(f"{node.sql()!r} is not a literal value")
-    _check_type(value, column)
-    return value
-
-
-def _check_type(value: Any, column: Column) -> None:
-    if isinstance(column, NumericColumn):
-        if isinstance(value, str):
-            raise QueryTypeError(
-                f"column {column.name!r} is {column.kind}; it cannot be compared with the string {value!r}",
-                hint=f"write {column.name} = {value} (no quotes)",
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            raise QueryTypeError(f"literal {value!r} for column {column.name!r} is not finite")
-        return
-    numeric = column.is_numeric_valued
-    if numeric and isinstance(value, str):
-        kinds = sorted({type(v).__name__ for v in column.values})
-        raise QueryTypeError(
-            f"column {column.name!r} has numeric categories ({'/'.join(kinds)}); compare it with numbers, "
-            f"not the string {value!r}",
-            hint=f"write {column.name} = {value} (no quotes)",
-        )
-    if not numeric and not isinstance(value, str):
-        raise QueryTypeError(f"column {column.name!r} has string categories; quote the value: '{value}'")
-
-
 # --------------------------------------------------------------------------------------------------
 # WHERE → Box (coverage) and, when no box is exact, an exact filter
-
-_CMP = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
-_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-
-def _where(node: exp.Expression, schema: Schema) -> tuple[Box, Filter | None]:
-    """The WHERE clause's covering box, and the exact filter when the box is only a cover (None: exact)."""
-    f, box, exact = _ev(node, schema)
-    return box, (None if exact else f)
-
-
-def _where_box(node: exp.Expression, schema: Schema) -> Box:
-    box, _ = _eval(node, schema)
-    return box
-
-
-def _eval(node: exp.Expression, schema: Schema) -> tuple[Box, frozenset[str]]:
-    """A sub-predicate that must be an exact box (CASE group conditions): its box and its columns."""
-    _, box, exact = _ev(node, schema)
-    if not exact:
-        raise UnsupportedQueryError(f"{node.sql()!r}: OR across columns is not supported here")
-    return box, frozenset(box.constraints)
-
-
-def _ev(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
-    """(exact filter, covering box, whether the box is exact)."""
-    if isinstance(node, exp.Paren):
-        return _ev(node.this, schema)
-    if isinstance(node, exp.And):
-        fa, a, ea = _ev(node.this, schema)
-        fb, b, eb = _ev(node.expression, schema)
-        box = a.intersect(b)
-        if ea and eb:
-            return Filter("box", box), box, True
-        return Filter("and", parts=(fa, fb)), box, False
-    if isinstance(node, exp.Or):
-        fa, a, ea = _ev(node.this, schema)
-        fb, b, eb = _ev(node.expression, schema)
-        if ea and eb:
-            exact_union = _union(a, b)
-            if exact_union is not None:
-                return Filter("box", exact_union), exact_union, True
-        return Filter("or", parts=(fa, fb)), _bounding_union(a, b), False
-    if isinstance(node, exp.Not):
-        f, box, exact = _ev(node.this, schema)
-        if exact:
-            comp = _complement(box, schema)
-            if comp is not None:
-                return Filter("box", comp), comp, True
-        return Filter("not", parts=(f,)), Box.everything(), False
-    box = _atom(node, schema)
-    return Filter("box", box), box, True
-
-
-def _atom(node: exp.Expression, schema: Schema) -> Box:
-    if isinstance(node, exp.Boolean):
-        return Box.everything() if node.this else _empty_box(schema)
-    if type(node) in _CMP and _simple_comparison(node):
-        return _comparison(node, _CMP[type(node)], schema)[0]
-    if (
-        isinstance(node, exp.Between)
-        and _is_column(node.this)
-        and _is_literal(node.args["low"])
-        and _is_literal(node.args["high"])
-    ):
-        name, col = _column_of(node.this, schema, "BETWEEN")
-        lo, hi = _literal(node.args["low"], col), _literal(node.args["high"], col)
-        return Box({name: _range_set(col, lo, hi)})
-    if isinstance(node, exp.In):
-        if node.args.get("query") is not None or node.args.get("unnest") is not None:
-            raise UnsupportedQueryError("IN (subquery) is not supported: list the values")
-        if _is_column(node.this) and all(_is_literal(v) for v in node.expressions):
-            name, col = _column_of(node.this, schema, "IN")
-            values = [_literal(v, col) for v in node.expressions]
-            return Box({name: _points(col, values)})
-    if isinstance(node, exp.Is) and _is_column(node.this) and isinstance(node.expression, exp.Null):
-        name, col = _column_of(node.this, schema, "IS NULL")
-        return Box({name: empty_set(col)})  # the declared domain has no NULLs
-    if isinstance(node, exp.Literal):
-        raise UnsupportedQueryError(f"a constant ({node.sql()}) is not a predicate in dpmagic's SQL subset")
-    cols = columns_of(node)
-    if not cols:
-        raise UnsupportedQueryError(f"{node.sql()!r} is a constant, not a predicate on a column")
-    if len(cols) > 1:
-        names = sorted({_resolve(c, schema) for c in node.find_all(exp.Column)})
-        if len(names) > 1:
-            raise UnsupportedQueryError(
-                f"{node.sql()!r} compares or combines several columns ({', '.join(names)}): each predicate must be "
-                "on one column"
-            )
-    name = _resolve(next(iter(node.find_all(exp.Column))), schema)
-    col = schema[name]
-    for bad in (exp.Like, exp.ILike):
-        if node.find(bad) is not None and not (isinstance(col, CategoricalColumn) and not col.is_numeric_valued):
-            raise UnsupportedQueryError(f"LIKE applies to string categorical columns; {name!r} is not one")
-    _check_literal_types(node, col)
-    got = _enumerate(node, col, schema)
-    if got is None:
-        raise UnsupportedQueryError(
-            f"{node.sql()!r} is not a supported WHERE predicate on float column {name!r}",
-            hint="compare the column with numbers (=, <, BETWEEN, IN ...)",
-        )
-    values, truth = got
-    if truth.dtype.kind != "b":
-        if isinstance(node, exp.Column) and truth.dtype.kind in "iuf":
-            truth = truth.astype(float) != 0  # a bare 0/1 column as a boolean
-        else:
-            raise UnsupportedQueryError(f"{node.sql()!r} is not a predicate: compare it with a value")
-    members = [v for v, t in zip(values, truth.tolist(), strict=True) if t]
-    if isinstance(col, NumericColumn):
-        return Box({name: _int_set(col, members)})
-    return Box({name: _set_of_values(col, members)})
-
-
-def _check_literal_types(node: exp.Expression, col: Column) -> None:
-    """A string literal compared with a numeric column (or a number with a string one) is a typo: say so."""
-    for cmp in [node, *node.find_all(exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.In)]:
-        if type(cmp) not in _CMP and not isinstance(cmp, exp.In):
-            continue
-        sides = [cmp.this, *(cmp.expressions if isinstance(cmp, exp.In) else [cmp.expression])]
-        if not any(_is_column(s) for s in sides):
-            continue
-        for s in sides:
-            if isinstance(s, exp.Literal):
-                _check_type(_literal(s, col), col)
-
-
-def _int_set(col: NumericColumn, members: list[Any]) -> ValueSet:
-    """A set of declared integers as a union of closed intervals (runs merged)."""
-    ivs: list[Interval] = []
-    start = prev = None
-    for v in members:
-        if prev is not None and v == prev + 1:
-            prev = v
-            continue
-        if start is not None:
-            ivs.append(Interval(float(start), float(prev)))
-        start = prev = v
-    if start is not None:
-        ivs.append(Interval(float(start), float(prev)))
-    return IntervalSet.of(col, ivs) if ivs else empty_set(col)
-
-
-def _empty_box(schema: Schema) -> Box:
-    name = schema.names[0]
-    return Box({name: empty_set(schema[name])})
-
-
-def _is_literal(node: exp.Expression) -> bool:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Neg):
-        node = node.this
-    return isinstance(node, (exp.Literal, exp.Null))
-
-
-def _simple_comparison(node: exp.Expression) -> bool:
-    left, right = node.this, node.expression
-    return (_is_column(left) and _is_literal(right)) or (_is_column(right) and _is_literal(left))
-
-
-def _bounding_union(a: Box, b: Box) -> Box:
-    """The smallest box containing a ∪ b: per column, the union of both sides' sets (unconstrained if either is)."""
-    if a.is_empty():
-        return b
-    if b.is_empty():
-        return a
-    out: dict[str, ValueSet] = {}
-    for c in set(a.constraints) & set(b.constraints):
-        u = a.constraints[c].union(b.constraints[c])  # type: ignore[arg-type]
-        if not u.is_full():
-            out[c] = u
-    return Box(out)
-
-
-def _union(a: Box, b: Box) -> Box | None:
-    """a ∪ b when it is a box (same single column, or one side empty / everything); None otherwise."""
-    if a.is_empty():
-        return b
-    if b.is_empty():
-        return a
-    if not a.constraints or not b.constraints:
-        return Box.everything()
-    ka, kb = set(a.constraints), set(b.constraints)
-    if len(ka) == 1 and ka == kb:
-        (c,) = ka
-        return Box({c: a.constraints[c].union(b.constraints[c])})  # type: ignore[arg-type]
-    return None
-
-
-def _complement(box: Box, schema: Schema) -> Box | None:
-    """The complement of a box when it is a box (at most one constrained column); None otherwise."""
-    if box.is_empty():
-        return Box.everything()
-    if not box.constraints:
-        return _empty_box(schema)
-    if len(box.constraints) == 1:
-        ((c, s),) = box.constraints.items()
-        return Box({c: s.complement()})
-    return None
-
-
-def _column_of(node: exp.Expression, schema: Schema, where: str) -> tuple[str, Column]:
-    if isinstance(node, exp.Paren):
-        return _column_of(node.this, schema, where)
-    if not isinstance(node, exp.Column):
-        raise UnsupportedQueryError(f"the left side of {where} must be a column, not {node.sql()!r}")
-    name = _resolve(node, schema)
-    return name, schema[name]
-
-
-def _comparison(node: exp.Expression, op: str, schema: Schema) -> tuple[Box, frozenset[str]]:
-    left, right = node.this, node.expression
-    for side in (left, right):
-        if isinstance(side, exp.Func):
-            raise UnsupportedQueryError(f"function {side.sql()!r} is not supported in WHERE")
-    if _is_column(right) and not _is_column(left):
-        left, right, op = right, left, _FLIP[op]
-    if not _is_column(left):
-        raise UnsupportedQueryError(f"{node.sql()!r}: one side of a comparison must be a column")
-    name, col = _column_of(left, schema, op)
-    value = _literal(right, col)
-    s: ValueSet
-    if op in ("=", "!="):
-        s = _points(col, [value])
-        if op == "!=":
-            s = s.complement()
-    else:
-        if isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
-            raise UnsupportedQueryError(
-                f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
-                hint="use = or IN (...) on categorical columns",
-            )
-        s = _half_line(col, op, value)
-    return Box({name: s}), frozenset([name])
-
-
-def _is_column(node: exp.Expression) -> bool:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return isinstance(node, exp.Column)
-
-
-def _points(col: Column, values: list[Any]) -> ValueSet:
-    if isinstance(col, CategoricalColumn):
-        return CategorySet.of_values(col, values)
-    # literals stay exact Python numbers: IntervalSet.of keeps ints exact on int columns (no double round
-    # trip, so ``ts = 1700000000000000001`` is that integer) and makes doubles of them on float columns
-    return IntervalSet.of(col, [Interval(v, v) for v in values])
-
-
-def _half_line(col: Column, op: str, x: Any) -> ValueSet:
-    iv = {
-        "<": Interval(-_INF, x, True, False),
-        "<=": Interval(-_INF, x, True, True),
-        ">": Interval(x, _INF, False, True),
-        ">=": Interval(x, _INF, True, True),
-    }[op]
-    return _interval_set(col, iv)
-
-
-def _range_set(col: Column, lo: Any, hi: Any) -> ValueSet:
-    if isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
-        raise UnsupportedQueryError(
-            f"BETWEEN on categorical column {col.name!r} with string values is not supported; use IN (...)"
-        )
-    return _interval_set(col, Interval(lo, hi))
-
-
-def _interval_set(col: Column, iv: Interval) -> ValueSet:
-    if isinstance(col, NumericColumn):
-        return IntervalSet.of(col, [iv])
-    # numeric-valued categories: the declared values inside the interval
-    members = [i for i, v in enumerate(col.values) if iv.contains(v)]  # exact comparisons of Python numbers
-    s = CategorySet.of_indices(col, members)
-    return s if members else empty_set(col)
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,0 +1,167 @@
+"""The max-overlap integer program and its LP relaxation, solved by HiGHS (``scipy.optimize.milp``).
+
+One-hot ``y[c, atom]``, ``z_q ≤ Σ_{atom ∈ q_c} y[c, atom]``, maximise ``Σ w_q z_q`` (docs/design.md §2).  Its
+incumbent is only a candidate witness; its dual bound (or the LP optimum) plus a tolerance margin
+(:func:`milp_margin`) is a proven upper bound.  Size ``Σ a_c + n`` variables (:func:`milp_size`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from .encoding import Problem
+from .rounding import grid_of, proven_upper, sum_up
+
+__all__ = ["milp_overlap", "milp_margin", "milp_size", "MILP_MAX_VARS", "MILP_MAX_NNZ"]
+
+#: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
+MILP_MAX_VARS = 60_000
+MILP_MAX_NNZ = 2_000_000
+#: HiGHS relative gap (the dual bound, not the incumbent, is used) and the per-term tolerance of its margin
+MILP_REL_GAP = 1e-9
+MILP_TOL = 1e-6
+#: HiGHS gets this share of the time left minus this many seconds (it stops up to ~20% late)
+MILP_TIME_SHARE = 0.8
+MILP_TIME_OVERHEAD = 0.02
+#: HiGHS's overrun of its time limit per non-zero of the constraint matrix (MILP / LP), measured on this
+#: 2-core machine with presolve off, and the least time worth giving it
+MILP_OVERRUN_PER_NNZ = 1.2e-5
+LP_OVERRUN_PER_NNZ = 3e-6
+HIGHS_MIN_SECONDS = 0.05
+#: HiGHS's presolve (not interruptible) is only used when the time left is at least this per non-zero
+#: (measured: 7 s at 48k non-zeros, 22 s at 87k, for a 1 s limit)
+PRESOLVE_SECONDS_PER_NNZ = 3e-4
+
+
+def milp_overlap(
+    prob: Problem, time_limit: float, *, relax: bool = False
+) -> tuple[float | None, dict[str, int] | None, float | None]:
+    """Solve the max-overlap integer program of ``prob`` with HiGHS.
+
+    Returns ``(incumbent objective or None, atoms of the incumbent or None, proven upper bound or None)``.
+    The incumbent is only a *candidate* witness (its load is recomputed exactly by the caller); the upper
+    bound is never the incumbent's objective but HiGHS's dual bound (``mip_dual_bound``; with ``relax=True``
+    the LP relaxation's optimum) plus :func:`milp_margin`, rounded up (:func:`~.rounding.proven_upper`).
+    Weights are scaled by a power of two (exact) so the largest is in ``[0.5, 1)`` before HiGHS sees them:
+    its tolerances are absolute.  ``time_limit`` (seconds, wall clock) covers building the model and the
+    solve; HiGHS gets only what is left.  Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]``.
+    Size ``Σ a_c + n`` variables and ``Σ_c (1 + #queries constraining c)`` rows.
+    """
+    from scipy.optimize import Bounds as LBounds
+    from scipy.optimize import LinearConstraint, milp
+
+    deadline = time.perf_counter() + time_limit
+    n = prob.n
+    cols = prob.columns
+    w = np.asarray(prob.weights, dtype=np.float64)
+    grid = grid_of(w)
+    if n == 0:
+        return 0.0, {}, 0.0
+    if not cols:  # no query constrains any column: every row is covered by all of them
+        return float(w.sum()), {}, sum_up(w.tolist())
+    wmax = float(w.max())
+    scale = math.ldexp(1.0, -math.frexp(wmax)[1]) if wmax > 0 else 1.0  # largest scaled weight in [0.5, 1)
+    ws = w * scale
+    offs = np.cumsum([0] + [c.a for c in cols])
+    ny = int(offs[-1])
+    nvar = ny + n
+    rows_i: list[np.ndarray] = []
+    rows_j: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    r = 0
+    for ci, c in enumerate(cols):
+        if time.perf_counter() > deadline:
+            return None, None, None
+        # one-hot
+        rows_i.append(np.full(c.a, r))
+        rows_j.append(np.arange(offs[ci], offs[ci + 1]))
+        vals.append(np.ones(c.a))
+        lo.append(np.array([1.0]))
+        hi.append(np.array([1.0]))
+        r += 1
+        M = c.dense()
+        constrained = np.flatnonzero(~M.all(axis=1))
+        if len(constrained) == 0:
+            continue
+        sub = M[constrained]
+        qq, vv = np.nonzero(sub)
+        row_of = r + np.arange(len(constrained))
+        rows_i.append(row_of)
+        rows_j.append(ny + constrained)
+        vals.append(np.ones(len(constrained)))
+        rows_i.append(row_of[qq])
+        rows_j.append(offs[ci] + vv)
+        vals.append(-np.ones(len(qq)))
+        lo.append(np.full(len(constrained), -np.inf))
+        hi.append(np.zeros(len(constrained)))
+        r += len(constrained)
+    A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(rows_j))), shape=(r, nvar))
+    cobj = np.concatenate([np.zeros(ny), -ws])
+    integrality = np.zeros(nvar)
+    if not relax:
+        integrality[:ny] = 1
+    # HiGHS overruns its own limit: its MIP presolve is not interrupted (a 1 s limit ran 7-22 s on dense
+    # t = 2,000-3,000 instances), so presolve is only on when the time left covers PRESOLVE_SECONDS_PER_NNZ per
+    # non-zero (it pays on small hard models); without it HiGHS still stops late, by about
+    # ``*_OVERRUN_PER_NNZ · nnz`` (measured: a 0.3 s limit ran 0.5 s at 48k non-zeros, 1.5 s at 120k), so it
+    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``
+    nnz = float(sum(len(v) for v in vals))
+    per_nnz = LP_OVERRUN_PER_NNZ if relax else MILP_OVERRUN_PER_NNZ
+    left = MILP_TIME_SHARE * (deadline - time.perf_counter()) - MILP_TIME_OVERHEAD - per_nnz * nnz
+    if left < HIGHS_MIN_SECONDS:
+        return None, None, None
+    presolve = left >= PRESOLVE_SECONDS_PER_NNZ * nnz
+    res = milp(
+        cobj,
+        constraints=LinearConstraint(A, np.concatenate(lo), np.concatenate(hi)),
+        integrality=integrality,
+        bounds=LBounds(np.zeros(nvar), np.ones(nvar)),
+        options={"time_limit": left, "disp": False, "mip_rel_gap": MILP_REL_GAP, "presolve": presolve},
+    )
+    margin = milp_margin(nvar, r)
+    bound_s: float | None = None  # proven (up to HiGHS's tolerances) upper bound, scaled units
+    if relax:
+        if res.status == 0 and res.fun is not None and np.isfinite(res.fun):
+            bound_s = -float(res.fun)
+    else:
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is not None and np.isfinite(dual):
+            bound_s = -float(dual)
+    upper = None
+    if bound_s is not None:
+        # scaled → unscaled is exact (power of two); the margin covers HiGHS's absolute tolerances
+        upper = proven_upper((bound_s + margin) / scale, 2, grid=grid)
+    if relax or res.x is None:
+        return None, None, upper
+    x = res.x
+    atoms = {c.name: int(np.argmax(x[offs[i] : offs[i + 1]])) for i, c in enumerate(cols)}
+    return (float(-res.fun) / scale if res.fun is not None else None), atoms, upper
+
+
+def milp_margin(nvar: int, nrows: int) -> float:
+    """Margin added to HiGHS's dual bound (in scaled units, largest weight in ``[0.5, 1)``).
+
+    HiGHS's bounds hold up to its absolute tolerances (primal/dual feasibility 1e-7, MIP feasibility and
+    absolute gap 1e-6): a dual solution infeasible by δ per variable or row moves the weak-duality bound by at
+    most δ per variable (all in ``[0, 1]``) and per row.  ``MILP_TOL`` (≥ every such tolerance) times the
+    number of variables and rows, plus the absolute gap, is a margin covering all of them together.
+    """
+    return MILP_TOL * (nvar + nrows + 2)
+
+
+def milp_size(prob: Problem) -> tuple[int, float]:
+    """(variables, estimated non-zeros) of the MILP of ``prob``."""
+    nvar = sum(c.a for c in prob.columns) + prob.n
+    nnz = 0.0
+    for c in prob.columns:
+        if c.M is not None:
+            nnz += float(c.M.sum())
+        else:
+            nnz += float(np.sum(c.re - c.rs))  # type: ignore[operator]
+    return nvar, nnz

@@ -1,0 +1,398 @@
+"""The portfolio of exact maximum-overlap methods, as data (issues 11 and 12).
+
+A :class:`Step` is one method with a name, an applicability test and a cost estimate (seconds, from measured
+per-entry costs on this 2-core machine: they only choose the order, never a result).  :func:`plan` orders the
+applicable steps by the instance's features (:class:`Instance`), :func:`run_portfolio` runs them within one
+deadline, each seeded with the best witness so far, and stops at the first exact one.  One object,
+:class:`PortfolioConfig`, configures it (which steps may run, the cost constants, the shares of the time).
+
+Steps (``tensor``, ``graph``, ``columns``, ``milp``, ``lp``):
+
+* ``tensor`` — the load tensor (:mod:`.tensor`): exact, one numpy computation; alone when its estimate is
+  below ``probe_min_seconds`` (the census workload);
+* ``graph`` — branch and bound over the query graph (:mod:`.gsearch`), also as a short *probe* capped at
+  ``probe_share`` of the tensor's estimate when building the query graph is cheap;
+* ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
+* ``milp`` / ``lp`` — HiGHS (:mod:`.milp`): a dual bound with a margin (``lp`` only when the MILP gave none).
+
+Order: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
+columns, sparse query graphs), else the column search.  In that second case (few small columns: a dense
+domain) *non-Helly* instances (some query has a category set of several values, ``!=``, ``NOT IN`` or several
+intervals in a column) whose integer program is small (``milp_early_nnz``) can go to HiGHS right after the
+probe (off by default: on the measured workloads the searches beat it, see :class:`PortfolioConfig`).  Helly
+(interval-only) instances keep HiGHS last.  Complexity: each step is bounded by the deadline (the
+tensor by its size limits); the plan itself is ``O(Σ_c a_c + n)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .columns import KR_ENTRIES, TENSOR_CELLS, column_search
+from .deadline import SearchTimeout
+from .encoding import BoxStore, Problem
+from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
+from .milp import MILP_MAX_NNZ, MILP_MAX_VARS, milp_overlap, milp_size
+from .rounding import ProblemRounding, is_exact, sum_down
+from .tensor import tensor_cost, tensor_max
+
+__all__ = ["PortfolioConfig", "Instance", "Step", "STEPS", "plan", "run_portfolio", "witness_row", "METHODS"]
+
+#: the names of the steps
+STEP_NAMES = frozenset({"tensor", "graph", "columns", "milp", "lp"})
+#: ``solve_overlap(method=...)`` → the steps it may use
+METHODS: dict[str, frozenset[str]] = {
+    "auto": STEP_NAMES,
+    "bb": frozenset({"tensor", "columns"}),
+    "graph": frozenset({"tensor", "graph", "columns"}),
+    "milp": frozenset({"milp", "lp"}),
+}
+#: the search a ``method`` tries first
+_PREFER = {"graph": "graph", "bb": "columns"}
+#: seconds needed to start the MILP / the LP relaxation at all
+MILP_MIN_SECONDS = 0.3
+LP_MIN_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class PortfolioConfig:
+    """Which steps may run and the constants that order them (the one configuration object).
+
+    ``steps``: the allowed step names (:data:`METHODS` maps the ``method`` argument of
+    :func:`~.maxoverlap.solve_overlap` to them); the cost constants are measured on this machine and only
+    choose the order of exact methods.
+    """
+
+    steps: frozenset[str] = STEP_NAMES
+    tensor_cells: float = TENSOR_CELLS
+    kr_entries: float = KR_ENTRIES
+    tensor_seconds_per_entry: float = 1e-8
+    graph_seconds_per_word: float = 2e-9
+    graph_max_n: int = GRAPH_MAX_N
+    probe_share: float = 0.25
+    probe_min_seconds: float = 0.01
+    column_first_log10: float = 7.0
+    first_share: float = 0.5
+    milp_reserve_from: float = 0.6
+    milp_max_vars: float = MILP_MAX_VARS
+    milp_max_nnz: float = MILP_MAX_NNZ
+    #: non-Helly instances with a column-first plan go to HiGHS right after the probe up to this many non-zeros.
+    #: Off by default (0): measured on this machine (benchmarks/bench_session.py, uniform category sets of 10
+    #: columns t = 2,000 and 12 columns t = 1,000), HiGHS early doubled the CPU time (0.6 → 2.1 s, 1.0 → 2.4 s)
+    #: and lost exactness on one 12-column instance; the searches it delays win there
+    milp_early_nnz: float = 0
+    #: the search tried first when both apply (None: chosen by the atom product)
+    prefer: str | None = None
+
+    @classmethod
+    def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}: use one of {sorted(METHODS)}")
+        return cls(**overrides).with_method(method)
+
+    def with_method(self, method: str) -> PortfolioConfig:
+        """This configuration restricted to the steps of ``method`` (``"auto"``: unchanged)."""
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}: use one of {sorted(METHODS)}")
+        if method == "auto":
+            return self
+        return replace(self, steps=self.steps & METHODS[method], prefer=_PREFER.get(method, self.prefer))
+
+
+class Instance:
+    """Features of one compressed problem; each computed on first use (the census tensor shortcut needs only
+    the tensor's size: ``O(m)``; the others ``O(Σ_c n·a_c)``)."""
+
+    def __init__(self, store: BoxStore, prob: Problem, ids: np.ndarray) -> None:
+        self.store, self.prob, self.ids = store, prob, ids
+        self.cells, self.kr = tensor_cost(prob)
+
+    @classmethod
+    def of(cls, store: BoxStore, prob: Problem, ids: np.ndarray) -> Instance:
+        return cls(store, prob, ids)
+
+    @cached_property
+    def log_cells(self) -> float:
+        return float(sum(math.log10(max(c.a, 1)) for c in self.prob.columns))
+
+    @cached_property
+    def graph_words(self) -> float:
+        """64-bit word ANDs of building the query graph: ``Σ_c n_c² ⌈a_c/64⌉``."""
+        words = 0.0
+        for c in self.prob.columns:
+            st = self.store.cols.get(c.name)
+            n_c = float(st.constrained[self.ids].sum()) if st is not None else float(self.prob.n)
+            words += n_c * n_c * math.ceil(c.a / 64)
+        return words
+
+    @cached_property
+    def helly(self) -> bool:
+        """Every query's set in every column is one interval or one category (or the whole column)."""
+        for c in self.prob.columns:
+            if c.M is not None:
+                k = c.M.sum(axis=1)
+                if not bool(np.all((k <= 1) | (k == c.a))):
+                    return False
+            elif c.rs is not None and c.rs.shape[1] > 1:
+                return False
+        return True
+
+    @cached_property
+    def _milp(self) -> tuple[float, float]:
+        nvar, nnz = milp_size(self.prob)
+        return float(nvar), float(nnz)
+
+    @property
+    def nvar(self) -> float:
+        return self._milp[0]
+
+    @property
+    def nnz(self) -> float:
+        return self._milp[1]
+
+    def tensor_seconds(self, cfg: PortfolioConfig) -> float:
+        return cfg.tensor_seconds_per_entry * (self.cells + self.kr)  # inf when the atom product overflows
+
+    def tensor_fits(self, cfg: PortfolioConfig) -> bool:
+        return self.cells <= cfg.tensor_cells and self.kr <= cfg.kr_entries
+
+    def milp_fits(self, cfg: PortfolioConfig) -> bool:
+        return self.nvar <= cfg.milp_max_vars and self.nnz <= cfg.milp_max_nnz
+
+
+@dataclass
+class _State:
+    """The best witness (exact load, rounded down) and the smallest proven upper bound found so far."""
+
+    inst: Instance
+    rnd: ProblemRounding
+    floor: float
+    target: float
+    best_val: float = -math.inf
+    best_atoms: dict[str, int] = field(default_factory=dict)
+    upper: float = math.inf
+    tags: list[str] = field(default_factory=list)
+    gdata: GraphData | None = None
+    milp_upper: float | None = None
+    probing: bool = False
+
+    def offer(self, atoms: dict[str, int]) -> None:
+        if not atoms and self.best_atoms:
+            return
+        inst = self.inst
+        val = _load(inst.store, inst.ids, witness_row(inst.store, inst.prob, atoms))
+        if val > self.best_val:
+            self.best_val, self.best_atoms = val, atoms
+
+    def bound(self, ub: float) -> None:
+        self.upper = min(self.upper, ub)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One method of the portfolio: ``run(state, deadline) -> exact?`` (it offers witnesses and bounds)."""
+
+    name: str
+    applies: Callable[[Instance, PortfolioConfig], bool]
+    cost: Callable[[Instance, PortfolioConfig], float]
+    run: Callable[[_State, float], bool]
+
+
+def _run_tensor(s: _State, deadline: float) -> bool:
+    value, named = tensor_max(s.inst.prob)
+    s.tags.append("tensor")
+    s.offer(named)
+    s.bound(s.rnd.up(value))
+    return True
+
+
+def _run_graph(s: _State, deadline: float) -> bool:
+    prob = s.inst.prob
+    if s.gdata is None:
+        try:
+            s.gdata = graph_data(prob, deadline)
+        except SearchTimeout:
+            return False
+    r = graph_search(prob, deadline, data=s.gdata, best=max(s.best_val, s.floor), target=s.target)
+    s.tags.append("graph-probe" if s.probing else "graph-search")
+    s.offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
+    s.bound(s.rnd.up(r.upper))
+    return r.exact
+
+
+def _run_columns(s: _State, deadline: float) -> bool:
+    adj = s.gdata.adj if s.gdata is not None else None
+    at, ub, ex, tag = column_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), adj)
+    s.tags.append(tag)
+    s.offer(at)
+    s.bound(ub)
+    return ex
+
+
+def _run_milp(s: _State, deadline: float) -> bool:
+    left = deadline - time.perf_counter()
+    if left <= MILP_MIN_SECONDS:
+        return False
+    try:
+        _, at, ub = milp_overlap(s.inst.prob, left)
+    except Exception:  # pragma: no cover - HiGHS is an optional tightening
+        return False
+    if at is not None or ub is not None:
+        s.tags.append("milp")
+    if at is not None:
+        s.offer(at)
+    if ub is not None:
+        s.milp_upper = ub
+        s.bound(ub)
+    return s.best_val > -math.inf and is_exact(s.best_val, s.upper)
+
+
+def _run_lp(s: _State, deadline: float) -> bool:
+    if s.milp_upper is not None or deadline - time.perf_counter() <= LP_MIN_SECONDS:
+        return False
+    try:
+        _, _, lp = milp_overlap(s.inst.prob, deadline - time.perf_counter(), relax=True)
+    except Exception:  # pragma: no cover - HiGHS is an optional tightening
+        return False
+    if lp is not None:
+        s.bound(lp)
+        s.tags.append("lp")
+    return s.best_val > -math.inf and is_exact(s.best_val, s.upper)
+
+
+def _graph_cost(i: Instance, c: PortfolioConfig) -> float:
+    return c.graph_seconds_per_word * i.graph_words
+
+
+STEPS: dict[str, Step] = {
+    "tensor": Step("tensor", lambda i, c: i.tensor_fits(c), lambda i, c: i.tensor_seconds(c), _run_tensor),
+    "graph": Step("graph", lambda i, c: i.prob.n <= c.graph_max_n, _graph_cost, _run_graph),
+    "columns": Step("columns", lambda i, c: True, lambda i, c: math.inf, _run_columns),
+    "milp": Step("milp", lambda i, c: i.milp_fits(c), lambda i, c: math.inf, _run_milp),
+    "lp": Step("lp", lambda i, c: i.milp_fits(c), lambda i, c: math.inf, _run_lp),
+}
+
+
+def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]]:
+    """The steps to run, in order, each with a time cap in seconds (None: its share of the time left)."""
+    memo: dict[str, bool] = {}
+
+    def ok(name: str) -> bool:  # applicability, computed only when the plan asks (features are lazy)
+        if name not in memo:
+            memo[name] = name in cfg.steps and STEPS[name].applies(inst, cfg)
+        return memo[name]
+
+    tensor_s = STEPS["tensor"].cost(inst, cfg)
+    if ok("tensor") and tensor_s <= cfg.probe_min_seconds:
+        return [(STEPS["tensor"], None)]
+    out: list[tuple[Step, float | None]] = []
+    if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
+        searches = ["graph", "columns"]
+    else:
+        if tensor_s > cfg.probe_min_seconds and ok("graph"):
+            probe = max(cfg.probe_min_seconds, cfg.probe_share * tensor_s)
+            if STEPS["graph"].cost(inst, cfg) <= cfg.probe_share * probe:
+                out.append((STEPS["graph"], probe))
+        searches = ["tensor"] if ok("tensor") else ["columns", "graph"]
+    if not out and searches == ["tensor"]:
+        return [(STEPS["tensor"], None)]  # no probe worth trying: the bounded tensor alone (exact)
+    if cfg.prefer in searches:
+        searches.remove(cfg.prefer)
+        searches.insert(0, cfg.prefer)
+    if searches[0] == "columns" and ok("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
+        out.append((STEPS["milp"], None))  # few small columns (dense domain), non-Helly: the integer program early
+    out.extend((STEPS[n], None) for n in searches if ok(n))
+    for n in ("milp", "lp"):
+        if ok(n) and all(s.name != n for s, _ in out):
+            out.append((STEPS[n], None))
+    return out
+
+
+def run_portfolio(
+    inst: Instance,
+    deadline: float,
+    rnd: ProblemRounding,
+    cfg: PortfolioConfig,
+    grace: float,
+    floor: float = -math.inf,
+    target: float = math.inf,
+) -> tuple[dict[str, int], float, bool, str]:
+    """Exact γ of ``inst`` within ``deadline``: (atoms of the best witness, proven upper bound, exact, tag).
+
+    ``grace``: seconds a tensor step may run past the deadline (skipped when its estimate exceeds the time left
+    plus ``grace``).  ``floor``: only loads above it matter (the searches prune against it); ``target``: a
+    proven bound at which a search may stop.
+    """
+    steps = plan(inst, cfg)
+    if [s.name for s, _ in steps] == ["tensor"]:
+        value, named = tensor_max(inst.prob)
+        return named, rnd.up(value), True, "tensor"
+    s = _State(inst, rnd, floor, target)
+    s.offer(_first_witness(inst.prob))
+    exact = False
+    for k, (step, cap) in enumerate(steps):
+        now = time.perf_counter()
+        left = deadline - now
+        if step.name == "tensor":
+            # bounded and exact: it runs when its estimate fits in the time left plus ``grace`` (time already
+            # overrun by uninterruptible work before it is not held against it, as when it is the whole plan)
+            if step.cost(inst, cfg) > max(left, 0.0) + grace:
+                continue
+        elif left <= 0:
+            continue
+        rest = [t.name for t, _ in steps[k + 1 :]]
+        if cap is not None:
+            share = min(cap, left * cfg.first_share)
+        elif not rest or (step.name in ("milp", "lp") and all(n == "lp" for n in rest)):
+            share = left  # HiGHS keeps a share of what it gets for itself; the LP only runs without a MILP bound
+        elif all(n in ("milp", "lp") for n in rest):
+            share = left * cfg.milp_reserve_from
+        else:
+            share = left * cfg.first_share
+        s.probing = cap is not None
+        if step.run(s, now + share):
+            exact = True
+            break
+    if s.best_val > -math.inf and is_exact(s.best_val, s.upper):
+        exact = True
+    if exact and s.best_val < floor:
+        exact = False  # proven: nothing above the floor (upper is the floor, rounded up); the max itself unknown
+    return s.best_atoms, s.upper, exact, "+".join(s.tags) if s.tags else "none"
+
+
+def _first_witness(prob: Problem) -> dict[str, int]:
+    """A cheap first witness: a row inside the heaviest box, per column its atom of largest covering weight."""
+    q0 = int(np.argmax(prob.weights))
+    first: dict[str, int] = {}
+    for c in prob.columns:
+        if c.M is not None:
+            inside = c.M[q0]
+        else:
+            inside = np.zeros(c.a, dtype=bool)
+            for a0, b0 in zip(c.rs[q0].tolist(), c.re[q0].tolist()):  # type: ignore[index]
+                inside[a0:b0] = True
+        first[c.name] = int(np.argmax(np.where(inside, c.colsum(prob.weights) + 1.0, 0.0)))
+    return first
+
+
+def witness_row(store: BoxStore, prob: Problem, atoms: Mapping[str, int]) -> dict[str, Any]:
+    """The concrete row of the atoms ``atoms`` (one value per column of ``store``; defaults elsewhere)."""
+    row: dict[str, Any] = {}
+    for name in store.cols:
+        row[name] = prob.defaults.get(name)
+    for c in prob.columns:
+        v = atoms.get(c.name, 0)
+        row[c.name] = c.values[v]
+    return {k: v for k, v in row.items() if v is not None or k in prob.defaults}
+
+
+def _load(store: BoxStore, ids: np.ndarray, row: Mapping[str, Any]) -> float:
+    mask = store.contains_mask(row)
+    return sum_down(store.weights[ids[mask[ids]]].tolist())

@@ -1,0 +1,82 @@
+"""The load tensor: γ of a compressed problem evaluated cell by cell (Smith et al. 2022 §6; docs/design.md §2).
+
+The axis with most atoms is the *ordered axis* B; the other axes A are combined into a Khatri–Rao (row-wise
+Kronecker) membership matrix ``K`` (n × Π_A a_c); the loads are ``cumsum(Dᵀ (w·K))`` where D is the sparse ±1
+difference matrix of the queries' runs along B (a prefix is two non-zeros).  Cost ``O(n·cells_A + nnz(D)·cells_A
++ cells)``; :func:`tensor_cost` gives the two sizes so a caller can decide whether to start it (one numpy
+computation, not interruptible).  The Khatri–Rao product is built here only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from .encoding import Problem
+
+__all__ = ["tensor_cost", "tensor_max", "khatri_rao"]
+
+
+def tensor_cost(prob: Problem) -> tuple[float, float]:
+    """(cells, Khatri–Rao entries) of evaluating ``prob`` as one tensor."""
+    if not prob.columns:
+        return 1.0, 0.0
+    a = [float(c.a) for c in prob.columns]
+    b = int(np.argmax(a))
+    cells_a = math.prod(x for i, x in enumerate(a) if i != b) if len(a) > 1 else 1.0  # inf on overflow
+    return cells_a * a[b], cells_a * max(prob.n, 1)
+
+
+def khatri_rao(prob: Problem, axes: Sequence[int] | None = None) -> np.ndarray:
+    """Row-wise Kronecker product of the membership matrices of the columns ``axes`` (default all): entry
+    ``[q, cell]`` says whether query q covers the cell (cells in C order of ``axes``).  ``O(n · Π a_c)``."""
+    n = prob.n
+    K = np.ones((n, 1), dtype=bool)
+    for i in range(len(prob.columns)) if axes is None else axes:
+        K = (K[:, :, None] & prob.columns[i].dense()[:, None, :]).reshape(n, -1)
+    return K
+
+
+def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
+    """Maximum load over the whole compressed domain of ``prob`` and one maximising atom per column."""
+    cols = prob.columns
+    w = prob.weights
+    n = prob.n
+    if not cols:
+        return float(w.sum()), {}
+    b = int(np.argmax([c.a for c in cols]))
+    A = [i for i in range(len(cols)) if i != b]
+    K = khatri_rao(prob, A)
+    cells_a = K.shape[1]
+    Kw = K * w[:, None]
+    cb = cols[b]
+    if cb.is_runs:
+        rs, re = cb.rs, cb.re
+        slots = rs.shape[1]  # type: ignore[union-attr]
+        qi = np.repeat(np.arange(n), slots)
+        keep = (rs < re).ravel()  # type: ignore[operator]
+        qi = qi[keep]
+        r = np.concatenate([rs.ravel()[keep], re.ravel()[keep]])  # type: ignore[union-attr]
+        data = np.concatenate([np.ones(len(qi)), -np.ones(len(qi))])
+        D = sp.csr_matrix((data, (r, np.concatenate([qi, qi]))), shape=(cb.a + 1, n))
+        L = np.cumsum(D @ Kw, axis=0)[:-1]
+    else:
+        L = cb.M.T.astype(np.float64) @ Kw  # type: ignore[union-attr]
+    flat = int(np.argmax(L))
+    value = float(L.flat[flat])
+    ib, ia = divmod(flat, cells_a)
+    atoms = {b: ib}
+    dims = [cols[i].a for i in A]
+    if dims:
+        for i, v in zip(A, np.unravel_index(ia, dims)):
+            atoms[i] = int(v)
+    return value, atoms
+
+
+def tensor_max(prob: Problem) -> tuple[float, dict[str, int]]:
+    """:func:`_tensor_atoms` with the maximising atoms keyed by column name."""
+    value, atoms = _tensor_atoms(prob)
+    return value, {prob.columns[i].name: v for i, v in atoms.items()}

@@ -1,0 +1,263 @@
+"""WHERE → a box per column (the coverage the accountant charges) and, when no box is exact, an exact filter.
+
+AND intersects per column; OR on one column is a union, OR across columns is evaluated exactly on the rows and
+charged over the smallest covering box (a superset: safe); NOT complements on the declared domain.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpmagic.errors import UnsupportedQueryError
+from dpmagic.query.domain import (
+    check_value_type,
+    column_of,
+    comparison_set,
+    enumerate_domain,
+    int_set,
+    is_column,
+    is_literal,
+    literal_value,
+    points_set,
+    range_set,
+    resolve_column,
+    set_of_values,
+)
+from dpmagic.query.evaluate import columns_of
+from dpmagic.query.model import Filter
+from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.sets import Box, ValueSet, empty_set
+
+__all__ = [
+    "COMPARISONS",
+    "where_clause",
+    "where_box",
+    "exact_box",
+    "conjuncts",
+    "predicate",
+    "atom_box",
+    "check_literal_types",
+    "empty_box",
+    "simple_comparison",
+    "bounding_union",
+    "union_box",
+    "complement_box",
+    "comparison_box",
+]
+
+
+COMPARISONS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+
+
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def where_clause(node: exp.Expression, schema: Schema) -> tuple[Box, Filter | None]:
+    """The WHERE clause's covering box, and the exact filter when the box is only a cover (None: exact)."""
+    f, box, exact = predicate(node, schema)
+    return box, (None if exact else f)
+
+
+def where_box(node: exp.Expression, schema: Schema) -> Box:
+    box, _ = exact_box(node, schema)
+    return box
+
+
+def exact_box(node: exp.Expression, schema: Schema) -> tuple[Box, frozenset[str]]:
+    """A sub-predicate that must be an exact box (CASE group conditions): its box and its columns."""
+    _, box, exact = predicate(node, schema)
+    if not exact:
+        raise UnsupportedQueryError(f"{node.sql()!r}: OR across columns is not supported here")
+    return box, frozenset(box.constraints)
+
+
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The operands of a left-deep chain of ANDs (as sqlglot parses ``a AND b AND c``), left to right."""
+    out: list[exp.Expression] = []
+    while isinstance(node, exp.And):
+        out.append(node.expression)
+        node = node.this
+    out.append(node)
+    return out[::-1]
+
+
+def predicate(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
+    """(exact filter, covering box, whether the box is exact)."""
+    if isinstance(node, exp.Paren):
+        return predicate(node.this, schema)
+    if isinstance(node, exp.And):
+        # folded along the chain (``a AND b AND c`` is ((a AND b) AND c)); exact boxes are intersected per column
+        # once at the end (the same box as intersecting pairwise)
+        done = [predicate(p, schema) for p in conjuncts(node)]
+        f, box, exact = done[0]
+        if all(e for _, _, e in done):
+            cons: dict[str, ValueSet] = {}
+            for _, b, _ in done:
+                for c, vs in b.constraints.items():
+                    cons[c] = cons[c].intersect(vs) if c in cons else vs  # type: ignore[arg-type]
+            box = Box(cons)
+            return Filter("box", box), box, True
+        for fb, b, eb in done[1:]:
+            box = box.intersect(b)
+            f, exact = (Filter("box", box), True) if exact and eb else (Filter("and", parts=(f, fb)), False)
+        return f, box, exact
+    if isinstance(node, exp.Or):
+        fa, a, ea = predicate(node.this, schema)
+        fb, b, eb = predicate(node.expression, schema)
+        if ea and eb:
+            exact_union = union_box(a, b)
+            if exact_union is not None:
+                return Filter("box", exact_union), exact_union, True
+        return Filter("or", parts=(fa, fb)), bounding_union(a, b), False
+    if isinstance(node, exp.Not):
+        f, box, exact = predicate(node.this, schema)
+        if exact:
+            comp = complement_box(box, schema)
+            if comp is not None:
+                return Filter("box", comp), comp, True
+        return Filter("not", parts=(f,)), Box.everything(), False
+    box = atom_box(node, schema)
+    return Filter("box", box), box, True
+
+
+def atom_box(node: exp.Expression, schema: Schema) -> Box:
+    if isinstance(node, exp.Boolean):
+        return Box.everything() if node.this else empty_box(schema)
+    if type(node) in COMPARISONS and simple_comparison(node):
+        return comparison_box(node, COMPARISONS[type(node)], schema)[0]
+    if (
+        isinstance(node, exp.Between)
+        and is_column(node.this)
+        and is_literal(node.args["low"])
+        and is_literal(node.args["high"])
+    ):
+        name, col = column_of(node.this, schema, "BETWEEN")
+        lo, hi = literal_value(node.args["low"], col), literal_value(node.args["high"], col)
+        return Box({name: range_set(col, lo, hi)})
+    if isinstance(node, exp.In):
+        if node.args.get("query") is not None or node.args.get("unnest") is not None:
+            raise UnsupportedQueryError("IN (subquery) is not supported: list the values")
+        if is_column(node.this) and all(is_literal(v) for v in node.expressions):
+            name, col = column_of(node.this, schema, "IN")
+            values = [literal_value(v, col) for v in node.expressions]
+            return Box({name: points_set(col, values)})
+    if isinstance(node, exp.Is) and is_column(node.this) and isinstance(node.expression, exp.Null):
+        name, col = column_of(node.this, schema, "IS NULL")
+        return Box({name: empty_set(col)})  # the declared domain has no NULLs
+    if isinstance(node, exp.Literal):
+        raise UnsupportedQueryError(f"a constant ({node.sql()}) is not a predicate in dpmagic's SQL subset")
+    cols = columns_of(node)
+    if not cols:
+        raise UnsupportedQueryError(f"{node.sql()!r} is a constant, not a predicate on a column")
+    if len(cols) > 1:
+        names = sorted({resolve_column(c, schema) for c in node.find_all(exp.Column)})
+        if len(names) > 1:
+            raise UnsupportedQueryError(
+                f"{node.sql()!r} compares or combines several columns ({', '.join(names)}): each predicate must be "
+                "on one column"
+            )
+    name = resolve_column(next(iter(node.find_all(exp.Column))), schema)
+    col = schema[name]
+    for bad in (exp.Like, exp.ILike):
+        if node.find(bad) is not None and not (isinstance(col, CategoricalColumn) and not col.is_numeric_valued):
+            raise UnsupportedQueryError(f"LIKE applies to string categorical columns; {name!r} is not one")
+    check_literal_types(node, col)
+    got = enumerate_domain(node, col, schema)
+    if got is None:
+        raise UnsupportedQueryError(
+            f"{node.sql()!r} is not a supported WHERE predicate on float column {name!r}",
+            hint="compare the column with numbers (=, <, BETWEEN, IN ...)",
+        )
+    values, truth = got
+    if truth.dtype.kind != "b":
+        if isinstance(node, exp.Column) and truth.dtype.kind in "iuf":
+            truth = truth.astype(float) != 0  # a bare 0/1 column as a boolean
+        else:
+            raise UnsupportedQueryError(f"{node.sql()!r} is not a predicate: compare it with a value")
+    members = [v for v, t in zip(values, truth.tolist(), strict=True) if t]
+    if isinstance(col, NumericColumn):
+        return Box({name: int_set(col, members)})
+    return Box({name: set_of_values(col, members)})
+
+
+def check_literal_types(node: exp.Expression, col: Column) -> None:
+    """A string literal compared with a numeric column (or a number with a string one) is a typo: say so."""
+    for cmp in [node, *node.find_all(exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.In)]:
+        if type(cmp) not in COMPARISONS and not isinstance(cmp, exp.In):
+            continue
+        sides = [cmp.this, *(cmp.expressions if isinstance(cmp, exp.In) else [cmp.expression])]
+        if not any(is_column(s) for s in sides):
+            continue
+        for s in sides:
+            if isinstance(s, exp.Literal):
+                check_value_type(literal_value(s, col), col)
+
+
+def empty_box(schema: Schema) -> Box:
+    name = schema.names[0]
+    return Box({name: empty_set(schema[name])})
+
+
+def simple_comparison(node: exp.Expression) -> bool:
+    left, right = node.this, node.expression
+    return (is_column(left) and is_literal(right)) or (is_column(right) and is_literal(left))
+
+
+def bounding_union(a: Box, b: Box) -> Box:
+    """The smallest box containing a ∪ b: per column, the union of both sides' sets (unconstrained if either is)."""
+    if a.is_empty():
+        return b
+    if b.is_empty():
+        return a
+    out: dict[str, ValueSet] = {}
+    for c in set(a.constraints) & set(b.constraints):
+        u = a.constraints[c].union(b.constraints[c])  # type: ignore[arg-type]
+        if not u.is_full():
+            out[c] = u
+    return Box(out)
+
+
+def union_box(a: Box, b: Box) -> Box | None:
+    """a ∪ b when it is a box (same single column, or one side empty / everything); None otherwise."""
+    if a.is_empty():
+        return b
+    if b.is_empty():
+        return a
+    if not a.constraints or not b.constraints:
+        return Box.everything()
+    ka, kb = set(a.constraints), set(b.constraints)
+    if len(ka) == 1 and ka == kb:
+        (c,) = ka
+        return Box({c: a.constraints[c].union(b.constraints[c])})  # type: ignore[arg-type]
+    return None
+
+
+def complement_box(box: Box, schema: Schema) -> Box | None:
+    """The complement of a box when it is a box (at most one constrained column); None otherwise."""
+    if box.is_empty():
+        return Box.everything()
+    if not box.constraints:
+        return empty_box(schema)
+    if len(box.constraints) == 1:
+        ((c, s),) = box.constraints.items()
+        return Box({c: s.complement()})
+    return None
+
+
+def comparison_box(node: exp.Expression, op: str, schema: Schema) -> tuple[Box, frozenset[str]]:
+    left, right = node.this, node.expression
+    for side in (left, right):
+        if isinstance(side, exp.Func):
+            raise UnsupportedQueryError(f"function {side.sql()!r} is not supported in WHERE")
+    if is_column(right) and not is_column(left):
+        left, right, op = right, left, _FLIP[op]
+    if not is_column(left):
+        raise UnsupportedQueryError(f"{node.sql()!r}: one side of a comparison must be a column")
+    name, col = column_of(left, schema, op)
+    value = literal_value(right, col)
+    if op not in ("=", "!=") and isinstance(col, CategoricalColumn) and not col.is_numeric_valued:
+        raise UnsupportedQueryError(
+            f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
+            hint="use = or IN (...) on categorical columns",
+        )
+    return Box({name: comparison_set(col, op, type(value), value)}), frozenset([name])
