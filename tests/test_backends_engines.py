@@ -307,7 +307,7 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     con.register("t", pd.DataFrame({"x": xs}))
     schema = Schema.from_dict({"columns": {"x": {"type": "float", "lower": lo, "upper": hi}}})
     comp = Compiler(schema, exp.to_table("t"), {})
-    q = Query(text="", canonical="", table=None, aggregates=(), group_by=(), where=Box({}))
+    q = Query(text="", table=None, aggregates=(), group_by=(), where=Box({}))
     view = exp.select(exp.column("x")).from_(exp.to_table("t"))
     got = [
         v
