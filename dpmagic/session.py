@@ -381,8 +381,9 @@ class Session:
         """Answer a GROUP BY … HAVING decision query with false-negative target ``fnr`` (proven) and
         false-positive target ``fpr`` (ProBE's estimate), each read charged through :meth:`run`.
 
-        ``max_group_size`` is a public bound on a group's size (required); ``max_epsilon`` caps the pure-ε loss
-        of a row; ``dry_run`` shows the planned Phase One cost and reads nothing.  Returns a
+        ``max_group_size`` is a public bound on a group's size (default: the schema's ``max_group_size``);
+        ``max_epsilon`` caps the pure-ε loss of a row; ``dry_run`` shows the planned Phase One cost and reads
+        nothing.  Returns a
         :class:`dpmagic.decision.session.DecisionAnswer` (see ``docs/decision-queries.md``).
         """
         from dpmagic.decision.session import decide

@@ -49,7 +49,7 @@ from .encoding import BoxStore, build_problem
 from .milp import milp_overlap
 from .portfolio import Instance, PortfolioConfig, run_portfolio, witness_row
 from .result import OverlapResult
-from .rounding import ProblemRounding, grid_of, is_exact, sum_down, sum_up
+from .rounding import ProblemRounding, float_slack, is_exact, sum_down
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack", "PortfolioConfig"]
 
@@ -59,18 +59,6 @@ DEDUPE_MAX_COLUMNS = 200
 #: ``OVERRUN_SHARE · time_limit + OVERRUN_SECONDS`` (it is skipped when its estimate exceeds that)
 OVERRUN_SHARE = 0.05
 OVERRUN_SECONDS = 0.1
-
-
-def float_slack(weights: np.ndarray) -> float:
-    """Absolute bound on the rounding error of float64 sums of ``weights`` (0 when every such sum is exact)."""
-    w = np.asarray(weights, dtype=np.float64)
-    if len(w) == 0:
-        return 0.0
-    grid = grid_of(w)
-    total = sum_up(w.tolist())
-    if grid > 0.0 and total / grid < 2.0**52:
-        return 0.0
-    return 2.0 * (2 * len(w) + 4) * 2.0**-53 * total
 
 
 def solve_overlap(
