@@ -1,6 +1,9 @@
 """One engine-neutral compiler from a :class:`~dpmagic.query.model.Query` to SQL, and the engine backends' common
 part (DuckDB: :mod:`dpmagic.backends.duckdb`, Spark: :mod:`dpmagic.backends.spark`).
 
+Size: one module (≈ 600 lines) because the compiler and the validation queries are one translation of the
+schema and the query model into SQL; split, each half would need the other's column and literal rules.
+
 Every statement is built as a sqlglot expression tree from the *schema and the parsed query* — column names as
 quoted identifiers, values as literals (floats as ``CAST('<repr>' AS DOUBLE)``, which every engine parses to the
 same double), never text pasted from the analyst — and rendered with ``.sql(dialect="duckdb" | "spark")``.
