@@ -224,3 +224,26 @@ def test_coarse_to_fine_result_is_exact_and_beats_identity(w) -> None:
     exact = np.linalg.norm(wm @ np.linalg.pinv(mat)) * np.abs(mat).sum(axis=0).max() * np.sqrt(2 / wm.shape[0])
     assert rmse(w, a, L1) == pytest.approx(exact, rel=1e-8)
     assert rmse(w, a, L1) <= rmse(w, identity_strategy(64), L1) * (1 + 1e-12)
+
+
+def test_pilot_then_continue_the_best_deterministic_clock() -> None:
+    """With a time limit (a deterministic tick clock) the pilot runs the coarse start and the uniform scales,
+    continues the best, and returns a strategy whose exact error is the best one seen (never above Identity)."""
+    ticks = itertools.count()
+    w = prefix(64)
+    trace: list[tuple[str, float]] = []
+    a = opt_p_identity(
+        w, coarse_min_n=16, pilot_min_n=16, time_limit=400, clock=lambda: float(next(ticks)), trace=trace
+    )
+    labels = [t[0] for t in trace]
+    assert labels[:4] == ["pilot coarse", "pilot p=4 ×1", "pilot p=4 ×4", "pilot p=2 ×1"]
+    assert labels[-1].startswith("continued")
+    best_pilot = min(f for lab, f in trace if lab.startswith("pilot"))
+    assert trace[-1][1] <= best_pilot * (1 + 1e-9)
+    assert a.B.min() >= 0 and a.B.shape[0] in (2, 4)
+    assert rmse(w, a, L1) <= rmse(w, identity_strategy(64), L1) * (1 + 1e-12)
+    # with p given, only that p is tried
+    trace2: list[tuple[str, float]] = []
+    ticks2 = itertools.count()
+    opt_p_identity(w, 8, pilot_min_n=16, time_limit=400, clock=lambda: float(next(ticks2)), trace=trace2)
+    assert [t[0] for t in trace2[:2]] == ["pilot p=8 ×1", "pilot p=8 ×4"] and len(trace2) == 3
