@@ -144,7 +144,9 @@ def _opt0(w, limit: float, restarts: int, clock_name: str):
     clock = time.process_time if clock_name == "cpu" else time.monotonic
     load0 = os.getloadavg()[0]
     t, c = time.perf_counter(), time.process_time()
-    a = opt_p_identity(w, restarts=restarts, time_limit=limit, clock=clock)
+    trace: list[tuple[str, float]] = []
+    a = opt_p_identity(w, restarts=restarts, time_limit=limit, clock=clock, trace=trace)
+    _opt0.trace = trace  # type: ignore[attr-defined]
     return a, time.perf_counter() - t, time.process_time() - c, load0, os.getloadavg()[0]
 
 
@@ -186,7 +188,13 @@ def one_d(args, rows):
         for name in ["all-range", "prefix", "width32", "permuted"]:
             w = make(name, n)
             a, wall, cpu, l0, l1 = _opt0(w, limit, restarts, args.clock)
-            note = f"limit {limit:g} {args.clock} s, {restarts} start; CPU {cpu:.1f} s; load {l0:.1f}→{l1:.1f}"
+            tr = _opt0.trace  # type: ignore[attr-defined]
+            starts = (
+                f"pilot 20% over {len(tr) - 1} starts, continued {tr[-1][0].removeprefix('continued ')}"
+                if tr
+                else f"{restarts} start"
+            )
+            note = f"limit {limit:g} {args.clock} s, {starts}; CPU {cpu:.1f} s; load {l0:.1f}→{l1:.1f}"
             row(rows, name, n, "OPT0", "laplace", rmse(w, a, L), wall, note)
             if n == 4096:
                 row(rows, name, n, "SVDB", "laplace", svd_bound_rmse(w, L))

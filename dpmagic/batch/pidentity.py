@@ -52,7 +52,7 @@ COARSE_SHARE = 0.5
 #: with a time limit and n ≥ PILOT_MIN_N: pilot runs from uniform starts at these multiples of the default
 #: scale (and the coarse start when enabled), PILOT_SHARE of the limit in all, then the rest on the best
 PILOT_MIN_N = 2048
-PILOT_SCALES: tuple[tuple[float, float], ...] = ((1.0, 1.0), (1.0, 4.0), (0.5, 1.0))
+PILOT_SCALES: tuple[tuple[float, float], ...] = ((1.0, 4.0), (0.5, 1.0))
 PILOT_SHARE = 0.2
 
 
@@ -167,15 +167,17 @@ def opt_p_identity(
     (B = 0, a stationary point that is sometimes optimal).  Cost: restarts × iterations × O(p²n) for range
     workloads, O(p²n + pn²) otherwise.
 
-    Pilot (``time_limit`` given, n ≥ ``pilot_min_n``, no ``init``): ``pilot_share`` of the limit is split
-    between starts with round(f·p) rows, uniform in [0, m·init_scale], for (f, m) in ``pilot_scales`` (f ≠ 1
-    only when p was not given; and the coarse start below when n ≥ ``coarse_min_n``); the one with the
-    smallest f continues for the rest of the limit (its pilot iterations are kept), so the result may have
-    fewer than p rows.  HDMM §9 recommends several random restarts; on n = 4096 the best initial scale differs between
-    workloads (width-32 ranges fall back to Identity from small scales, prefix and all ranges do worse from
-    large ones) and prefix gets further in 60 CPU-s with p = n/32 (cheaper iterations: 12.18 vs 12.56), so
-    short restarts choose.  ``trace`` (a list) receives (label, f) of every pilot and of the
-    continued run.  ``restarts`` is not used on this path.
+    Pilot (``time_limit`` given, n ≥ ``pilot_min_n``, no ``init``): ``pilot_share`` of the limit is split between
+    starts with round(f·p) rows, uniform in [0, m·init_scale], for (f, m) in ``pilot_scales`` (f ≠ 1 only when p was
+    not given; and the coarse start below when n ≥ ``coarse_min_n``); the one with the smallest f continues for the
+    rest of the limit (its pilot iterations are kept; should it converge early, the next one continues), so the
+    result may have fewer than p rows. A pilot that converged at Identity's value (collapsed to B = 0) is not
+    continued. HDMM §9 recommends several random restarts; on n = 4096 the best initial scale differs between
+    workloads (width-32 ranges fall back to Identity from small scales, prefix and all ranges do worse from large
+    ones) and prefix, all ranges and permuted ranges get further in 60 CPU-s with p = n/32 (cheaper iterations;
+    prefix 12.18 vs 12.56), while width-32 ranges collapse to Identity with p = n/32 and need p = n/16 from a 4×
+    scale: the default pilots are (p = n/16, 4× the scale) and (p = n/32, the scale). ``trace`` (a list) receives
+    (label, f) of every pilot and of the continued run. ``restarts`` is not used on this path.
 
     Coarse-to-fine start (n ≥ ``coarse_min_n``, n divisible by 4, no ``init``): the first start is the OPT₀
     solution of the coarsened problem — the Gram Pᵀ G P of the workload on data constant over blocks of 4
@@ -244,19 +246,22 @@ def opt_p_identity(
                 stop = min(clock() + each, deadline)  # type: ignore[type-var]
                 up = (MAX_SCALE - 1.0) / pp
                 x, f = projected_lbfgs(fun_p(pp), x0.reshape(-1), maxiter=maxiter, deadline=stop, upper=up, clock=clock)
-                runs.append((f, label, pp, x))
+                # a run that stopped before its time at Identity's value has collapsed to B = 0: not continued
+                if not (clock() < stop and f >= best_f * (1.0 - 1e-9)):
+                    runs.append((f, label, pp, x))
                 if trace is not None:
                     trace.append((f"pilot {label}", f))
-            f0, label, pp, x0 = min(runs, key=lambda t: t[0])
-            fb = fun_p(pp)
-            x, _ = projected_lbfgs(
-                fb, x0, maxiter=maxiter, deadline=deadline, upper=(MAX_SCALE - 1.0) / pp, clock=clock
-            )
-            f = pid_error(gn, x.reshape(pp, n), norm) if gn is not None else fb(x)[0]
-            if trace is not None:
-                trace.append((f"continued {label}", f))
-            if np.isfinite(f) and f < best_f:
-                best_f, best_b = f, x.reshape(pp, n)
+            for _, label, pp, x0 in sorted(runs, key=lambda t: t[0]):  # the best; the next if it converges early
+                fb = fun_p(pp)
+                up = (MAX_SCALE - 1.0) / pp
+                x, _ = projected_lbfgs(fb, x0, maxiter=maxiter, deadline=deadline, upper=up, clock=clock)
+                f = pid_error(gn, x.reshape(pp, n), norm) if gn is not None else fb(x)[0]
+                if trace is not None:
+                    trace.append((f"continued {label}", f))
+                if np.isfinite(f) and f < best_f:
+                    best_f, best_b = f, x.reshape(pp, n)
+                if clock() > deadline:  # type: ignore[operator]
+                    break
         for r in range(0 if pilot else max(1, int(restarts))):
             if init is not None and r == 0:
                 x0 = np.asarray(init, dtype=float).reshape(p, n)
