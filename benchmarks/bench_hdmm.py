@@ -190,7 +190,8 @@ def one_d(args, rows):
             a, wall, cpu, l0, l1 = _opt0(w, limit, restarts, args.clock)
             tr = _opt0.trace  # type: ignore[attr-defined]
             starts = (
-                f"pilot 20% over {len(tr) - 1} starts, continued {tr[-1][0].removeprefix('continued ')}"
+                f"pilot 20% over {sum(t[0].startswith('pilot') for t in tr)} starts, continued "
+                + ", ".join(t[0].removeprefix("continued ") for t in tr if t[0].startswith("continued"))
                 if tr
                 else f"{restarts} start"
             )
