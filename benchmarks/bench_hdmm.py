@@ -353,7 +353,7 @@ def render(res) -> str:
     ]
     for rr in res.get("reruns", []):
         lines.append(
-            f"Re-run {rr['date']} (load average at start {rr['load_at_start']}): OPT₀ Laplace rows at n ∈ "
+            f"Re-run finished {rr['date']} (load average at start {rr['load_at_start']}): OPT₀ Laplace rows at n ∈ "
             f"{rr['sizes']} (`--opt0-only`); the other rows are from the run above."
         )
     lines += [
