@@ -144,7 +144,9 @@ def _opt0(w, limit: float, restarts: int, clock_name: str):
     clock = time.process_time if clock_name == "cpu" else time.monotonic
     load0 = os.getloadavg()[0]
     t, c = time.perf_counter(), time.process_time()
-    a = opt_p_identity(w, restarts=restarts, time_limit=limit, clock=clock)
+    trace: list[tuple[str, float]] = []
+    a = opt_p_identity(w, restarts=restarts, time_limit=limit, clock=clock, trace=trace)
+    _opt0.trace = trace  # type: ignore[attr-defined]
     return a, time.perf_counter() - t, time.process_time() - c, load0, os.getloadavg()[0]
 
 
@@ -167,7 +169,8 @@ def simulate(w, a, noise, trials: int, seed: int) -> float:
 def one_d(args, rows):
     quick = args.mode == "quick"
     sizes = [64, 256, 1024] if quick else [64, 256, 1024, 4096]
-    for n in sizes:
+    only = _opt0_sizes(args)
+    for n in [] if only else sizes:
         w = all_range(n)
         row(rows, "all-range", n, "Identity", "laplace", rmse(w, identity_strategy(n), L))
         row(rows, "all-range", n, "SVDB", "laplace", svd_bound_rmse(w, L))
@@ -179,11 +182,20 @@ def one_d(args, rows):
     timed = [(64, 10.0, 3), (256, 10.0, 3), (1024, args.limit_1024, 1)]
     if not quick:
         timed.append((4096, args.limit_4096, 1))
+    if only:
+        timed = [t for t in timed if t[0] in only]
     for n, limit, restarts in timed:
         for name in ["all-range", "prefix", "width32", "permuted"]:
             w = make(name, n)
             a, wall, cpu, l0, l1 = _opt0(w, limit, restarts, args.clock)
-            note = f"limit {limit:g} {args.clock} s, {restarts} start; CPU {cpu:.1f} s; load {l0:.1f}→{l1:.1f}"
+            tr = _opt0.trace  # type: ignore[attr-defined]
+            starts = (
+                f"pilot 20% over {sum(t[0].startswith('pilot') for t in tr)} starts, continued "
+                + ", ".join(t[0].removeprefix("continued ") for t in tr if t[0].startswith("continued"))
+                if tr
+                else f"{restarts} start"
+            )
+            note = f"limit {limit:g} {args.clock} s, {starts}; CPU {cpu:.1f} s; load {l0:.1f}→{l1:.1f}"
             row(rows, name, n, "OPT0", "laplace", rmse(w, a, L), wall, note)
             if n == 4096:
                 row(rows, name, n, "SVDB", "laplace", svd_bound_rmse(w, L))
@@ -191,6 +203,8 @@ def one_d(args, rows):
                 sim, exact = simulate(w, a, L, trials=4000, seed=1), rmse(w, a, L)
                 note = f"4000 seeded trials (numpy noise); exact {exact:.4f}, simulated/exact {sim / exact:.4f}"
                 row(rows, name, n, "OPT0 simulated", "laplace", sim, None, note)
+    if only:
+        return
     if args.long > 0:
         for name in ["all-range", "prefix", "width32", "permuted"]:
             w = make(name, 4096)
@@ -308,6 +322,20 @@ def adult(args, rows):
         print(json.dumps(out), flush=True)
 
 
+def _opt0_sizes(args) -> set[int]:
+    return {int(v) for v in args.opt0_only.split(",")} if args.opt0_only else set()
+
+
+def _merge(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old`` with every row whose (workload, n, mechanism, noise) has a new row replaced by it, in place;
+    new keys appended."""
+    key = lambda r: (r["workload"], r["n"], r["mechanism"], r["noise"])  # noqa: E731
+    fresh = {key(r): r for r in new}
+    out = [fresh.get(key(r), r) for r in old]
+    seen = {key(r) for r in old}
+    return out + [r for r in new if key(r) not in seen]
+
+
 def render(res) -> str:
     m = res["machine"]
     lines = [
@@ -322,6 +350,13 @@ def render(res) -> str:
         "this process's CPU time, single BLAS thread — the machine was shared, see the load averages), with the CPU "
         "seconds used.  Gaussian OPT₀ = the convex problem over AᵀA (HDMM §4.2) solved by its dual.  "
         "`OPT0 simulated` = Monte-Carlo RMSE of the optimised strategy (checks the exact formula).",
+    ]
+    for rr in res.get("reruns", []):
+        lines.append(
+            f"Re-run finished {rr['date']} (load average at start {rr['load_at_start']}): OPT₀ Laplace rows at n ∈ "
+            f"{rr['sizes']} (`--opt0-only`); the other rows are from the run above."
+        )
+    lines += [
         "",
         "| workload | n | mechanism | noise | RMSE | paper | ratio | seconds | note |",
         "|---|---:|---|---|---:|---:|---:|---:|---|",
@@ -351,9 +386,29 @@ def main() -> None:
         help="clock of the OPT0 time limits: this process's CPU time (default; the machine is shared) or wall",
     )
     ap.add_argument("--only", choices=["one_d", "multi", "all"], default="all")
+    ap.add_argument(
+        "--opt0-only",
+        default="",
+        metavar="SIZES",
+        help="re-run only the OPT0 (Laplace) rows at these n (comma list, e.g. 1024,4096) and merge them into the "
+        "existing results file of --mode (other rows kept)",
+    )
     ap.add_argument("--one-d-log", help="take the 1-D rows from the JSON lines of an earlier run's log")
     args = ap.parse_args()
     res = {"mode": args.mode, "machine": machine_info(), "load_at_start": os.getloadavg()[0], "one_d": [], "multi": []}
+    if args.opt0_only:
+        path = RESULTS / f"bench_hdmm_{args.mode}.json"
+        old = json.loads(path.read_text())
+        rows: list[dict] = []
+        load0 = os.getloadavg()[0]
+        one_d(args, rows)
+        old["one_d"] = _merge(old["one_d"], rows)
+        old.setdefault("reruns", []).append(
+            {"date": machine_info()["date"], "load_at_start": load0, "sizes": sorted(_opt0_sizes(args))}
+        )
+        path.write_text(json.dumps(old, indent=1, ensure_ascii=False))
+        (RESULTS / f"bench_hdmm_{args.mode}.md").write_text(render(old))
+        return
     if args.one_d_log:
         for line in Path(args.one_d_log).read_text().splitlines():
             if line.startswith("{") and '"mechanism"' in line:

@@ -464,7 +464,10 @@ class DPMagic(Magics, Configurable):
     @argument("--rho", "-r", default=None, help="Cost in ρ (zCDP sessions), or 'max'.")
     @argument("--mu", "-m", default=None, help="Cost in μ (GDP sessions), or 'max'.")
     @argument(
-        "--strategy", "-s", default="auto", help="auto (smallest expected RMSE), identity, workload, hierarchical, opt."
+        "--strategy",
+        "-s",
+        default="auto",
+        help="auto (smallest expected RMSE), identity, workload, hierarchical, opt, opt_gaussian (zCDP/GDP, one ordered column).",
     )
     @argument("--rmse", type=float, default=None, help="Accuracy first: the smallest cost with expected RMSE ≤ this.")
     @argument("--dry-run", action="store_true", help="Preview strategies, expected RMSE and the charge; spend nothing.")

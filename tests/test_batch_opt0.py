@@ -177,3 +177,77 @@ def test_opt_union_finite_on_marginals_and_mixed_unions() -> None:
         # per-sub-workload strategies split the budget (cube-root rule): on small marginal unions this can cost
         # more than Identity; bounded by the number of sub-workloads times Identity's error
         assert err <= len(w.terms) * ident.trace(w) * ident.sensitivity(1) ** 2
+
+
+# -- the coarse-to-fine start (n ≥ COARSE_MIN_N) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("w", [prefix(64), width_range(64, 8), all_range(64), permuted_range(64, seed=3)])
+def test_coarse_start_gram_and_upsampling(w) -> None:
+    """The coarse Gram is Pᵀ G P (numpy on the explicit matrix) and the start puts B_c ⊗ 1₄ᵀ on rows 0, 4, …"""
+    from dpmagic.batch.pidentity import _coarse_start
+
+    n, p = w.n, 8
+    rmul = w.gram_rmul if w.fast_rmul else (lambda v: v @ w.gram())
+    captured = {}
+
+    def fake_opt(gram, pc, **kw):  # record the coarse problem, return a known B_c
+        captured["gram"], captured["p"] = np.asarray(gram), pc
+        return type("S", (), {"B": np.arange(1.0, 1.0 + pc * (n // 4)).reshape(pc, n // 4)})()
+
+    import dpmagic.batch.pidentity as pid
+
+    real = pid.opt_p_identity
+    pid.opt_p_identity = fake_opt
+    try:
+        x0 = _coarse_start(rmul, n, p, 1, np.random.default_rng(0), None, lambda: 0.0)
+    finally:
+        pid.opt_p_identity = real
+    pm = np.kron(np.eye(n // 4), np.ones((4, 1)))  # P, n × n/4
+    wm = w.matrix()
+    np.testing.assert_allclose(captured["gram"], (wm @ pm).T @ (wm @ pm), rtol=1e-12, atol=1e-9)
+    assert captured["p"] == p // 4
+    bc = np.arange(1.0, 1.0 + (p // 4) * (n // 4)).reshape(p // 4, n // 4)
+    np.testing.assert_array_equal(x0[0:8:4], np.repeat(bc, 4, axis=1))
+    rest = np.delete(x0, [0, 4], axis=0)
+    assert rest.min() >= 0 and rest.max() <= 1e-3
+
+
+@pytest.mark.parametrize("w", [prefix(64), width_range(64, 8), all_range(64), permuted_range(64, seed=3)])
+def test_coarse_to_fine_result_is_exact_and_beats_identity(w) -> None:
+    """With the coarse start forced on n = 64, the returned strategy is valid, its error is the exact
+    least-squares error (numpy pseudo-inverse) and no worse than Identity's."""
+    a = opt_p_identity(w, 8, coarse_min_n=16, maxiter=300)
+    assert a.B.shape == (8, 64) and a.B.min() >= 0
+    mat = a.matrix
+    wm = w.matrix()
+    exact = np.linalg.norm(wm @ np.linalg.pinv(mat)) * np.abs(mat).sum(axis=0).max() * np.sqrt(2 / wm.shape[0])
+    assert rmse(w, a, L1) == pytest.approx(exact, rel=1e-8)
+    assert rmse(w, a, L1) <= rmse(w, identity_strategy(64), L1) * (1 + 1e-12)
+
+
+def test_pilot_then_continue_the_best_deterministic_clock() -> None:
+    """With a time limit (a deterministic tick clock) the pilot runs the coarse start and the uniform scales,
+    continues the best, and returns a strategy whose exact error is the best one seen (never above Identity)."""
+    ticks = itertools.count()
+    w = prefix(64)
+    trace: list[tuple[str, float]] = []
+    a = opt_p_identity(
+        w, coarse_min_n=16, pilot_min_n=16, time_limit=400, clock=lambda: float(next(ticks)), trace=trace
+    )
+    labels = [t[0] for t in trace]
+    assert labels[:3] == ["pilot coarse", "pilot p=4 ×4", "pilot p=2 ×1"]
+    assert labels[-1].startswith("continued")
+    best_pilot = min(f for lab, f in trace if lab.startswith("pilot"))
+    assert min(f for lab, f in trace if lab.startswith("continued")) <= best_pilot * (1 + 1e-9)
+    assert a.B.min() >= 0 and a.B.shape[0] in (2, 4)
+    assert rmse(w, a, L1) <= rmse(w, identity_strategy(64), L1) * (1 + 1e-12)
+    # with p given, only that p is tried
+    trace2: list[tuple[str, float]] = []
+    ticks2 = itertools.count()
+    scales = ((1.0, 1.0), (1.0, 4.0), (0.5, 1.0))
+    opt_p_identity(
+        w, 8, pilot_min_n=16, pilot_scales=scales, time_limit=400, clock=lambda: float(next(ticks2)), trace=trace2
+    )
+    assert [t[0] for t in trace2[:2]] == ["pilot p=8 ×1", "pilot p=8 ×4"]
+    assert not any("p=4" in t[0] for t in trace2)

@@ -153,7 +153,8 @@ def test_strategy_sensitivity_brute_force(text: str, definition: str) -> None:
             plan.chosen = name
             mech = BatchMechanism(spec, group, cur, 0.5, replace_one=replace, plan=plan)
             a = _explicit(mech.strategy)
-            assert a.min() >= -1e-12  # the premise of the √2 replace-one bound: A ≥ 0
+            if name != "opt_gaussian":  # the premise of the √2 replace-one bound: A ≥ 0 (opt_gaussian: its own)
+                assert a.min() >= -1e-12
             p = mech.noise_model.p
             brute = max(np.linalg.norm(a @ d, ord=p) for d in diffs)
             assert brute <= mech.sensitivity * (1 + 1e-9), (name, relation)
@@ -357,3 +358,66 @@ def test_magic_dpbatch(ip: InteractiveShell) -> None:
     assert result.success and len(result.result.df) == 2
     result, cap = run(ip, "%%dpbatch --epsilon 0.1\nprefix(sex)\n")
     assert not result.success and "categorical" in str(result.error_in_exec)
+
+
+# -- Gaussian OPT₀ in the release path -------------------------------------------------------------------
+
+
+def test_opt_gaussian_offered_under_zcdp_and_its_rmse_is_exact() -> None:
+    """zCDP all_range over a 40-value ordered column: opt_gaussian is listed (and wins), and the reported RMSE is
+    the exact least-squares error: checked against numpy's pseudo-inverse and a seeded simulation."""
+    from dpmagic.batch.gaussian_opt import opt_gaussian
+
+    s = _session("rho=10")
+    pre = s.batch("all_range(d)", rho=0.5, dry_run=True)
+    assert "opt_gaussian" in pre.rmse
+    assert pre.strategy == "opt_gaussian" == min(pre.rmse, key=pre.rmse.get)
+    spec = parse_workload("all_range(d)", SCHEMA)
+    w = spec.workload.matrix()
+    a = opt_gaussian(spec.workload.gram()).matrix
+    sigma = pre.details["noise"]["scale"]
+    # exact: RMSE² = σ² ‖W A⁺‖²_F / m, from numpy
+    exact = sigma * np.linalg.norm(w @ np.linalg.pinv(a)) / math.sqrt(w.shape[0])
+    assert pre.rmse["opt_gaussian"] == pytest.approx(exact, rel=1e-6)
+    # simulated: 20000 seeded trials; the squared error per trial has relative spread < 1, so the mean of
+    # 20000 lies within 5% of its expectation far beyond any plausible deviation (and the seed is fixed)
+    rng = np.random.default_rng(7)
+    z = rng.normal(0.0, sigma, size=(20000, a.shape[0]))
+    err = z @ (w @ np.linalg.pinv(a)).T
+    sim = math.sqrt(float((err * err).sum(axis=1).mean()) / w.shape[0])
+    assert sim == pytest.approx(pre.rmse["opt_gaussian"], rel=0.05)
+    # a release with it spends once and answers every query
+    out = s.batch("all_range(d)", rho=0.5, strategy="opt_gaussian")
+    assert out.strategy == "opt_gaussian" and len(out.df) == w.shape[0]
+    assert s.spent == pytest.approx(0.5)
+
+
+def test_opt_gaussian_not_offered_for_laplace_and_skipped_above_the_limit(monkeypatch) -> None:
+    import dpmagic.releases.batch as rb
+
+    pre = _session().batch("all_range(d)", epsilon=0.5, dry_run=True)
+    assert "opt_gaussian" not in pre.rmse
+    monkeypatch.setattr(rb, "_OPT_GAUSSIAN_MAX_N", 16)
+    pz = _session("rho=10").batch("all_range(d)", rho=0.5, dry_run=True)
+    assert "opt_gaussian" not in pz.rmse and "opt_gaussian" in pz.skipped
+    assert "40 cells > 16" in pz.summary()
+    with pytest.raises(ConfigurationError, match="40 cells > 16"):
+        _session("rho=10").batch("all_range(d)", rho=0.5, strategy="opt_gaussian", dry_run=True)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_replace_sensitivity_of_signed_strategies_brute_force(seed: int) -> None:
+    """Signed A: the bound is ≥ every ‖a_j − a_k‖ and ‖a_j‖, and ≤ the triangle bound 2Δ."""
+    from dpmagic.batch.strategies import ExplicitStrategy
+    from dpmagic.releases.batch import replace_sensitivity
+
+    rng = np.random.default_rng(seed)
+    a = ExplicitStrategy(rng.normal(size=(7, 5)) * rng.random(5))
+    for p in (1, 2):
+        m = a.matrix
+        brute = max(np.linalg.norm(m[:, j] - m[:, k], ord=p) for j in range(5) for k in range(5))
+        brute = max(brute, float(np.abs(m).sum(axis=0).max()) if p == 1 else float(np.linalg.norm(m, axis=0).max()))
+        got = replace_sensitivity(a, p)
+        assert brute <= got <= 2 * a.sensitivity(p) * (1 + 1e-12)
+        if p == 2:
+            assert got == pytest.approx(brute, rel=1e-12) or got == pytest.approx(2 * a.sensitivity(2))

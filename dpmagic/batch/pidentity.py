@@ -44,6 +44,17 @@ Rmul = Callable[[np.ndarray], np.ndarray]
 #: computed was 0 or negative.  The bound never binds on the range workloads of HDMM Table 4 (max B ≈ 10).
 MAX_SCALE = 1e4
 
+#: coarse-to-fine start from this domain size on (see opt_p_identity; off by default: on the n = 4096 range
+#: workloads it led to worse optima than uniform starts — prefix 12.64, all-range 15.19, width-32 8.00 in 60 CPU-s)
+COARSE_MIN_N = 1 << 62
+#: share of a coarse pilot's time spent on the coarse problem
+COARSE_SHARE = 0.5
+#: with a time limit and n ≥ PILOT_MIN_N: pilot runs from uniform starts at these multiples of the default
+#: scale (and the coarse start when enabled), PILOT_SHARE of the limit in all, then the rest on the best
+PILOT_MIN_N = 2048
+PILOT_SCALES: tuple[tuple[float, float], ...] = ((1.0, 4.0), (0.5, 1.0))
+PILOT_SHARE = 0.2
+
 
 def default_p(n: int) -> int:
     """HDMM's convention p = n/16 (at least 1)."""
@@ -138,6 +149,12 @@ def opt_p_identity(
     init_scale: float | None = None,
     time_limit: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    coarse_min_n: int = COARSE_MIN_N,
+    coarse_share: float = COARSE_SHARE,
+    pilot_scales: tuple[tuple[float, float], ...] = PILOT_SCALES,
+    pilot_share: float = PILOT_SHARE,
+    pilot_min_n: int = PILOT_MIN_N,
+    trace: list[tuple[str, float]] | None = None,
 ) -> PIdentity:
     """OPT₀ (HDMM Def. 14): the best p-Identity strategy for the workload (a :class:`Dense` block or a Gram).
 
@@ -149,6 +166,25 @@ def opt_p_identity(
     restarts) stops early with the best iterate.  The result is never worse than Identity
     (B = 0, a stationary point that is sometimes optimal).  Cost: restarts × iterations × O(p²n) for range
     workloads, O(p²n + pn²) otherwise.
+
+    Pilot (``time_limit`` given, n ≥ ``pilot_min_n``, no ``init``): ``pilot_share`` of the limit is split between
+    starts with round(f·p) rows, uniform in [0, m·init_scale], for (f, m) in ``pilot_scales`` (f ≠ 1 only when p was
+    not given; and the coarse start below when n ≥ ``coarse_min_n``); the one with the smallest f continues for the
+    rest of the limit (its pilot iterations are kept; should it converge early, the next one continues), so the
+    result may have fewer than p rows. A pilot that converged at Identity's value (collapsed to B = 0) is not
+    continued. HDMM §9 recommends several random restarts; on n = 4096 the best initial scale differs between
+    workloads (width-32 ranges fall back to Identity from small scales, prefix and all ranges do worse from large
+    ones) and prefix, all ranges and permuted ranges get further in 60 CPU-s with p = n/32 (cheaper iterations;
+    prefix 12.18 vs 12.56), while width-32 ranges collapse to Identity with p = n/32 and need p = n/16 from a 4×
+    scale: the default pilots are (p = n/16, 4× the scale) and (p = n/32, the scale). ``trace`` (a list) receives
+    (label, f) of every pilot and of the continued run. ``restarts`` is not used on this path.
+
+    Coarse-to-fine start (n ≥ ``coarse_min_n``, n divisible by 4, no ``init``): the first start is the OPT₀
+    solution of the coarsened problem — the Gram Pᵀ G P of the workload on data constant over blocks of 4
+    cells (P = I_{n/4} ⊗ 1₄), p/4 rows, solved recursively with ``coarse_share`` of the time limit — with
+    each coarse row spread over its 4 cells (B[4l, :] = B_c[l] ⊗ 1₄ᵀ: the same queries over the fine domain)
+    and the other rows small and random (1e-3 · U[0, 1], so that they are not stuck at the stationary B = 0).
+    Off by default (see :data:`COARSE_MIN_N`).
     """
     if isinstance(gram, Dense):
         n = gram.n
@@ -162,6 +198,7 @@ def opt_p_identity(
             raise ConfigurationError("opt_p_identity: the Gram matrix must be a finite square array")
         n, structured, dg = g.shape[0], False, np.diag(g).copy()
         rmul0 = lambda v: v @ g  # noqa: E731
+    p_given = p is not None
     p = default_p(n) if p is None else int(p)
     if p < 1:
         raise ConfigurationError(f"opt_p_identity: p must be ≥ 1, got {p}")
@@ -174,18 +211,64 @@ def opt_p_identity(
     def rmul(v: np.ndarray) -> np.ndarray:
         return rmul0(v) / scale
 
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        f, d = pid_value_and_grad(x.reshape(p, n), rmul, dgn, norm, structured)
-        return f, d.reshape(-1)
+    def fun_p(pp: int) -> Callable[[np.ndarray], tuple[float, np.ndarray]]:
+        def f_and_g(x: np.ndarray) -> tuple[float, np.ndarray]:
+            f, d = pid_value_and_grad(x.reshape(pp, n), rmul, dgn, norm, structured)
+            return f, d.reshape(-1)
+
+        return f_and_g
+
+    fun = fun_p(p)
 
     best_f, best_b = float(dgn.sum()), np.zeros((p, n))  # Identity: f = tr(G)
     if n > 1:
         rng = np.random.default_rng(seed)
         sc = min(1.0, 25.0 / p) if init_scale is None else float(init_scale)
         deadline = None if time_limit is None else clock() + float(time_limit)
-        for r in range(max(1, int(restarts))):
+        coarse = n >= coarse_min_n and n % 4 == 0 and p >= 4
+        starts: list[tuple[str, int, float]] = [("coarse", p, 0.0)] if coarse else []
+        for pf, m in pilot_scales:
+            if p_given and pf != 1.0:
+                continue
+            pp = max(1, min(n - 1, round(p * pf)))
+            label = f"p={pp} ×{m:g}"
+            if label not in [t[0] for t in starts]:
+                starts.append((label, pp, sc * float(m)))
+        pilot = init is None and time_limit is not None and n >= pilot_min_n and len(starts) > 1
+        if pilot:  # short runs from several starts, then the rest of the time on the best (docstring)
+            each = float(pilot_share) * float(time_limit) / len(starts)
+            runs = []
+            for label, pp, scl in starts:
+                if label == "coarse":
+                    x0 = _coarse_start(rmul0, n, p, norm, rng, coarse_share * each, clock)
+                else:
+                    x0 = rng.random((pp, n)) * scl
+                stop = min(clock() + each, deadline)  # type: ignore[type-var]
+                up = (MAX_SCALE - 1.0) / pp
+                x, f = projected_lbfgs(fun_p(pp), x0.reshape(-1), maxiter=maxiter, deadline=stop, upper=up, clock=clock)
+                # a run that stopped before its time at Identity's value has collapsed to B = 0: not continued
+                if not (clock() < stop and f >= best_f * (1.0 - 1e-9)):
+                    runs.append((f, label, pp, x))
+                if trace is not None:
+                    trace.append((f"pilot {label}", f))
+            for _, label, pp, x0 in sorted(runs, key=lambda t: t[0]):  # the best; the next if it converges early
+                fb = fun_p(pp)
+                up = (MAX_SCALE - 1.0) / pp
+                x, _ = projected_lbfgs(fb, x0, maxiter=maxiter, deadline=deadline, upper=up, clock=clock)
+                f = pid_error(gn, x.reshape(pp, n), norm) if gn is not None else fb(x)[0]
+                if trace is not None:
+                    trace.append((f"continued {label}", f))
+                if np.isfinite(f) and f < best_f:
+                    best_f, best_b = f, x.reshape(pp, n)
+                if clock() > deadline:  # type: ignore[operator]
+                    break
+        for r in range(0 if pilot else max(1, int(restarts))):
             if init is not None and r == 0:
                 x0 = np.asarray(init, dtype=float).reshape(p, n)
+            elif r == 0 and coarse:
+                x0 = _coarse_start(
+                    rmul0, n, p, norm, rng, None if time_limit is None else coarse_share * float(time_limit), clock
+                )
             else:
                 x0 = rng.random((p, n)) * sc
             x, _ = projected_lbfgs(fun, x0.reshape(-1), maxiter=maxiter, deadline=deadline, upper=upper, clock=clock)
@@ -194,7 +277,21 @@ def opt_p_identity(
                 best_f, best_b = f, x.reshape(p, n)
             if deadline is not None and clock() > deadline:
                 break
-    return PIdentity(best_b, norm=norm, name=f"OPT0[p={p}]")
+    return PIdentity(best_b, norm=norm, name=f"OPT0[p={best_b.shape[0]}]")
+
+
+def _coarse_start(
+    rmul0: Rmul, n: int, p: int, norm: int, rng: np.random.Generator, limit: float | None, clock: Callable[[], float]
+) -> np.ndarray:
+    """The coarse-to-fine first start of :func:`opt_p_identity` (its docstring).  O(n²/4) for the coarse Gram."""
+    nc = n // 4
+    pt = np.kron(np.eye(nc), np.ones((1, 4)))  # Pᵀ, nc × n
+    gc = rmul0(pt).reshape(nc, nc, 4).sum(axis=2)  # Pᵀ G P
+    gc = 0.5 * (gc + gc.T)
+    bc = opt_p_identity(gc, p // 4, norm=norm, restarts=1, time_limit=limit, clock=clock).B
+    x0 = rng.random((p, n)) * 1e-3
+    x0[: 4 * bc.shape[0] : 4] = np.repeat(bc, 4, axis=1)
+    return x0
 
 
 def pid_error(gram: np.ndarray, b: np.ndarray, norm: int) -> float:

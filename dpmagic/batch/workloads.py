@@ -17,6 +17,8 @@ mechanism in this package depends on W only through its Gram matrix WᵀW, so wo
 
 The same classes describe *strategies* (the queries actually measured), see :mod:`dpmagic.batch.strategies`.
 Everything here is pure numpy and has no session dependency.
+
+Size: one module (a little over 400 lines) because the implicit workloads share one Gram-matrix algebra.
 """
 
 from __future__ import annotations

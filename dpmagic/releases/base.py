@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dpmagic.schema import Schema
     from dpmagic.sets import Box
 
-__all__ = ["Backend", "Mechanism"]
+__all__ = ["Backend", "Mechanism", "QueryBoxMechanism"]
 
 
 class Backend(Protocol):
@@ -83,3 +83,19 @@ class Mechanism(ABC):
 
         Called by the session exactly once, only after the charge is recorded in the ledger.
         """
+
+
+class QueryBoxMechanism(Mechanism):
+    """A release over one parsed query's WHERE box at a cost fixed when it is built (the per-query noise, a
+    workload batch, one decision read): subclasses set ``self.query`` and ``self._cost`` in ``__init__``."""
+
+    query: Query
+    _cost: float
+
+    @property
+    def coverage(self) -> Box:
+        return self.query.coverage
+
+    @property
+    def cost(self) -> float:
+        return self._cost

@@ -25,6 +25,10 @@ as the strategy: i.i.d. noise calibrated to the batch's exact sensitivity (Inan,
 "Sensitivity analysis for non-interactive differential privacy: bounds and efficient algorithms", IEEE TDSC,
 doi:10.1109/TDSC.2017.2734664: add/remove L1 = the maximum overlap ω, L2 = √ω; replace-one exact, from
 :func:`dpmagic.batch.sensitivity.batch_sensitivity`); its coverage is the bounding box of the boxes.
+
+Size: one module (≈ 600 lines) because both batch mechanisms share the planning of strategies, their sound
+sensitivities and the least-squares answers with their intervals; the strategies themselves live in
+:mod:`dpmagic.batch`.
 """
 
 from __future__ import annotations
@@ -39,13 +43,14 @@ import numpy as np
 import pandas as pd
 
 from dpmagic.batch.error import rmse as expected_rmse
+from dpmagic.batch.gaussian_opt import opt_gaussian
 from dpmagic.batch.noise import Noise, gaussian_gdp, gaussian_zcdp, laplace
 from dpmagic.batch.optimize import opt_kron, opt_marginals
 from dpmagic.batch.reconstruct import answer_variances, reconstruct, workload_answers
 from dpmagic.batch.spec import WorkloadSpec
 from dpmagic.batch.strategies import KronStrategy, hb_strategy, identity_strategy
 from dpmagic.errors import ConfigurationError
-from dpmagic.releases.base import Backend, Mechanism
+from dpmagic.releases.base import Backend, Mechanism, QueryBoxMechanism
 from dpmagic.sets import Box
 
 if TYPE_CHECKING:
@@ -65,12 +70,14 @@ __all__ = [
 ]
 
 #: the strategies a batch may use ("auto" picks the smallest expected RMSE among those that apply)
-STRATEGIES = ("identity", "workload", "hierarchical", "opt")
+STRATEGIES = ("identity", "workload", "hierarchical", "opt", "opt_gaussian")
 #: the workload strategy is used explicitly (an n × n eigendecomposition): only for small domains
 _WORKLOAD_MAX_N = 1024
 _WORKLOAD_MAX_ENTRIES = 4_000_000
 #: p-Identity optimisation costs O(n²p) per step: per-attribute limit
 _OPT_MAX_N = 1024
+#: Gaussian OPT₀ (dpmagic.batch.gaussian_opt) costs ≤ 12 n × n eigendecompositions: n ≤ 1024 keeps a cell fast
+_OPT_GAUSSIAN_MAX_N = 1024
 _Z95 = 1.959963984540054
 
 
@@ -129,11 +136,14 @@ def _sample(kind: str, scale: float, values: np.ndarray) -> np.ndarray:
     return np.asarray(_measurement(kind, scale)([float(v) for v in values]), dtype=float)
 
 
-def candidate_strategies(spec: WorkloadSpec, noise: Noise) -> dict[str, Any]:
+def candidate_strategies(spec: WorkloadSpec, noise: Noise, skipped: dict[str, str] | None = None) -> dict[str, Any]:
     """The strategies that apply to ``spec`` (identity; workload for small domains; hierarchical when some
-    column has range queries; opt = OPT_M for marginal workloads over ≥ 2 columns, else OPT⊗)."""
+    column has range queries; opt = OPT_M for marginal workloads over ≥ 2 columns, else OPT⊗; opt_gaussian =
+    Gaussian OPT₀ for one ordered column under Gaussian noise, n ≤ 1024).  Strategies left out for a reason the
+    analyst should see are recorded in ``skipped`` (name → reason)."""
     sizes = spec.sizes
     w = spec.workload
+    skip: dict[str, str] = {} if skipped is None else skipped
     out: dict[str, Any] = {"identity": KronStrategy(tuple(identity_strategy(n) for n in sizes), "Identity")}
     if spec.n <= _WORKLOAD_MAX_N and w.num_queries * spec.n <= _WORKLOAD_MAX_ENTRIES:
         from dpmagic.batch.strategies import ExplicitStrategy
@@ -154,7 +164,51 @@ def candidate_strategies(spec: WorkloadSpec, noise: Noise) -> dict[str, Any]:
         # p-Identity factors keep every column scale ≤ MAX_SCALE (dpmagic.batch.pidentity), so their Woodbury
         # traces, variances and reconstructions are accurate in float64 (no degenerate optima on tiny domains)
         out["opt"] = opt_kron(w, noise=noise)
+    if noise.kind == "gaussian" and len(sizes) == 1 and spec.has_ranges:
+        if spec.n > _OPT_GAUSSIAN_MAX_N:
+            skip["opt_gaussian"] = (
+                f"skipped: {spec.n} cells > {_OPT_GAUSSIAN_MAX_N} (≤ 12 n × n eigendecompositions; "
+                "run dpmagic.batch.gaussian_opt.opt_gaussian offline)"
+            )
+        else:
+            try:
+                out["opt_gaussian"] = opt_gaussian(np.asarray(w.gram(), dtype=float))
+            except ConfigurationError as e:
+                skip["opt_gaussian"] = f"skipped: {e}"
     return out
+
+
+def replace_sensitivity(strategy: Any, p: int) -> float:
+    """A proven upper bound of A's replace-one sensitivity, max(Δ_p, max_{j≠k} ‖a_j − a_k‖_p), as a float.
+
+    A non-negative A: ``replace_factor(p)`` · Δ_p (module doc).  A signed A (Gaussian OPT₀): L1 by the triangle
+    inequality, 2Δ₁; L2 from X = AᵀA: ‖a_j − a_k‖² = X_jj + X_kk − 2X_jk, each X entry computed with absolute
+    error ≤ γ_r·Δ₂² (r rows; Σ|a_ij a_ik| ≤ Δ₂² by Cauchy–Schwarz; Higham 2002, §3.1), so the computed
+    maximum plus (4γ_r + 4u)·Δ₂² bounds it (never above 2Δ₂).  Add/remove Δ_p itself is not rounded here.
+    O(r n²) for an explicit signed A.
+    """
+    base = float(strategy.sensitivity(p))
+    mat = getattr(strategy, "matrix", None)
+    if mat is None or not np.any(np.asarray(mat) < 0):
+        return base * replace_factor(p)
+    if p == 1:
+        return 2.0 * base
+    a = np.asarray(mat, dtype=float)
+    r = a.shape[0]
+    x = a.T @ a
+    d = np.diag(x)
+    dist = d[:, None] + d[None, :] - 2.0 * x
+    np.fill_diagonal(dist, 0.0)
+    u = 2.0**-53
+    gamma = r * u / (1.0 - r * u)
+    bound = float(dist.max()) + (4.0 * gamma + 8.0 * u) * base * base
+    return min(2.0 * base, max(base, math.sqrt(bound) * (1.0 + 4.0 * u)))
+
+
+def _replace_ratio(strategy: Any, p: int) -> float:
+    """Replace-one sensitivity over the non-negative factor's (1 for non-negative strategies)."""
+    base = float(strategy.sensitivity(p))
+    return replace_sensitivity(strategy, p) / (base * replace_factor(p)) if base > 0 else 1.0
 
 
 def _check_cost(cost: float) -> float:
@@ -171,6 +225,7 @@ class BatchPlan:
     strategies: dict[str, Any]
     rmse: dict[str, float]
     chosen: str
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, strategy: str = "auto") -> BatchPlan:
@@ -180,10 +235,12 @@ def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, 
             f"batch: unknown strategy {strategy!r}", hint=f"choose auto or one of {', '.join(STRATEGIES)}"
         )
     noise = noise_model(currency, 1.0, replace_one=replace_one)
-    cands = candidate_strategies(spec, noise)
+    skipped: dict[str, str] = {}
+    cands = candidate_strategies(spec, noise, skipped)
     if strategy != "auto" and strategy not in cands:
+        why = f" ({skipped[strategy]})" if strategy in skipped else ""
         raise ConfigurationError(
-            f"batch: strategy {strategy!r} does not apply to {spec.text}",
+            f"batch: strategy {strategy!r} does not apply to {spec.text}{why}",
             hint=f"applicable here: {', '.join(cands)}",
         )
     errs: dict[str, float] = {}
@@ -192,7 +249,8 @@ def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, 
         try:
             if not a.supports(w):
                 continue
-            errs[name] = float(expected_rmse(w, a, noise))
+            e = float(expected_rmse(w, a, noise))
+            errs[name] = e * _replace_ratio(a, noise.p) if replace_one else e
         except ConfigurationError:
             continue
     if not errs:  # pragma: no cover - identity always supports
@@ -200,7 +258,7 @@ def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, 
     chosen = strategy if strategy != "auto" else min(errs, key=lambda k: (errs[k], STRATEGIES.index(k)))
     if chosen not in errs:
         raise ConfigurationError(f"batch: strategy {chosen!r} does not support {spec.text}")
-    return BatchPlan(spec, cands, errs, chosen)
+    return BatchPlan(spec, cands, errs, chosen, skipped)
 
 
 def rmse_at(unit_rmse: float, currency: Currency, cost: float) -> float:
@@ -218,7 +276,7 @@ def cost_for_rmse(unit_rmse: float, currency: Currency, target: float) -> float:
     return c * (1.0 + 1e-12)
 
 
-class BatchMechanism(Mechanism):
+class BatchMechanism(QueryBoxMechanism):
     """A workload over declared columns within a WHERE box, answered by the matrix mechanism."""
 
     kind = "batch"
@@ -250,25 +308,23 @@ class BatchMechanism(Mechanism):
         # the computed column norm may sit below the exact one: a sum of k non-negative terms (then a square root)
         # carries a relative error ≤ (k + 1)·2⁻⁵³ (Higham 2002, §4.2); rounded outward by (k + 2)·2⁻⁵²
         k = int(self.strategy.num_queries)
-        base = math.nextafter(float(self.strategy.sensitivity(p)) * (1.0 + (k + 2) * 2.0**-52), math.inf)
-        self.sensitivity = base * (replace_factor(p) if replace_one else 1.0)
-        self.scale = opendp_scale(
-            currency, self._cost, self.noise_model.kind, self.sensitivity, self.noise_model.scale(base)
-        )
+        out = 1.0 + (k + 2) * 2.0**-52
+        base = math.nextafter(float(self.strategy.sensitivity(p)) * out, math.inf)
+        # a signed strategy (Gaussian OPT₀) under replace-one: its own bound (replace_sensitivity), rounded alike
+        rr = _replace_ratio(self.strategy, p) if replace_one else 1.0
+        rr = math.nextafter(rr * (1.0 + 4.0 * 2.0**-52), math.inf) if rr != 1.0 else 1.0
+        self.sensitivity = base * (replace_factor(p) if replace_one else 1.0) * rr
+        nominal = self.noise_model.scale(base) * rr
+        self.scale = opendp_scale(currency, self._cost, self.noise_model.kind, self.sensitivity, nominal)
         # per-query variance (public, before any read), at the scale actually used
         var = answer_variances(spec.workload, self.strategy, self.noise_model)
         ratio = (self.scale / self.noise_model.scale(base)) ** 2
+        plan_ratio = (
+            self.scale / (self.noise_model.scale(base) * (_replace_ratio(self.strategy, p) if replace_one else 1.0))
+        ) ** 2
         self.variances = np.asarray(var, dtype=float) * ratio
         self.labels = spec.labels()
-        self.expected_rmse = rmse_at(plan.rmse[plan.chosen], currency, self._cost) * math.sqrt(ratio)
-
-    @property
-    def coverage(self) -> Box:
-        return self.query.coverage
-
-    @property
-    def cost(self) -> float:
-        return self._cost
+        self.expected_rmse = rmse_at(plan.rmse[plan.chosen], currency, self._cost) * math.sqrt(plan_ratio)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -407,6 +463,7 @@ class BatchPreview:
     spent: float
     budget: float
     details: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [
@@ -414,6 +471,7 @@ class BatchPreview:
             f"strategy {self.strategy} at {self.parameter}={self.cost:.4g}",
         ]
         lines += [f"  expected RMSE {k}: {v:.4g}" for k, v in self.rmse.items()]
+        lines += [f"  {k}: {v}" for k, v in self.skipped.items()]
         ch = self.charge
         if ch is not None:
             lines.append(f"would be charged as {ch.charged_as}: bound {ch.before:.4g} → {ch.after:.4g}")
@@ -492,6 +550,7 @@ def session_batch(
         return float(cost_spec)
 
     mech: BatchMechanism | BoxBatchMechanism
+    plan: BatchPlan | None = None
     if re.search(r"\bselect\b", workload, re.I):
         if where:
             raise ConfigurationError("batch: with SELECT statements, put each WHERE inside its statement")
@@ -537,6 +596,7 @@ def session_batch(
             spent=session.spent,
             budget=session.budget.total,
             details=mech.describe(),
+            skipped=dict(plan.skipped) if plan is not None else {},
         )
     released = session.run(mech, sql=text, canonical=canonical, started=t0)
     session._emit("charged", entry=released.entry_id, number=len(session.accountant), seconds=released.seconds)

@@ -31,18 +31,17 @@ import pandas as pd
 
 from dpmagic.decision.mechanism import cost_of_epsilon
 from dpmagic.query.model import Aggregate
-from dpmagic.releases.base import Backend, Mechanism
+from dpmagic.releases.base import Backend, QueryBoxMechanism
 
 if TYPE_CHECKING:
     from dpmagic.decision.mechanism import Definition
     from dpmagic.decision.probe import MeasureRequest
     from dpmagic.query.model import Query
-    from dpmagic.sets import Box
 
 __all__ = ["DecisionPhaseMechanism"]
 
 
-class DecisionPhaseMechanism(Mechanism):
+class DecisionPhaseMechanism(QueryBoxMechanism):
     """One threshold-shift Laplace read of one condition on a public set of groups of ``query``."""
 
     kind = "decision"
@@ -69,14 +68,6 @@ class DecisionPhaseMechanism(Mechanism):
         self.epsilon = max(request.epsilon, certified)
         self.loss_epsilon = (2.0 if replace_one else 1.0) * self.epsilon
         self._cost = cost_of_epsilon(self.loss_epsilon, definition)
-
-    @property
-    def coverage(self) -> Box:
-        return self.query.coverage
-
-    @property
-    def cost(self) -> float:
-        return self._cost
 
     def describe(self) -> dict[str, Any]:
         r = self.request

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dpmagic.release import ReleasePlan, plan_noise, release, units_of
-from dpmagic.releases.base import Backend, Mechanism
+from dpmagic.releases.base import Backend, QueryBoxMechanism
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -21,12 +21,11 @@ if TYPE_CHECKING:
     from dpmagic.mechanisms import Noise
     from dpmagic.query.model import Query
     from dpmagic.schema import Schema
-    from dpmagic.sets import Box
 
 __all__ = ["QueryMechanism"]
 
 
-class QueryMechanism(Mechanism):
+class QueryMechanism(QueryBoxMechanism):
     """One parsed query at one cost: its coverage is the WHERE box (GROUP BY cells are disjoint within it)."""
 
     kind = "query"
@@ -36,14 +35,6 @@ class QueryMechanism(Mechanism):
         self.schema = schema
         self._cost = cost
         self.plan: ReleasePlan = plan_noise(query, schema, currency, cost, replace_one=replace_one)
-
-    @property
-    def coverage(self) -> Box:
-        return self.query.coverage
-
-    @property
-    def cost(self) -> float:
-        return self._cost
 
     @property
     def noise(self) -> dict[str, Noise]:
