@@ -7,6 +7,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_python.sh
 "$PY" -m pip install --quiet -e ".[test]"
+
+# System packages of the browser test (Debian's Chromium) and the Spark tests (a Java 17 runtime): installed here
+# when this user may (root; Java also through a password-less sudo), so that this one command sets up a fresh
+# machine.  DPMAGIC_SKIP_SYSTEM_SETUP=1 skips it; without them those tests are skipped, loudly (below).
+if [ "${DPMAGIC_SKIP_SYSTEM_SETUP:-}" != "1" ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    bash scripts/e2e_setup.sh || echo "test.sh: the browser test's set-up failed (see above)" >&2
+    bash scripts/java_setup.sh || echo "test.sh: the Java set-up failed (see above)" >&2
+  elif ! command -v java >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    bash scripts/java_setup.sh || echo "test.sh: the Java set-up failed (see above)" >&2
+  fi
+fi
 "$PY" -m ruff check dpmagic tests benchmarks scripts
 "$PY" -m ruff format --check dpmagic tests benchmarks scripts
 
