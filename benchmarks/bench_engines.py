@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "Peak RSS is the kernel process's `ru_maxrss` (DuckDB in-process; Spark's JVM is another process). "
             'pandas: the frame is loaded from the file first (not counted in bind). "plain engine GROUP BY": the engine\'s '
             "own time for a hand-written GROUP BY of the first query's shape, without dpmagic (its floor), warm: the "
-            f"median of {PLAIN_RUNS} runs after one warm-up run (rows measured before 2026-11-22 19:30 UTC report the "
+            f"median of {PLAIN_RUNS} runs after one warm-up run (rows measured before 2026-11-22 19:25 UTC report the "
             "first, cold run).",
             "",
             md_table(
