@@ -12,6 +12,7 @@ Parquet file ≤ 30 s; Spark within 3× of DuckDB on 10M rows after session star
 
     python benchmarks/bench_engines.py                # 1M, 10M, 100M on DuckDB; 1M, 10M on Spark; 1M pandas
     python benchmarks/bench_engines.py --quick        # 100k rows everywhere (smoke run)
+    python benchmarks/bench_engines.py --only spark:10000000 --only duckdb:10000000   # re-measure these rows only
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def generate(n: int) -> Path:
     return path
 
 
+PLAIN_RUNS = 3
+
+
+def _warm_median(f: Any) -> float:
+    """The median wall time of ``f()`` over PLAIN_RUNS runs after one warm-up run."""
+    f()
+    ts = []
+    for _ in range(PLAIN_RUNS):
+        t = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
@@ -131,21 +146,19 @@ def worker(engine: str, n: int) -> dict[str, Any]:
     out["latency_s"] = lat
     out["p50_s"] = statistics.median(lat)
     out["max_s"] = max(lat)
-    # the engine's own floor: a hand-written plain GROUP BY of the first query's shape, without dpmagic
+    # the engine's own floor: a hand-written plain GROUP BY of the first query's shape, without dpmagic, warm
+    # (one run to warm up, then the median of PLAIN_RUNS)
+    plain_sql = "SELECT sex, COUNT(*), AVG(age) FROM {} WHERE age BETWEEN 30 AND 50 GROUP BY sex"
     if engine == "duckdb":
         import duckdb
 
         con = duckdb.connect(config={"memory_limit": "512MB"})
-        t = time.perf_counter()
-        con.execute(
-            f"SELECT sex, COUNT(*), AVG(age) FROM read_parquet('{path}') WHERE age BETWEEN 30 AND 50 GROUP BY sex"
-        ).fetchall()
-        out["plain_engine_s"] = time.perf_counter() - t
+        out["plain_engine_s"] = _warm_median(
+            lambda: con.execute(plain_sql.format(f"read_parquet('{path}')")).fetchall()
+        )
     elif engine == "spark":
         spark.read.parquet(str(path)).createOrReplaceTempView("plain")
-        t = time.perf_counter()
-        spark.sql("SELECT sex, COUNT(*), AVG(age) FROM plain WHERE age BETWEEN 30 AND 50 GROUP BY sex").collect()
-        out["plain_engine_s"] = time.perf_counter() - t
+        out["plain_engine_s"] = _warm_median(lambda: spark.sql(plain_sql.format("plain")).collect())
     out["peak_rss_mb"] = _rss_mb()
     return out
 
@@ -165,6 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs=2, metavar=("ENGINE", "ROWS"), help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="100k rows on every backend (smoke run; not written)")
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="ENGINE:ROWS",
+        help="run only these (backend, size) pairs, e.g. --only spark:10000000 (repeatable); their rows replace "
+        "the same pairs' rows in the existing results file, the other rows are kept",
+    )
     ap.add_argument("--out", default="bench_engines", help="results file name (benchmarks/results/<out>.md|json)")
     args = ap.parse_args(argv)
     if args.worker:
@@ -182,14 +202,32 @@ def main(argv: list[str] | None = None) -> int:
             ("pandas", 1_000_000),
             ("pandas", 10_000_000),
         ]
+    if args.only:
+        plan = [(e, int(n.replace("_", ""))) for e, n in (o.split(":") for o in args.only)]
+    previous: dict[str, Any] = {}
+    jp_old = Path(__file__).resolve().parent / "results" / f"{args.out}.json"
+    if args.only and jp_old.exists():
+        previous = json.loads(jp_old.read_text(encoding="utf-8"))
     load_before = os.getloadavg()
     results = []
     for engine, n in plan:
+        lb = os.getloadavg()[0]
         r = run(engine, n)
+        r["load_1min"] = [lb, os.getloadavg()[0]]
+        r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         print(json.dumps(r), flush=True)
         results.append(r)
     load_after = os.getloadavg()
     info = machine_info()
+    if previous:  # merge: the new pairs replace their old rows, in the old order; the rest is kept as measured
+        old_load = [previous.get("load_before", [None])[0], previous.get("load_after", [None])[0]]
+        new = {(r["engine"], r["rows"]): r for r in results}
+        merged = []
+        for r in previous.get("results", []):
+            r.setdefault("load_1min", old_load)
+            r.setdefault("date", previous.get("machine", {}).get("date"))
+            merged.append(new.pop((r["engine"], r["rows"]), r))
+        results = merged + list(new.values())
     rows = [
         [
             r["engine"],
@@ -200,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             r.get("max_s"),
             r.get("plain_engine_s"),
             r.get("peak_rss_mb"),
+            r.get("date"),
+            " / ".join(f"{x:.2f}" for x in r.get("load_1min") or [] if x is not None),
             "; ".join(r.get("error", [])),
         ]
         for r in results
@@ -222,14 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# Backends at scale: pandas, DuckDB, Spark local[2] (benchmarks/bench_engines.py)",
             "",
-            f"Machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}, {info['date']}; load average "
-            f"before {load_before[0]:.2f} / after {load_after[0]:.2f} (1 min; the cores are shared with other work).",
+            f"Machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}; each row's date and 1-minute "
+            "load average before / after it are in its columns (the cores are shared with other work; rows of "
+            "different dates come from runs with `--only`, which replace only their own rows).",
             "",
             "Each row is a fresh process: bind the Parquet file through `dpmagic.Session` (validation included), "
             f"then {len(QUERIES)} charged filtered GROUP BY queries (latency = `Session.query`, noise included). "
             "Peak RSS is the kernel process's `ru_maxrss` (DuckDB in-process; Spark's JVM is another process). "
             'pandas: the frame is loaded from the file first (not counted in bind). "plain engine GROUP BY": the engine\'s '
-            "own time for a hand-written GROUP BY of the first query's shape, without dpmagic (its floor).",
+            "own time for a hand-written GROUP BY of the first query's shape, without dpmagic (its floor), warm: the "
+            f"median of {PLAIN_RUNS} runs after one warm-up run (rows measured before 2026-11-22 19:25 UTC report the "
+            "first, cold run).",
             "",
             md_table(
                 [
@@ -241,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                     "query max s",
                     "plain engine GROUP BY s",
                     "peak RSS MB",
+                    "measured",
+                    "load 1 min before / after",
                     "error",
                 ],
                 rows,

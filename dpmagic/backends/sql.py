@@ -22,8 +22,9 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   numpy's ``ravel_multi_index`` order and drops the rows outside the filter or in no bin — every row is
   aggregated alike (the same work however many rows the box holds, as the pandas backend's discarded bin);
   zero-filling over the declared keys happens in the kernel;
-* exact **integer sums**: BIGINT per-row values summed into HUGEINT (DuckDB's SUM of BIGINT) or as
-  DECIMAL(38, 0) (Spark), exact beyond 2³² rows × 2⁶³; float
+* exact **integer sums**: BIGINT per-row values summed into HUGEINT (DuckDB's SUM of BIGINT) or, on Spark, as
+  three BIGINT sums of 21-bit limbs recombined exactly in the kernel (:func:`exact_sum`), exact for 2³² rows ×
+  2⁶³; float
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
   is odd — so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
@@ -177,12 +178,37 @@ def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quanti
     return Quantised(exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit))))
 
 
-def exact_sum(x: exp.Expression, dialect: str) -> exp.Expression:
-    """The exact Σ of a BIGINT per-row value: DuckDB sums BIGINT into a HUGEINT (int128) natively; other engines
-    (Spark) sum it as DECIMAL(38, 0).  Both hold 2³² rows × 2⁶³ < 2⁹⁵ exactly."""
+#: the shifts of the 21-bit limbs of an exact BIGINT sum on engines without a native 128-bit SUM
+LIMB_SHIFTS = (0, 21, 42)
+_LIMB_MASK = (1 << 21) - 1
+
+
+def exact_sum(x: exp.Expression, dialect: str) -> list[exp.Expression]:
+    """The exact Σ of a BIGINT per-row value, as the aggregates whose values recombine into it (:func:`combine`).
+
+    DuckDB sums BIGINT into a HUGEINT (int128) natively: one aggregate.  Other engines (Spark, whose
+    DECIMAL(38, 0) aggregation costs twice a BIGINT one) sum the value's three 21-bit limbs of its two's
+    complement, v = h·2⁴² + m·2²¹ + l with 0 ≤ l, m < 2²¹ and |h| ≤ 2²¹, each as a BIGINT: every limb's sum over
+    at most 2³² rows (:data:`~dpmagic.mechanisms.MAX_ROWS`) stays below 2³²·2²¹ = 2⁵³, so no sum overflows, and
+    the kernel recombines them exactly in Python ints (as :func:`dpmagic.backends.pandas.exact_cell_sums`)."""
     if dialect == "duckdb":
-        return exp.Sum(this=x)
-    return exp.Sum(this=exp.cast(x, exp.DataType.build("DECIMAL(38, 0)")))
+        return [exp.Sum(this=x)]
+    return [
+        exp.Sum(this=exp.BitwiseAnd(this=x.copy(), expression=lit(_LIMB_MASK))),
+        exp.Sum(
+            this=exp.BitwiseAnd(
+                this=exp.paren(exp.BitwiseRightShift(this=x.copy(), expression=lit(21))), expression=lit(_LIMB_MASK)
+            )
+        ),
+        exp.Sum(this=exp.BitwiseRightShift(this=x.copy(), expression=lit(42))),
+    ]
+
+
+def combine(parts: Sequence[Any]) -> int:
+    """The exact sum from the values of :func:`exact_sum`'s aggregates (one HUGEINT, or three limb sums)."""
+    if len(parts) == 1:
+        return int(parts[0] or 0)
+    return sum(int(v or 0) << s for v, s in zip(parts, LIMB_SHIFTS, strict=True))
 
 
 def count_if(cond: exp.Expression) -> exp.Expression:
@@ -480,6 +506,13 @@ class EngineBackend(ABC):
         values: dict[str, exp.Expression | Quantised] = {}
         aggs: dict[str, exp.Expression] = {"n": exp.Count(this=exp.Star())}
         sum_keys: dict[str, str] = {}
+        sum_parts: dict[str, list[str]] = {}  # an exact sum -> the names of its aggregates
+
+        def add_sum(name: str, x: exp.Expression) -> None:
+            parts = exact_sum(x, self.dialect)
+            sum_parts[name] = [name] if len(parts) == 1 else [f"{name}_p{j}" for j in range(len(parts))]
+            aggs.update(zip(sum_parts[name], parts, strict=True))
+
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sum_keys:
                 continue
@@ -498,7 +531,7 @@ class EngineBackend(ABC):
             k = f"v{len(values)}"
             values[k] = x
             sum_keys[agg.sum_key] = k
-            aggs[f"s_{k}"] = exact_sum(exp.column(k), self.dialect)
+            add_sum(f"s_{k}", exp.column(k))
         plans = dict(extended or {})
         quantiles: dict[str, str] = {}
         for alias, u in plans.items():
@@ -512,8 +545,8 @@ class EngineBackend(ABC):
                 s_expr, q_expr = self._variance_values(name, u.plan)
                 ks, kq = f"v{len(values)}", f"v{len(values) + 1}"
                 values[ks], values[kq] = s_expr, q_expr
-                aggs[f"vs_{alias}"] = exact_sum(exp.column(ks), self.dialect)
-                aggs[f"vq_{alias}"] = exact_sum(exp.column(kq), self.dialect)
+                add_sum(f"vs_{alias}", exp.column(ks))
+                add_sum(f"vq_{alias}", exp.column(kq))
             else:
                 k = f"v{len(values)}"
                 values[k] = as_double(col(name))
@@ -526,7 +559,9 @@ class EngineBackend(ABC):
             .group_by(*[exp.column(k) for k in key_cols])
         )
         names = list(aggs)
-        per: dict[str, list[int]] = {k: [0] * n_cells for k in names}
+        limbs = {p for ps in sum_parts.values() for p in ps} - set(sum_parts)
+        outputs = [k for k in names if k not in limbs] + [k for k in sum_parts if k not in aggs]
+        per: dict[str, list[int]] = {k: [0] * n_cells for k in outputs}
         seen: set[int] = set()
         for row in self._run(stmt):
             cell = comp.cell_of(query, row[:nk])
@@ -535,8 +570,9 @@ class EngineBackend(ABC):
             if cell in seen:  # distinct raw values map to distinct declared values (validated data)
                 raise RuntimeError("two engine groups map to one declared cell")
             seen.add(cell)
-            for k, v in zip(names, row[nk:], strict=True):
-                per[k][cell] = int(v or 0)
+            got = dict(zip(names, row[nk:], strict=True))
+            for k in per:
+                per[k][cell] = combine([got[p] for p in sum_parts.get(k, [k])])
         counts = np.asarray(per["n"], dtype=np.int64)
         sums = {sk: per[f"s_{k}"] for sk, k in sum_keys.items()}
         extra: dict[str, Any] = {}
