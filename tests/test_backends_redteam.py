@@ -14,7 +14,7 @@ from test_backends_engines import _plan
 
 from dpmagic.backends.bind import backend_for
 from dpmagic.backends.duckdb import DuckDBBackend
-from dpmagic.errors import DataValidationError, DPMagicError
+from dpmagic.errors import ConfigurationError, DataValidationError, DPMagicError
 from dpmagic.schema import Schema
 from dpmagic.session import Session
 
@@ -135,3 +135,70 @@ def test_magic_binds_a_connection_pair_and_a_list_of_paths(ip, tmp_path) -> None
         result, cap = run_cell(ip, "%%dpquery r << --epsilon 0.1\nSELECT sex, COUNT(*) AS n FROM t GROUP BY sex\n")
         assert result.success and "Error" not in cap.stderr, cap.stderr
         assert list(ip.user_ns["r"]["sex"]) == ["F", "M"]
+
+
+@pytest.mark.spark
+def test_spark_clamps_and_discards_after_the_source_changes(spark) -> None:
+    good = spark.createDataFrame(GOOD)
+    b = backend_for(good, SCHEMA)
+    rows = [(60, 0.5, "M"), (70, 0.5, "F"), (10**12, 1e300, "X"), (61, float("nan"), "X"), (None, None, None)]
+    changed = spark.createDataFrame(rows, schema="age bigint, f double, sex string")
+    changed.createOrReplaceTempView(b.view_name)  # the bound view now holds rows outside the domain
+    cells = _eval(b, "SELECT SUM(age) AS s, COUNT(*) AS n FROM t")
+    assert cells.counts.tolist() == [4]  # the NULL row is discarded
+    assert next(iter(cells.sums.values())) == [60 + 70 + 100 + 61]
+    q1 = "SELECT COUNT(*) FROM t WHERE age > 50 AND NOT (sex = 'M' AND f > 0)"
+    q2 = "SELECT COUNT(*) FROM t WHERE age > 50 AND f > 0 AND NOT (sex = 'F' AND f > 0)"
+    assert _eval(b, q1).counts.tolist() == [1]
+    assert _eval(b, q2).counts.tolist() == [1]
+    (vals,) = _eval(b, "SELECT MEDIAN(f) AS m FROM t").extra["m"]
+    assert max(vals) <= 1.0
+
+
+def test_unreadable_csv_is_one_clear_error(tmp_path) -> None:
+    """DuckDB sniffs a CSV's types from a sample: a bad value far down is found by the validation scan, and
+    its error (which quotes the line) becomes one DataValidationError without the engine's text."""
+    path = tmp_path / "big.csv"
+    path.write_text("age,f,sex\n" + "10,0.5,F\n" * 30000 + "20,secret-abc,M\n")
+    with pytest.raises(DataValidationError, match="cannot read the data") as info:
+        backend_for(str(path), SCHEMA)
+    assert "secret" not in str(info.value)
+
+
+INJECT = Schema.from_dict(
+    {
+        "table": "t",
+        "columns": {
+            'a`b"c': {"type": "categorical", "values": ["x\\' OR 1=1 --", "y\\", "z'"]},
+            "n": {"type": "int", "lower": 0, "upper": 9},
+        },
+    }
+)
+INJECT_ROWS = [("x\\' OR 1=1 --", 1), ("y\\", 2), ("z'", 3), ("y\\", 4)]
+INJECT_SQL = (
+    """SELECT "a`b""c", COUNT(*), SUM(n) FROM t WHERE "a`b""c" IN ('x\\'' OR 1=1 --', 'y\\') GROUP BY "a`b""c" """
+)
+
+
+def test_duckdb_backticks_and_backslashes() -> None:
+    df = pd.DataFrame(INJECT_ROWS, columns=['a`b"c', "n"])
+    q, units, extra = _plan(INJECT_SQL, INJECT)
+    cells = backend_for(duckdb.from_df(df), INJECT).evaluate(q, units, extended=extra)
+    assert cells.counts.tolist() == [1, 2, 0] and next(iter(cells.sums.values())) == [1, 6, 0]
+
+
+@pytest.mark.spark
+def test_spark_backticks_backslashes_and_escaped_literals(spark) -> None:
+    sdf = spark.createDataFrame(INJECT_ROWS, schema='`a``b"c` string, n bigint')
+    q, units, extra = _plan(INJECT_SQL, INJECT)
+    b = backend_for(sdf, INJECT)
+    cells = b.evaluate(q, units, extended=extra)
+    assert cells.counts.tolist() == [1, 2, 0] and next(iter(cells.sums.values())) == [1, 6, 0]
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+    try:
+        with pytest.raises(ConfigurationError, match="escapedStringLiterals"):
+            b.evaluate(q, units, extended=extra)
+        with pytest.raises(ConfigurationError, match="escapedStringLiterals"):
+            backend_for(sdf, INJECT)
+    finally:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")

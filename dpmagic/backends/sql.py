@@ -65,6 +65,7 @@ from dpmagic.columns import (
     outside_error,
     undeclared_columns_error,
 )
+from dpmagic.errors import DataValidationError, DPMagicError
 from dpmagic.mechanisms import MAX_ROWS
 from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.schema import Schema
@@ -378,13 +379,20 @@ class EngineBackend(ABC):
         self, schema: Schema, source: exp.Expression, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
     ) -> None:
         if out_of_range not in ("error", "clamp"):
-            from dpmagic.errors import DataValidationError
-
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
         self.compiler = Compiler(schema, source, {c.name: c for c in columns})
-        self.n_rows = self.validate(columns)
+        try:
+            self.n_rows = self.validate(columns)
+        except DPMagicError:
+            raise
+        except Exception as e:  # the engine failed to read the rows (a CSV value it cannot parse, a bad file)
+            # one clear error; the engine's text stays behind (it can quote a row)
+            raise DataValidationError(
+                f"{self.dialect} cannot read the data: {type(e).__name__}",
+                hint="check the files (a value of the wrong type, a malformed line) or bind them as a DataFrame",
+            ) from None
         self._view = self.compiler.view(out_of_range)
 
     @abstractmethod
