@@ -28,6 +28,7 @@ from traitlets import Bool, CaselessStrEnum, Float, TraitError, Unicode, validat
 from traitlets.config import Configurable
 
 from dpmagic.accountant.ledger import default_ledger_path
+from dpmagic.backends.bind import is_file_source
 from dpmagic.budget_report import BudgetReport, SPBudgetReport, budget_summary, panel_view
 from dpmagic.errors import ConfigurationError, DPMagicError
 from dpmagic.magic_cells import ASSIGN, SELECT, cost_arg, split_batch_cell, unquote
@@ -597,7 +598,15 @@ def _data_arg(arg: str, ns: Mapping[str, Any]) -> tuple[Any, str]:
         if isinstance(data, (str, Path)):
             return data, Path(str(data)).name.split(".")[0] or arg
         kind = f"{type(data).__module__}.{type(data).__name__}"
-        if not (isinstance(data, pd.DataFrame) or kind.startswith(("duckdb.", "pyspark."))):
+        pair = (  # (a DuckDB connection or a SparkSession, "table"), as Session and backend_for take it
+            isinstance(data, tuple)
+            and len(data) == 2
+            and isinstance(data[1], str)
+            and type(data[0]).__module__.lstrip("_").startswith(("duckdb", "pyspark."))
+        )
+        if pair or (isinstance(data, list) and is_file_source(data)):  # a list of Parquet/CSV paths
+            return data, arg
+        if not (isinstance(data, pd.DataFrame) or kind.lstrip("_").startswith(("duckdb", "pyspark."))):
             raise ConfigurationError(
                 f"{arg!r} is a {type(data).__name__}, not a pandas DataFrame",
                 hint="bind a DataFrame, a DuckDB relation, a Spark DataFrame or a Parquet/CSV file path",

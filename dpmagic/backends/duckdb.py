@@ -65,6 +65,11 @@ def data_files(data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
             if not found:
                 raise DataValidationError(f"no data file matches {p!r}", hint="check the path and the pattern")
             files += found
+        elif Path(p).is_dir():
+            raise DataValidationError(
+                f"data path {p!r} is a directory, not a file",
+                hint=f"bind the files in it with a glob, e.g. {os.path.join(p, '*.parquet')!r}",
+            )
         elif not Path(p).is_file():
             raise DataValidationError(f"data file {p!r} does not exist", hint="check the path")
         else:

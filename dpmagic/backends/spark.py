@@ -54,6 +54,7 @@ class SparkBackend(EngineBackend):
             frame = data
             spark = frame.sparkSession
         self.spark = spark
+        self._check_parser()
         self.view_name = f"dpmagic_src_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.view_name)
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in frame.dtypes]
@@ -62,7 +63,19 @@ class SparkBackend(EngineBackend):
     def _position(self) -> exp.Expression:
         return exp.Anonymous(this="monotonically_increasing_id", expressions=[])
 
+    def _check_parser(self) -> None:
+        """String literals are rendered with backslash escapes (Spark's default parser): with
+        ``spark.sql.parser.escapedStringLiterals`` on, Spark keeps the escapes in the value, so a category holding
+        a backslash or a quote would silently match nothing; such a session is refused (checked before every
+        statement: the setting can change after binding)."""
+        if str(self.spark.conf.get("spark.sql.parser.escapedStringLiterals", "false")).lower() == "true":
+            raise ConfigurationError(
+                "spark.sql.parser.escapedStringLiterals is on: dpmagic's SQL needs Spark's default string literals",
+                hint='spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")',
+            )
+
     def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+        self._check_parser()
         return [tuple(r) for r in self.spark.sql(self.sql(statement)).collect()]
 
     def __repr__(self) -> str:

@@ -66,6 +66,7 @@ from dpmagic.columns import (
     outside_error,
     undeclared_columns_error,
 )
+from dpmagic.errors import DataValidationError, DPMagicError
 from dpmagic.mechanisms import MAX_ROWS
 from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.schema import Schema
@@ -231,16 +232,46 @@ class Compiler:
         for name, c in self.schema.columns.items():
             x: exp.Expression = col(name)
             if isinstance(c, NumericColumn):
+                # clamped under both policies: a no-op on the validated data (in bounds, or refused at binding),
+                # but a file rewritten after binding can hold anything, and every sensitivity assumes the bounds
                 if c.is_int:
-                    if out_of_range == "clamp":
-                        x = clip(x, int(c.lower), int(c.upper))
-                    x = exp.cast(x, "BIGINT")
+                    x = exp.cast(clip(x, int(c.lower), int(c.upper)), "BIGINT")
                 else:
-                    x = as_double(x)
-                    if out_of_range == "clamp":
-                        x = clip(x, float(c.lower), float(c.upper))
+                    x = clip(as_double(x), float(c.lower), float(c.upper))
             sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
+
+    # ---- rows inside the declared domain ----
+    def declared(self, name: str, x: exp.Expression | None = None) -> exp.Expression:
+        """``x`` (default: the column) is one of the declared categories of ``name`` (strings match strings,
+        numbers numbers, as ``index_of``); FALSE when no declared value has the source's kind."""
+        c = self.schema[name]
+        assert isinstance(c, CategoricalColumn)
+        s = self.columns.get(name)
+        kind = s.kind if s is not None else "string"
+        if kind == "string":
+            vals = [v for v in c.values if isinstance(v, str)]
+        elif kind in ("int", "uint", "float", "decimal"):
+            vals = [v for v in c.values if not isinstance(v, str)]
+        else:
+            vals = []
+        if not vals:
+            return exp.false()
+        return exp.In(this=col(name) if x is None else x, expressions=[lit(v) for v in vals])
+
+    def valid(self, names: Sequence[str]) -> exp.Expression:
+        """The row holds a value of the declared domain in each of ``names``: not NULL, and a declared category.
+
+        Always true on the data validated at binding, but files can change after it: a row with a missing or
+        undeclared value is then discarded (``dp_in`` = 0) in the same statement, never counted in a box it is
+        not in, never reported (numbers are clamped by the view).
+        """
+        parts: list[exp.Expression] = []
+        for name in names:
+            parts.append(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())))
+            if isinstance(self.schema[name], CategoricalColumn):
+                parts.append(self.declared(name))
+        return _and(parts)
 
     # ---- predicates ----
     def value_set(self, name: str, s: ValueSet) -> exp.Expression:
@@ -315,6 +346,11 @@ class Compiler:
             first.append(exp.alias_(col(g.column) if g.sets is None else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
+        used = dict.fromkeys(
+            c.name for e in [*cond, *first[1:]] for c in e.find_all(exp.Column) if c.name in self.schema.columns
+        )
+        cond.insert(0, self.valid(list(used)))
+        first[0] = exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")
         second: list[exp.Expression] = [exp.column(k) for k in keys]
         third: list[exp.Expression] = [exp.column(k) for k in keys]
         for k, v in values.items():
@@ -369,13 +405,20 @@ class EngineBackend(ABC):
         self, schema: Schema, source: exp.Expression, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
     ) -> None:
         if out_of_range not in ("error", "clamp"):
-            from dpmagic.errors import DataValidationError
-
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
         self.compiler = Compiler(schema, source, {c.name: c for c in columns})
-        self.n_rows = self.validate(columns)
+        try:
+            self.n_rows = self.validate(columns)
+        except DPMagicError:
+            raise
+        except Exception as e:  # the engine failed to read the rows (a CSV value it cannot parse, a bad file)
+            # one clear error; the engine's text stays behind (it can quote a row)
+            raise DataValidationError(
+                f"{self.dialect} cannot read the data: {type(e).__name__}",
+                hint="check the files (a value of the wrong type, a malformed line) or bind them as a DataFrame",
+            ) from None
         self._view = self.compiler.view(out_of_range)
 
     @abstractmethod
@@ -415,7 +458,7 @@ class EngineBackend(ABC):
                 null = exp.Or(this=null, expression=exp.IsNan(this=x.copy()))
             aggs[f"null_{i}"] = count_if(null)
             if isinstance(c, CategoricalColumn):
-                aggs[f"bad_{i}"] = count_if(exp.Not(this=exp.paren(self._declared(c, s))))
+                aggs[f"bad_{i}"] = count_if(exp.Not(this=exp.paren(self.compiler.declared(name))))
             elif s.numeric:
                 if s.kind in ("float", "decimal"):
                     aggs[f"inf_{i}"] = count_if(
@@ -453,18 +496,6 @@ class EngineBackend(ABC):
             raise too_many_rows_error()
         return counts["n_rows"]
 
-    def _declared(self, c: CategoricalColumn, s: SourceColumn) -> exp.Expression:
-        """The row's value is a declared category (strings match strings, numbers numbers, as ``index_of``)."""
-        if s.kind == "string":
-            vals = [v for v in c.values if isinstance(v, str)]
-        elif s.numeric:
-            vals = [v for v in c.values if not isinstance(v, str)]
-        else:
-            vals = []
-        if not vals:
-            return exp.false()
-        return exp.In(this=col(c.name), expressions=[lit(v) for v in vals])
-
     def _bad_categories(self, c: CategoricalColumn, s: SourceColumn) -> list[Any]:
         """The first (up to 6) distinct undeclared values, in order of first appearance in the scan."""
         inner = exp.select(exp.alias_(col(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
@@ -473,15 +504,7 @@ class EngineBackend(ABC):
         stmt = (
             exp.select("v")
             .from_(exp.alias_(exp.Subquery(this=inner), "t"))
-            .where(
-                exp.Not(
-                    this=exp.paren(
-                        self._declared(c, SourceColumn("v", s.kind, s.dtype)).transform(
-                            lambda n: exp.column("v") if isinstance(n, exp.Column) else n
-                        )
-                    )
-                )
-            )
+            .where(exp.Not(this=exp.paren(self.compiler.declared(c.name, exp.column("v")))))
             .group_by("v")
             .order_by(exp.Min(this=exp.column("pos")))
             .limit(6)

@@ -1,0 +1,204 @@
+"""Red-team regressions for the engine backends: data that changes after binding (a file rewritten, a table
+updated) never breaks the declared domain — values are clamped and rows with a missing or undeclared value
+are discarded inside the engine's statement, so sums keep their sensitivity and no row counts in a box it is
+not in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+from test_backends_engines import _plan
+
+from dpmagic.backends.bind import backend_for
+from dpmagic.backends.duckdb import DuckDBBackend
+from dpmagic.errors import ConfigurationError, DataValidationError, DPMagicError
+from dpmagic.schema import Schema
+from dpmagic.session import Session
+
+SCHEMA = Schema.from_dict(
+    {
+        "table": "t",
+        "columns": {
+            "age": {"type": "int", "lower": 0, "upper": 100},
+            "f": {"type": "float", "lower": -1.0, "upper": 1.0},
+            "sex": {"type": "categorical", "values": ["F", "M"]},
+        },
+    }
+)
+GOOD = pd.DataFrame({"age": [10, 20, 30], "f": [0.5, -0.5, 0.25], "sex": ["F", "M", "F"]})
+# rewritten after binding: an out-of-range age, an undeclared category, missing values
+BAD = pd.DataFrame(
+    {
+        "age": pd.array([10, 10**12, 30, None, 40], dtype="Int64"),
+        "f": [0.5, 1e300, float("nan"), 0.25, None],
+        "sex": ["F", "M", "X", "F", None],
+    }
+)
+
+
+def _write(df: pd.DataFrame, path: Path) -> Path:
+    con = duckdb.connect()
+    con.register("df", df)
+    con.execute(f"COPY df TO '{path}' (FORMAT parquet)")
+    return path
+
+
+def _eval(backend, sql: str):
+    q, units, extra = _plan(sql, SCHEMA)
+    return backend.evaluate(q, units, extended=extra)
+
+
+@pytest.fixture
+def rebound(tmp_path) -> DuckDBBackend:
+    path = _write(GOOD, tmp_path / "t.parquet")
+    b = backend_for(str(path), SCHEMA)
+    _write(BAD, path)  # the file changes between binding and the query
+    return b
+
+
+def test_sum_clamped_in_the_engine_after_the_file_changes(rebound) -> None:
+    cells = _eval(rebound, "SELECT SUM(age) AS s, SUM(f) AS g FROM t")
+    # every per-row value stays within the declared bounds (the sensitivity the charge assumed)
+    assert all(v <= 100 * 5 for v in next(iter(cells.sums.values())))
+
+
+def test_undeclared_category_counts_in_no_box(rebound) -> None:
+    not_m = _eval(rebound, "SELECT COUNT(*) FROM t WHERE NOT (sex = 'M')").counts.tolist()
+    not_f = _eval(rebound, "SELECT COUNT(*) FROM t WHERE NOT (sex = 'F')").counts.tolist()
+    # the two boxes are disjoint ({F} and {M}): no row may count in both (parallel composition)
+    assert not_m[0] + not_f[0] <= 5 - 1  # the 'X' row and the NULL row count nowhere
+    everything = _eval(rebound, "SELECT sex, COUNT(*) FROM t GROUP BY sex")
+    assert cells_total(everything) == not_m[0] + not_f[0]
+
+
+def cells_total(cells) -> int:
+    return int(cells.counts.sum())
+
+
+def test_quantile_values_clamped(rebound) -> None:
+    cells = _eval(rebound, "SELECT MEDIAN(age) AS m FROM t")
+    (vals,) = cells.extra["m"]
+    assert max(vals) <= 100
+
+
+def test_bad_source_is_one_clear_error(tmp_path) -> None:
+    (tmp_path / "d").mkdir()
+    cases = {
+        str(tmp_path / "missing.parquet"): "does not exist",
+        str(tmp_path / "none*.parquet"): "no data file matches",
+        str(tmp_path / "d"): "is a directory",
+    }
+    for bad, words in cases.items():
+        with pytest.raises(DataValidationError, match=words):
+            backend_for(bad, SCHEMA)
+    with pytest.raises(DPMagicError, match="cannot bind"):
+        backend_for([], SCHEMA)
+
+
+def test_bad_source_writes_no_ledger(tmp_path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    with pytest.raises(DataValidationError):
+        Session(str(tmp_path / "missing.parquet"), SCHEMA, 1.0, ledger=str(ledger))
+    assert not ledger.exists()
+
+
+def test_undeclared_category_breaks_no_parallel_composition() -> None:
+    """Two queries with disjoint coverage (NOT filters): a row with an undeclared category, inserted into the
+    bound DuckDB table after binding, must not count in both (it counts in neither)."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (age BIGINT, f DOUBLE, sex VARCHAR)")
+    con.execute("INSERT INTO t VALUES (60, 0.5, 'M'), (70, 0.5, 'F')")
+    b = backend_for((con, "t"), SCHEMA)
+    con.execute("INSERT INTO t VALUES (60, 0.5, 'X'), (61, 0.5, 'X')")
+    q1 = "SELECT COUNT(*) FROM t WHERE age > 50 AND NOT (sex = 'M' AND f > 0)"
+    q2 = "SELECT COUNT(*) FROM t WHERE age > 50 AND f > 0 AND NOT (sex = 'F' AND f > 0)"
+    assert _eval(b, q1).counts.tolist() == [1]  # the F row only
+    assert _eval(b, q2).counts.tolist() == [1]  # the M row only
+
+
+def test_magic_binds_a_connection_pair_and_a_list_of_paths(ip, tmp_path) -> None:
+    from tests_support import run_cell
+
+    con = duckdb.connect()
+    con.register("g", GOOD)
+    path = _write(GOOD, tmp_path / "t.parquet")
+    ip.user_ns.update(schema=SCHEMA, pair=(con, "g"), paths=[str(path)])
+    for var in ("pair", "paths"):
+        result, cap = run_cell(
+            ip, f"%dpsession {var} --schema schema --budget epsilon=1.0 --ledger memory --panel none"
+        )
+        assert result.success, cap.stderr
+        assert "Error" not in cap.stderr, cap.stderr
+        result, cap = run_cell(ip, "%%dpquery r << --epsilon 0.1\nSELECT sex, COUNT(*) AS n FROM t GROUP BY sex\n")
+        assert result.success and "Error" not in cap.stderr, cap.stderr
+        assert list(ip.user_ns["r"]["sex"]) == ["F", "M"]
+
+
+@pytest.mark.spark
+def test_spark_clamps_and_discards_after_the_source_changes(spark) -> None:
+    good = spark.createDataFrame(GOOD)
+    b = backend_for(good, SCHEMA)
+    rows = [(60, 0.5, "M"), (70, 0.5, "F"), (10**12, 1e300, "X"), (61, float("nan"), "X"), (None, None, None)]
+    changed = spark.createDataFrame(rows, schema="age bigint, f double, sex string")
+    changed.createOrReplaceTempView(b.view_name)  # the bound view now holds rows outside the domain
+    cells = _eval(b, "SELECT SUM(age) AS s, COUNT(*) AS n FROM t")
+    assert cells.counts.tolist() == [4]  # the NULL row is discarded
+    assert next(iter(cells.sums.values())) == [60 + 70 + 100 + 61]
+    q1 = "SELECT COUNT(*) FROM t WHERE age > 50 AND NOT (sex = 'M' AND f > 0)"
+    q2 = "SELECT COUNT(*) FROM t WHERE age > 50 AND f > 0 AND NOT (sex = 'F' AND f > 0)"
+    assert _eval(b, q1).counts.tolist() == [1]
+    assert _eval(b, q2).counts.tolist() == [1]
+    (vals,) = _eval(b, "SELECT MEDIAN(f) AS m FROM t").extra["m"]
+    assert max(vals) <= 1.0
+
+
+def test_unreadable_csv_is_one_clear_error(tmp_path) -> None:
+    """DuckDB sniffs a CSV's types from a sample: a bad value far down is found by the validation scan, and
+    its error (which quotes the line) becomes one DataValidationError without the engine's text."""
+    path = tmp_path / "big.csv"
+    path.write_text("age,f,sex\n" + "10,0.5,F\n" * 30000 + "20,secret-abc,M\n")
+    with pytest.raises(DataValidationError, match="cannot read the data") as info:
+        backend_for(str(path), SCHEMA)
+    assert "secret" not in str(info.value)
+
+
+INJECT = Schema.from_dict(
+    {
+        "table": "t",
+        "columns": {
+            'a`b"c': {"type": "categorical", "values": ["x\\' OR 1=1 --", "y\\", "z'"]},
+            "n": {"type": "int", "lower": 0, "upper": 9},
+        },
+    }
+)
+INJECT_ROWS = [("x\\' OR 1=1 --", 1), ("y\\", 2), ("z'", 3), ("y\\", 4)]
+INJECT_SQL = (
+    """SELECT "a`b""c", COUNT(*), SUM(n) FROM t WHERE "a`b""c" IN ('x\\'' OR 1=1 --', 'y\\') GROUP BY "a`b""c" """
+)
+
+
+def test_duckdb_backticks_and_backslashes() -> None:
+    df = pd.DataFrame(INJECT_ROWS, columns=['a`b"c', "n"])
+    q, units, extra = _plan(INJECT_SQL, INJECT)
+    cells = backend_for(duckdb.from_df(df), INJECT).evaluate(q, units, extended=extra)
+    assert cells.counts.tolist() == [1, 2, 0] and next(iter(cells.sums.values())) == [1, 6, 0]
+
+
+@pytest.mark.spark
+def test_spark_backticks_backslashes_and_escaped_literals(spark) -> None:
+    sdf = spark.createDataFrame(INJECT_ROWS, schema='`a``b"c` string, n bigint')
+    q, units, extra = _plan(INJECT_SQL, INJECT)
+    b = backend_for(sdf, INJECT)
+    cells = b.evaluate(q, units, extended=extra)
+    assert cells.counts.tolist() == [1, 2, 0] and next(iter(cells.sums.values())) == [1, 6, 0]
+    spark.conf.set("spark.sql.parser.escapedStringLiterals", "true")
+    try:
+        with pytest.raises(ConfigurationError, match="escapedStringLiterals"):
+            b.evaluate(q, units, extended=extra)
+        with pytest.raises(ConfigurationError, match="escapedStringLiterals"):
+            backend_for(sdf, INJECT)
+    finally:
+        spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")
