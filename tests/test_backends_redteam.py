@@ -202,3 +202,18 @@ def test_spark_backticks_backslashes_and_escaped_literals(spark) -> None:
             backend_for(sdf, INJECT)
     finally:
         spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")
+
+
+def test_duckdb_connection_with_a_collation_is_refused() -> None:
+    schema = {"columns": {"sex": {"type": "categorical", "values": ["f", "F"]}}}
+    con = duckdb.connect()
+    con.register("t", pd.DataFrame({"sex": ["f", "F", "F"]}))
+    con.execute("CREATE TABLE tt AS SELECT * FROM t")
+    con.execute("SET default_collation = 'nocase'")
+    with pytest.raises(ConfigurationError, match="default_collation"):
+        Session((con, "tt"), schema, "epsilon=1")
+    con.execute("SET default_collation = ''")
+    s = Session((con, "tt"), schema, "epsilon=1")
+    con.execute("SET default_collation = 'nocase'")  # set after binding: refused before the statement runs
+    with pytest.raises(Exception):  # noqa: B017 - after the charge: the one fixed message
+        s.query("SELECT sex, COUNT(*) FROM data GROUP BY sex", epsilon=0.1)

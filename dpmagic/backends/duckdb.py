@@ -137,10 +137,22 @@ class DuckDBBackend(EngineBackend):
             self.files = files
             self._con = con
         self._rel = rel
+        self._check_collation()
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in zip(rel.columns, rel.types, strict=True)]
         self._init(schema, exp.to_table(_SOURCE), columns, out_of_range)
 
+    def _check_collation(self) -> None:
+        """Refuse a connection with a default collation (e.g. ``nocase``): categories are compared and grouped as
+        exact strings, so 'f' and 'F' would merge into one engine group and a declared cell would read 0."""
+        ((collation,),) = self._rel.query(_SOURCE, "SELECT current_setting('default_collation')").fetchall()
+        if collation:
+            raise ConfigurationError(
+                f"the DuckDB connection sets default_collation={collation!r}: dpmagic compares categories exactly",
+                hint="SET default_collation = '' on that connection (or bind a file: dpmagic opens its own)",
+            )
+
     def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+        self._check_collation()
         return self._rel.query(_SOURCE, self.sql(statement)).fetchall()
 
     def __repr__(self) -> str:
