@@ -33,7 +33,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from ..errors import ConfigurationError
-from .workloads import Dense, Stack, Workload, as_union
+from .workloads import Dense, Stack, WeightedTerms, Workload, as_union
 
 __all__ = [
     "ExplicitStrategy",
@@ -418,7 +418,7 @@ class KronStrategy:
 
 
 @dataclass(eq=False)
-class UnionStrategy:
+class UnionStrategy(WeightedTerms):
     """A weighted stack c₁A₁; …; c_kA_k of Kronecker strategies (OPT₊, HDMM Def. 19).
 
     ``assignment[j]`` (optional) names the sub-workload A_j was optimised for; :meth:`trace` then returns the
@@ -436,18 +436,6 @@ class UnionStrategy:
         self.terms = tuple((float(c), a if isinstance(a, KronStrategy) else KronStrategy((a,))) for c, a in self.terms)
         if not self.terms or len({a.domain for _, a in self.terms}) != 1:
             raise ConfigurationError("union strategy: sub-strategies must share one domain")
-
-    @property
-    def domain(self) -> tuple[int, ...]:
-        return self.terms[0][1].domain
-
-    @property
-    def n(self) -> int:
-        return int(np.prod(self.domain))
-
-    @property
-    def num_queries(self) -> int:
-        return sum(a.num_queries for _, a in self.terms)
 
     def sensitivity(self, p: int) -> float:
         """Exact max column norm when the domain fits in memory, else the sum bound (an upper bound)."""

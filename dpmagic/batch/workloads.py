@@ -308,8 +308,27 @@ class Kron:
         return " ⊗ ".join(repr(f) for f in self.factors)
 
 
+class WeightedTerms:
+    """What a weighted union c₁X₁; …; c_kX_k over one domain knows of itself (workloads and strategies alike):
+    ``terms`` is a tuple of (weight, part) with every part over the same domain."""
+
+    terms: tuple
+
+    @property
+    def domain(self) -> tuple[int, ...]:
+        return self.terms[0][1].domain
+
+    @property
+    def n(self) -> int:
+        return int(np.prod(self.domain))
+
+    @property
+    def num_queries(self) -> int:
+        return sum(part.num_queries for _, part in self.terms)
+
+
 @dataclass(eq=False)
-class Stack:
+class Stack(WeightedTerms):
     """A weighted union c₁W₁; …; c_kW_k of Kronecker products over the same domain (HDMM Eq. 3)."""
 
     terms: tuple[tuple[float, Kron], ...]
@@ -323,18 +342,6 @@ class Stack:
             raise ConfigurationError(f"union: sub-workloads are over different domains {sorted(doms)}")
         if any(not np.isfinite(c) or c <= 0 for c, _ in self.terms):
             raise ConfigurationError("union: weights must be positive and finite")
-
-    @property
-    def domain(self) -> tuple[int, ...]:
-        return self.terms[0][1].domain
-
-    @property
-    def n(self) -> int:
-        return int(np.prod(self.domain))
-
-    @property
-    def num_queries(self) -> int:
-        return sum(t.num_queries for _, t in self.terms)
 
     def gram(self) -> np.ndarray:
         return sum(c * c * t.gram() for c, t in self.terms)
