@@ -410,5 +410,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(args.func(args))
 
 
+#: commands that open no file for writing: after them the console entry point skips the interpreter's teardown
+_NO_TEARDOWN = frozenset({"overlap"})
+
+
+def run() -> None:  # pragma: no cover - exercised as a subprocess
+    """The ``dpmagic`` console command: :func:`main`, then exit with its status.
+
+    After a command that writes no file (``overlap``), the output is flushed and the process ends with
+    ``os._exit``: the interpreter's teardown — freeing every parsed statement, every module — costs ~0.12 s
+    of the 2,000-statement census run and does nothing a read-only command needs.  Other commands (the
+    ledger's) exit normally, so every file and connection is closed the usual way.
+    """
+    argv = sys.argv[1:]
+    code = main(argv)
+    if next((a for a in argv if not a.startswith("-")), None) in _NO_TEARDOWN:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -139,8 +139,12 @@ class IntervalSet:
         return not self.intervals
 
     def is_full(self) -> bool:
-        c = self.column
-        return self == IntervalSet.of(c, [_domain(c)])
+        # the full set is the declared domain itself (``IntervalSet.of(c, [_domain(c)])``), or nothing when
+        # an int column's bounds hold no integer: compared without normalising it again
+        dom = _domain(self.column)
+        if dom.is_empty():
+            return self.intervals == IntervalSet.of(self.column, [dom]).intervals
+        return len(self.intervals) == 1 and self.intervals[0] == dom
 
     def intersect(self, other: IntervalSet) -> IntervalSet:
         out = [iv for a in self.intervals for b in other.intervals if (iv := _intersect(a, b)) is not None]

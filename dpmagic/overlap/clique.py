@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .deadline import SearchTimeout
-from .graph import as_csr, components
+from .graph import CSRGraph, as_csr, components
 from .result import CliqueResult, OverlapResult
 from .rounding import grid_of, is_exact, proven_upper, sum_down
 
@@ -123,9 +122,9 @@ class _Search:
             f[0] = P & ~(1 << v)
 
 
-def _bitsets(A: sp.csr_matrix, order: np.ndarray) -> list[int]:
+def _bitsets(A: CSRGraph, order: np.ndarray) -> list[int]:
     """Adjacency rows of the vertices ``order`` (relabelled 0..k-1) as Python-int bitsets."""
-    sub = A[order][:, order].toarray()
+    sub = A.dense(order)
     packed = np.packbits(sub, axis=1, bitorder="little")
     return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
@@ -159,7 +158,7 @@ def max_weight_clique(
     best_set: list[int] = []
     if initial is not None and len(initial):
         init = [int(i) for i in initial]
-        sub = A[init][:, init].toarray()
+        sub = A.dense(init)
         np.fill_diagonal(sub, True)
         if sub.all():
             best, best_set = float(np.sum(w[init])), init

@@ -84,7 +84,6 @@ from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse as sp
 
 from dpmagic.schema import CategoricalColumn, Schema
 from dpmagic.sets import Box, CategorySet
@@ -92,10 +91,11 @@ from dpmagic.sets import Box, CategorySet
 from .clique import max_weight_clique
 from .encoding import BoxStore, is_helly_box
 from .graph import (
+    CSRGraph,
+    adjacency_graph,
     cheapest_color,
     coloring_value,
     greedy_coloring,
-    overlap_adjacency,
     weighted_coloring_bound,
 )
 from .maxoverlap import solve_overlap
@@ -469,7 +469,7 @@ class OverlapEngine:
             g = self._gamma
             assert g is not None
             ids = np.flatnonzero(st.alive[:n])
-            A = overlap_adjacency(st, ids=ids)
+            A = adjacency_graph(st, ids=ids)
             pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
             chi = sum_up(self._cm.tolist())
             cr = max_weight_clique(A, st.weights[ids], limit, upper_hint=min(chi, c.upper), initial=pos)
@@ -574,7 +574,7 @@ class OverlapEngine:
             # ω is already only bounded: do not search again, bound ω(N(q)) by a greedy colouring
             adj = st.pairwise(nb)
             np.fill_diagonal(adj, False)
-            chi_nb = coloring_value(greedy_coloring(sp.csr_matrix(adj), st.weights[nb]), st.weights[nb])
+            chi_nb = coloring_value(greedy_coloring(CSRGraph.from_dense(adj), st.weights[nb]), st.weights[nb])
             members = tuple(region.members) + (qid,)
             lower = sum_down(st.weights[list(region.members)].tolist() + [w])
             clique = _omega(lower, max(lower, add_up(w, chi_nb)), False, members)
@@ -670,7 +670,7 @@ class OverlapEngine:
                     self._clique = _omega(g.lower, g.lower, True, g.members)
                     return self._clique
                 ids = np.flatnonzero(alive)
-                A = overlap_adjacency(st, ids=ids)
+                A = adjacency_graph(st, ids=ids)
                 pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
                 cr = max_weight_clique(A, st.weights[ids], self.clique_time_limit, upper_hint=chi, initial=pos)
                 self._clique = _omega(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
@@ -721,7 +721,7 @@ class OverlapEngine:
         n = st.n
         self._ensure_color_cap()
         ids = np.flatnonzero(st.alive[:n])
-        A = overlap_adjacency(st, ids=ids)
+        A = adjacency_graph(st, ids=ids)
         value, colors = weighted_coloring_bound(A, st.weights[ids])
         self._version += 1
         current = sum_up(self._cm.tolist()) if keep_better else math.inf

@@ -11,7 +11,6 @@ import math
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from .encoding import Problem
 from .rounding import grid_of, proven_upper, sum_up
@@ -101,6 +100,8 @@ def milp_overlap(
         lo.append(np.full(len(constrained), -np.inf))
         hi.append(np.zeros(len(constrained)))
         r += len(constrained)
+    import scipy.sparse as sp
+
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(rows_j))), shape=(r, nvar))
     cobj = np.concatenate([np.zeros(ny), -ws])
     integrality = np.zeros(nvar)

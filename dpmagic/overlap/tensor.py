@@ -10,10 +10,10 @@ computation, not interruptible).  The Khatri–Rao product is built here only.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from .encoding import Problem
 
@@ -40,6 +40,37 @@ def khatri_rao(prob: Problem, axes: Sequence[int] | None = None) -> np.ndarray:
     return K
 
 
+#: below this many (run ends × cells) the difference rows are summed by numpy; above it (or once scipy is loaded)
+#: by scipy's sparse product, whose import (~0.13 s) costs more than a small product
+_NUMPY_DIFF_MAX = 4_000_000
+
+
+def _difference_rows(
+    r: np.ndarray, qi: np.ndarray, Kw: np.ndarray, rows: int, *, use_scipy: bool | None = None
+) -> np.ndarray:
+    """``D @ Kw`` for the ±1 difference matrix ``D`` (``+1`` at ``(r[i], qi[i])`` for the first ``len(qi)``
+    entries of ``r``, ``-1`` at the rest): row ``b`` is the sum of the ``Kw`` rows of the runs starting at ``b``
+    minus those ending there.  Either way at most ``2n`` additions of terms of magnitude ≤ Σw per cell (the
+    bound :class:`~.rounding.ProblemRounding` allows); the order differs, so results may differ in the last
+    bits only, within that bound."""
+    m = len(qi)
+    cells = Kw.shape[1]
+    if use_scipy is None:
+        use_scipy = "scipy.sparse" in sys.modules or 2 * m * cells > _NUMPY_DIFF_MAX
+    if use_scipy:
+        import scipy.sparse as sp
+
+        data = np.concatenate([np.ones(m), -np.ones(m)])
+        D = sp.csr_matrix((data, (r, np.concatenate([qi, qi]))), shape=(rows, Kw.shape[0]))
+        return np.asarray(D @ Kw)
+    out = np.empty((rows, cells))
+    KT = np.ascontiguousarray(Kw[qi].T)
+    start, end = r[:m], r[m:]
+    for j in range(cells):
+        out[:, j] = np.bincount(start, weights=KT[j], minlength=rows) - np.bincount(end, weights=KT[j], minlength=rows)
+    return out
+
+
 def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
     """Maximum load over the whole compressed domain of ``prob`` and one maximising atom per column."""
     cols = prob.columns
@@ -60,9 +91,7 @@ def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
         keep = (rs < re).ravel()  # type: ignore[operator]
         qi = qi[keep]
         r = np.concatenate([rs.ravel()[keep], re.ravel()[keep]])  # type: ignore[union-attr]
-        data = np.concatenate([np.ones(len(qi)), -np.ones(len(qi))])
-        D = sp.csr_matrix((data, (r, np.concatenate([qi, qi]))), shape=(cb.a + 1, n))
-        L = np.cumsum(D @ Kw, axis=0)[:-1]
+        L = np.cumsum(_difference_rows(r, qi, Kw, cb.a + 1), axis=0)[:-1]
     else:
         L = cb.M.T.astype(np.float64) @ Kw  # type: ignore[union-attr]
     flat = int(np.argmax(L))

@@ -66,6 +66,28 @@ _REFUSED: list[tuple[type[exp.Expression], str]] = [
 _REFUSED_KINDS = tuple(kind for kind, _ in _REFUSED)
 
 
+_KINDS: dict[type, str | None] = {}
+
+
+def _node_kind(t: type) -> str | None:
+    """What the walk of :func:`parse_query` does with a node of type ``t``: ``"sub"`` (a dashed-name
+    candidate), ``"select"``, the label of a refused construct, or None; memoised per type (the walk visits
+    every node of every statement)."""
+    try:
+        return _KINDS[t]
+    except KeyError:
+        pass
+    kind: str | None = None
+    if issubclass(t, exp.Sub):
+        kind = "sub"
+    elif issubclass(t, _REFUSED_KINDS):
+        kind = next(lab for k, lab in _REFUSED if issubclass(t, k))
+    elif issubclass(t, exp.Select):
+        kind = "select"
+    _KINDS[t] = kind
+    return kind
+
+
 def _parse_statements(text: str) -> list[exp.Expression]:
     """Parse with the default dialect; T-SQL (``SELECT TOP n``) as a fallback."""
     try:
@@ -122,15 +144,18 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
     subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
     for node in tree.walk():
-        if isinstance(node, exp.Sub):
-            subs.append(node)
-        elif isinstance(node, _REFUSED_KINDS):
-            label = next(lab for kind, lab in _REFUSED if isinstance(node, kind))
+        kind = _node_kind(type(node))
+        if kind is None:
+            continue
+        if kind == "sub":
+            subs.append(node)  # type: ignore[arg-type]
+        elif kind != "select":
+            label = kind
             raise UnsupportedQueryError(
                 f"{label.split(' (')[0]} is not supported in dpmagic's SQL subset"
                 + (f" ({label.split(' (', 1)[1]}" if " (" in label else "")
             )
-        if isinstance(node, exp.Select) and node is not tree:
+        elif node is not tree:
             raise UnsupportedQueryError("a subquery is not supported in dpmagic's SQL subset")
     if tree.args.get("distinct") is not None:
         raise UnsupportedQueryError(
