@@ -411,3 +411,23 @@ def test_spark_limb_sums_are_exact_at_the_int64_extremes(spark) -> None:
     got = {int(r[0]): combine(list(r[1:])) for r in spark.sql(stmt.sql(dialect="spark")).collect()}
     assert got == {g: sum(vs) for g, vs in groups.items()}
     assert combine([12345]) == 12345  # DuckDB's one HUGEINT sum
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("bound", "limbs"), [(2**31 - 1, 1), (2**31, 2), (2**60 - 1, 2), (2**60, 3)])
+def test_spark_sums_use_as_few_limbs_as_the_bound_allows_and_stay_exact(spark, bound, limbs) -> None:
+    """With a proven per-row bound, Spark sums one BIGINT (|v| < 2³¹) or two limbs (|v| < 2⁶⁰); the values at
+    ±bound, and their sums, recombine exactly."""
+    from dpmagic.backends.sql import combine, exact_sum
+
+    vals = [bound, -bound, bound - 1, -(bound - 1) if bound > 1 else 0, 1, -1, 0, (2**30) - 1, -(2**30)]
+    vals = [v for v in vals if abs(v) <= bound]
+    groups = {0: vals, 1: [bound] * 9, 2: [-bound] * 9}
+    rows = [(g, v) for g, vs in groups.items() for v in vs]
+    spark.createDataFrame(rows, "g BIGINT, v BIGINT").createOrReplaceTempView("dpmagic_limbs_b")
+    parts = exact_sum(exp.column("v"), "spark", bound)
+    assert len(parts) == limbs
+    stmt = exp.select(exp.column("g"), *parts).from_("dpmagic_limbs_b").group_by(exp.column("g"))
+    got = {int(r[0]): combine(list(r[1:])) for r in spark.sql(stmt.sql(dialect="spark")).collect()}
+    assert got == {g: sum(vs) for g, vs in groups.items()}
+    assert len(exact_sum(exp.column("v"), "duckdb", bound)) == 1

@@ -156,9 +156,12 @@ def as_double(x: exp.Expression) -> exp.Expression:
 @dataclass(frozen=True)
 class Quantised:
     """A per-row value to be quantised: ``y`` = clip(x, lo, hi) / unit (a double), rounded by :func:`rint` in a
-    later projection of :meth:`Compiler.rows` (so that ``y`` is computed once per row)."""
+    later projection of :meth:`Compiler.rows` (so that ``y`` is computed once per row).  ``bound``: a proven
+    bound of the rounded value's magnitude (``unit`` is a power of two, so ``|y| ≤ max(|lo|, |hi|) / unit``
+    exactly, and rounding adds at most one)."""
 
     y: exp.Expression
+    bound: int
 
 
 def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
@@ -176,40 +179,50 @@ def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
 
 def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quantised:
     """:func:`dpmagic.mechanisms.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
-    return Quantised(exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit))))
+    y = exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit)))
+    m = max(abs(float(lo)), abs(float(hi))) / float(unit)
+    return Quantised(y, int(math.ceil(m)) + 1 if math.isfinite(m) else _UNBOUNDED)
 
 
-#: the shifts of the 21-bit limbs of an exact BIGINT sum on engines without a native 128-bit SUM
-LIMB_SHIFTS = (0, 21, 42)
-_LIMB_MASK = (1 << 21) - 1
+assert MAX_ROWS <= 2**32, "exact_sum's limb widths assume at most 2^32 rows"
+
+#: the limb shifts of an exact BIGINT sum on engines without a native 128-bit SUM, by the number of limbs
+LIMB_SHIFTS: dict[int, tuple[int, ...]] = {1: (0,), 2: (0, 30), 3: (0, 21, 42)}
+
+#: the per-row bound used when none is known (any BIGINT)
+_UNBOUNDED = 1 << 63
 
 
-def exact_sum(x: exp.Expression, dialect: str) -> list[exp.Expression]:
+def _limb(x: exp.Expression, shift: int, width: int | None) -> exp.Expression:
+    """``(x >> shift) & (2^width - 1)`` (``width`` None: the arithmetic shift alone, the signed top limb)."""
+    y = x.copy() if shift == 0 else exp.paren(exp.BitwiseRightShift(this=x.copy(), expression=lit(shift)))
+    return y if width is None else exp.BitwiseAnd(this=y, expression=lit((1 << width) - 1))
+
+
+def exact_sum(x: exp.Expression, dialect: str, bound: int = _UNBOUNDED) -> list[exp.Expression]:
     """The exact Σ of a BIGINT per-row value, as the aggregates whose values recombine into it (:func:`combine`).
 
     DuckDB sums BIGINT into a HUGEINT (int128) natively: one aggregate.  Other engines (Spark, whose
-    DECIMAL(38, 0) aggregation costs twice a BIGINT one) sum the value's three 21-bit limbs of its two's
-    complement, v = h·2⁴² + m·2²¹ + l with 0 ≤ l, m < 2²¹ and |h| ≤ 2²¹, each as a BIGINT: every limb's sum over
-    at most 2³² rows (:data:`~dpmagic.mechanisms.MAX_ROWS`) stays below 2³²·2²¹ = 2⁵³, so no sum overflows, and
-    the kernel recombines them exactly in Python ints (as :func:`dpmagic.backends.pandas.exact_cell_sums`)."""
-    if dialect == "duckdb":
+    DECIMAL(38, 0) aggregation costs twice a BIGINT one) sum BIGINT limbs of the value's two's complement, as few
+    as its proven bound ``|v| ≤ bound`` allows, every limb's sum over at most 2³² rows
+    (:data:`~dpmagic.mechanisms.MAX_ROWS`, refused beyond at binding) staying inside BIGINT (< 2⁶³):
+
+    * ``bound < 2³¹``: the value itself (|Σ| < 2³²·2³¹);
+    * ``bound < 2⁶⁰``: v = h·2³⁰ + l with 0 ≤ l < 2³⁰ and |h| ≤ 2³⁰ (sums < 2⁶²);
+    * otherwise v = h·2⁴² + m·2²¹ + l with 0 ≤ l, m < 2²¹ and |h| ≤ 2²¹ (sums < 2⁵³).
+
+    The kernel recombines them exactly in Python ints (as :func:`dpmagic.backends.pandas.exact_cell_sums`)."""
+    b = abs(int(bound))
+    if dialect == "duckdb" or b < 1 << 31:
         return [exp.Sum(this=x)]
-    return [
-        exp.Sum(this=exp.BitwiseAnd(this=x.copy(), expression=lit(_LIMB_MASK))),
-        exp.Sum(
-            this=exp.BitwiseAnd(
-                this=exp.paren(exp.BitwiseRightShift(this=x.copy(), expression=lit(21))), expression=lit(_LIMB_MASK)
-            )
-        ),
-        exp.Sum(this=exp.BitwiseRightShift(this=x.copy(), expression=lit(42))),
-    ]
+    if b < 1 << 60:
+        return [exp.Sum(this=_limb(x, 0, 30)), exp.Sum(this=_limb(x, 30, None))]
+    return [exp.Sum(this=_limb(x, 0, 21)), exp.Sum(this=_limb(x, 21, 21)), exp.Sum(this=_limb(x, 42, None))]
 
 
 def combine(parts: Sequence[Any]) -> int:
-    """The exact sum from the values of :func:`exact_sum`'s aggregates (one HUGEINT, or three limb sums)."""
-    if len(parts) == 1:
-        return int(parts[0] or 0)
-    return sum(int(v or 0) << s for v, s in zip(parts, LIMB_SHIFTS, strict=True))
+    """The exact sum from the values of :func:`exact_sum`'s aggregates (one sum, or its limbs' sums)."""
+    return sum(int(v or 0) << s for v, s in zip(parts, LIMB_SHIFTS[len(parts)], strict=True))
 
 
 def count_if(cond: exp.Expression) -> exp.Expression:
@@ -531,8 +544,8 @@ class EngineBackend(ABC):
         sum_keys: dict[str, str] = {}
         sum_parts: dict[str, list[str]] = {}  # an exact sum -> the names of its aggregates
 
-        def add_sum(name: str, x: exp.Expression) -> None:
-            parts = exact_sum(x, self.dialect)
+        def add_sum(name: str, x: exp.Expression, bound: int) -> None:
+            parts = exact_sum(x, self.dialect, bound)
             sum_parts[name] = [name] if len(parts) == 1 else [f"{name}_p{j}" for j in range(len(parts))]
             aggs.update(zip(sum_parts[name], parts, strict=True))
 
@@ -543,7 +556,9 @@ class EngineBackend(ABC):
             assert isinstance(c, NumericColumn)
             lo, hi = clamp_bounds(c, agg.clamp)
             x: exp.Expression | Quantised = col(agg.column)
+            bound = _UNBOUNDED
             if c.is_int:
+                bound = max(abs(int(lo)), abs(int(hi)))  # the view clamps to the declared bounds, the SQL clamp inside
                 if agg.clamp is not None:
                     x = clip(x, int(lo), int(hi))
             else:
@@ -551,10 +566,11 @@ class EngineBackend(ABC):
                 if unit is None:
                     raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
                 x = quantise_sql(x, unit, float(lo), float(hi))
+                bound = x.bound
             k = f"v{len(values)}"
             values[k] = x
             sum_keys[agg.sum_key] = k
-            add_sum(f"s_{k}", exp.column(k))
+            add_sum(f"s_{k}", exp.column(k), bound)
         plans = dict(extended or {})
         quantiles: dict[str, str] = {}
         for alias, u in plans.items():
@@ -565,11 +581,11 @@ class EngineBackend(ABC):
                 values[k] = col(name)
                 aggs[f"d_{alias}"] = exp.Count(this=exp.Distinct(expressions=[exp.column(k)]))
             elif a.func in ("var", "stddev"):
-                s_expr, q_expr = self._variance_values(name, u.plan)
+                (s_expr, s_bound), (q_expr, q_bound) = self._variance_values(name, u.plan)
                 ks, kq = f"v{len(values)}", f"v{len(values) + 1}"
                 values[ks], values[kq] = s_expr, q_expr
-                add_sum(f"vs_{alias}", exp.column(ks))
-                add_sum(f"vq_{alias}", exp.column(kq))
+                add_sum(f"vs_{alias}", exp.column(ks), s_bound)
+                add_sum(f"vq_{alias}", exp.column(kq), q_bound)
             else:
                 k = f"v{len(values)}"
                 values[k] = as_double(col(name))
@@ -631,32 +647,37 @@ class EngineBackend(ABC):
             out.append(np.repeat(np.asarray(v, dtype=float)[order], np.asarray(n, dtype=np.int64)[order]))
         return out
 
-    def _variance_values(self, name: str, p: Any) -> tuple[exp.Expression | Quantised, exp.Expression | Quantised]:
-        """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units)."""
+    def _variance_values(
+        self, name: str, p: Any
+    ) -> tuple[tuple[exp.Expression | Quantised, int], tuple[exp.Expression | Quantised, int]]:
+        """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units),
+        each with a proven bound of its magnitude (:func:`exact_sum`)."""
         x = col(name)
         if p.is_int:
             y = clip(x, int(p.lo), int(p.hi))
             c = int(p.c)
+            dev = max(abs(int(p.lo) - c), abs(int(p.hi) - c))  # |y - c|
             yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
-            s: exp.Expression | Quantised
-            q: exp.Expression | Quantised
+            s: tuple[exp.Expression | Quantised, int]
+            q: tuple[exp.Expression | Quantised, int]
             if p.total.quantised:
-                s = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
+                qs = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
+                s = (qs, qs.bound)
             else:
-                s = exp.Sub(this=y.copy(), expression=lit(c))
+                s = (exp.Sub(this=y.copy(), expression=lit(c)), dev)
             if p.squares.quantised:
-                q = quantise_sql(
+                qq = quantise_sql(
                     exp.Mul(this=exp.paren(yd.copy()), expression=exp.paren(yd.copy())),
                     p.squares.noise.unit,
                     p.squares.a,
                     p.squares.b,
                 )
+                q = (qq, qq.bound)
             else:
                 yc = exp.paren(exp.Sub(this=y.copy(), expression=lit(c)))
-                q = exp.Mul(this=yc, expression=yc.copy())
+                q = (exp.Mul(this=yc, expression=yc.copy()), dev * dev)
             return s, q
         xc = exp.paren(exp.Sub(this=clip(as_double(x), float(p.lo), float(p.hi)), expression=lit(float(p.c))))
-        return (
-            quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b),
-            quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b),
-        )
+        qs = quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b)
+        qq = quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b)
+        return (qs, qs.bound), (qq, qq.bound)
