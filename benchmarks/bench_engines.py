@@ -50,14 +50,39 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
-QUERIES = [
-    "SELECT sex, COUNT(*) AS n, AVG(age) AS a FROM adult WHERE age BETWEEN 30 AND 50 GROUP BY sex",
-    "SELECT workclass, race, COUNT(*) AS n FROM adult WHERE hours > 40 GROUP BY workclass, race",
-    "SELECT education, SUM(income) AS s FROM adult WHERE sex = 'Female' AND age < 40 GROUP BY education",
-    "SELECT race, AVG(hours) AS h, SUM(capital_gain) AS g FROM adult WHERE education IN ('Bachelors', 'Masters') "
-    "GROUP BY race",
-    "SELECT FLOOR(age / 10) * 10 AS decade, COUNT(*) AS n FROM adult WHERE income < 100000 GROUP BY decade",
+#: the five query shapes; round r of an analyst's session asks each with other constants (round 0: QUERIES)
+TEMPLATES = [
+    "SELECT sex, COUNT(*) AS n, AVG(age) AS a FROM adult WHERE age BETWEEN {a} AND {b} GROUP BY sex",
+    "SELECT workclass, race, COUNT(*) AS n FROM adult WHERE hours > {h} GROUP BY workclass, race",
+    "SELECT education, SUM(income) AS s FROM adult WHERE sex = '{sex}' AND age < {young} GROUP BY education",
+    "SELECT race, AVG(hours) AS h, SUM(capital_gain) AS g FROM adult WHERE education IN ({edu}) GROUP BY race",
+    "SELECT FLOOR(age / 10) * 10 AS decade, COUNT(*) AS n FROM adult WHERE income < {inc} GROUP BY decade",
 ]
+_EDU = ["'Bachelors', 'Masters'", "'Masters', 'Doctorate', 'HS'", "'HS', 'Some-college'", "'Doctorate'"]
+
+
+def session_queries(rounds: int) -> list[str]:
+    """``rounds`` rounds of the five shapes, each round with other constants (no query repeats, so none is
+    answered from the re-run cache)."""
+    out = []
+    for r in range(rounds):
+        p = {
+            "a": 30 + r,
+            "b": 50 + r,
+            "h": 40 + r,
+            "sex": "Female" if r % 2 == 0 else "Male",
+            "young": 40 + r,
+            "edu": _EDU[r % len(_EDU)],
+            "inc": 100000 + 1000 * r,
+        }
+        out += [t.format(**p) for t in TEMPLATES]
+    return out
+
+
+#: the first round (the queries of the earlier runs of this benchmark)
+QUERIES = session_queries(1)
+#: rounds of the analyst session measured after binding
+ROUNDS = 4
 
 
 def generate(n: int) -> Path:
@@ -139,13 +164,16 @@ def worker(engine: str, n: int) -> dict[str, Any]:
     s = dpmagic.Session(data, SCHEMA, "epsilon=1000", ledger=None)
     out["bind_s"] = time.perf_counter() - t0
     lat = []
-    for sql in QUERIES:
+    for sql in session_queries(ROUNDS):
         t = time.perf_counter()
         s.query(sql, epsilon=1.0)
         lat.append(time.perf_counter() - t)
+    first = lat[: len(TEMPLATES)]
     out["latency_s"] = lat
-    out["p50_s"] = statistics.median(lat)
-    out["max_s"] = max(lat)
+    out["p50_s"] = statistics.median(first)  # the first round: the first five queries after binding
+    out["max_s"] = max(first)
+    out["session_p50_s"] = statistics.median(lat)  # all ROUNDS rounds
+    out["warm_p50_s"] = statistics.median(lat[len(TEMPLATES) :])  # rounds 2..ROUNDS
     # the engine's own floor: a hand-written plain GROUP BY of the first query's shape, without dpmagic, warm
     # (one run to warm up, then the median of PLAIN_RUNS)
     plain_sql = "SELECT sex, COUNT(*), AVG(age) FROM {} WHERE age BETWEEN 30 AND 50 GROUP BY sex"
@@ -236,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             r.get("bind_s"),
             r.get("p50_s"),
             r.get("max_s"),
+            r.get("session_p50_s"),
+            r.get("warm_p50_s"),
             r.get("plain_engine_s"),
             r.get("peak_rss_mb"),
             r.get("date"),
@@ -255,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         checks.append(f"DuckDB 100M bind {d100['bind_s']:.1f} s (target ≤ 30 s)")
     d10, s10 = by.get(("duckdb", 10_000_000)), by.get(("spark", 10_000_000))
     if d10 and s10:
-        checks.append(
-            f"Spark / DuckDB p50 at 10M rows: {s10['p50_s'] / d10['p50_s']:.2f}× (target ≤ 3×, after session start)"
-        )
+        if "session_p50_s" in d10 and "session_p50_s" in s10:
+            checks.append(
+                f"Spark / DuckDB at 10M rows, p50 over the {ROUNDS * len(TEMPLATES)}-query session: "
+                f"{s10['session_p50_s'] / d10['session_p50_s']:.2f}× (target ≤ 3×, after session start); "
+                f"rounds 2+: {s10['warm_p50_s'] / d10['warm_p50_s']:.2f}×; the first five queries (the JVM still "
+                f"compiling): {s10['p50_s'] / d10['p50_s']:.2f}×"
+            )
+        else:
+            checks.append(f"Spark / DuckDB p50 at 10M rows (first five queries): {s10['p50_s'] / d10['p50_s']:.2f}×")
     md = "\n".join(
         [
             "# Backends at scale: pandas, DuckDB, Spark local[2] (benchmarks/bench_engines.py)",
@@ -267,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             "different dates come from runs with `--only`, which replace only their own rows).",
             "",
             "Each row is a fresh process: bind the Parquet file through `dpmagic.Session` (validation included), "
-            f"then {len(QUERIES)} charged filtered GROUP BY queries (latency = `Session.query`, noise included). "
+            f"then an analyst's session of {ROUNDS} rounds of {len(TEMPLATES)} charged filtered GROUP BY queries, each "
+            "round with other constants (latency = `Session.query`, noise included; rows measured before 2026-11-22 "
+            "20:40 UTC ran the first round only). "
             "Peak RSS is the kernel process's `ru_maxrss` (DuckDB in-process; Spark's JVM is another process). "
             'pandas: the frame is loaded from the file first (not counted in bind). "plain engine GROUP BY": the engine\'s '
             "own time for a hand-written GROUP BY of the first query's shape, without dpmagic (its floor), warm: the "
@@ -280,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                     "rows",
                     "session start s",
                     "bind s",
-                    "query p50 s",
-                    "query max s",
+                    "first 5 queries p50 s",
+                    "first 5 max s",
+                    f"session ({ROUNDS * len(TEMPLATES)} queries) p50 s",
+                    "rounds 2+ p50 s",
                     "plain engine GROUP BY s",
                     "peak RSS MB",
                     "measured",
@@ -298,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": info,
         "load_before": load_before,
         "load_after": load_after,
-        "queries": QUERIES,
+        "queries": session_queries(ROUNDS),
         "results": results,
     }
     if args.quick:

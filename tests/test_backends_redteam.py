@@ -153,6 +153,42 @@ def test_spark_clamps_and_discards_after_the_source_changes(spark) -> None:
     assert _eval(b, q2).counts.tolist() == [1]
     (vals,) = _eval(b, "SELECT MEDIAN(f) AS m FROM t").extra["m"]
     assert max(vals) <= 1.0
+    # grouped by the declared position (Spark's coded keys): the undeclared 'X' rows and the NULL row in no cell
+    g = _eval(b, "SELECT sex, COUNT(*) AS n, SUM(age) AS s FROM t GROUP BY sex")
+    assert g.counts.tolist() == [1, 1]  # F: (70), M: (60)
+    assert next(iter(g.sums.values())) == [70, 60]
+
+
+@pytest.mark.spark
+def test_spark_coded_keys_match_pandas_on_numeric_and_string_categories(spark) -> None:
+    """Spark groups categorical keys by declared position; numeric-valued categories (an int source column, and
+    a double one holding whole numbers) land in the same cells as on pandas, values of another kind in none."""
+    schema = Schema.from_dict(
+        {
+            "table": "t",
+            "columns": {
+                "k": {"type": "categorical", "values": [3, 1, 2]},
+                "c": {"type": "categorical", "values": ["b", "a"]},
+            },
+        }
+    )
+    df = pd.DataFrame({"k": [1, 1, 2, 3, 3, 3], "c": ["a", "b", "a", "a", "b", "b"]})
+    want = _eval_schema(backend_for(df, schema), schema, "SELECT k, c, COUNT(*) AS n FROM t GROUP BY k, c")
+    got = _eval_schema(
+        backend_for(spark.createDataFrame(df), schema), schema, "SELECT k, c, COUNT(*) AS n FROM t GROUP BY k, c"
+    )
+    assert got.counts.tolist() == want.counts.tolist()
+    assert sum(want.counts.tolist()) == 6
+    dfd = df.assign(k=df["k"].astype(float))
+    got_d = _eval_schema(
+        backend_for(spark.createDataFrame(dfd), schema), schema, "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
+    )
+    assert got_d.counts.tolist() == [3, 2, 1]  # declared order 3, 1, 2
+
+
+def _eval_schema(backend, schema, sql: str):
+    q, units, extra = _plan(sql, schema)
+    return backend.evaluate(q, units, extended=extra)
 
 
 def test_unreadable_csv_is_one_clear_error(tmp_path) -> None:

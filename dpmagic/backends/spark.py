@@ -39,6 +39,9 @@ class SparkBackend(EngineBackend):
     """Exact aggregates by Spark SQL over a Spark DataFrame or a table of ``spark`` (a ``SparkSession``)."""
 
     dialect = "spark"
+    # Spark's hash aggregation has a fast path for primitive keys only: a categorical GROUP BY key is grouped by
+    # its declared position (an int CASE), not by its string value
+    coded_keys = True
 
     def __init__(
         self, data: Any, schema: Schema, *, spark: Any = None, out_of_range: OutOfRangePolicy = "error"

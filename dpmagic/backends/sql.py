@@ -233,10 +233,20 @@ def count_if(cond: exp.Expression) -> exp.Expression:
 class Compiler:
     """Builds the statements of one bound data set (its schema, its source relation's name and columns)."""
 
-    def __init__(self, schema: Schema, source: exp.Expression, columns: Mapping[str, SourceColumn]) -> None:
+    def __init__(
+        self,
+        schema: Schema,
+        source: exp.Expression,
+        columns: Mapping[str, SourceColumn],
+        *,
+        coded_keys: bool = False,
+    ) -> None:
         self.schema = schema
         self.source = source  # a table / view reference of the raw bound data
         self.columns = dict(columns)
+        #: group a categorical key by its declared position (a CASE, −1 when undeclared) instead of its raw value:
+        #: for engines whose hash aggregation is much faster on integer keys than on strings (Spark)
+        self.coded_keys = coded_keys
 
     # ---- the normalised view (declared types, the custodian's clamp) ----
     def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:
@@ -260,17 +270,21 @@ class Compiler:
         numbers numbers, as ``index_of``); FALSE when no declared value has the source's kind."""
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
-        s = self.columns.get(name)
-        kind = s.kind if s is not None else "string"
-        if kind == "string":
-            vals = [v for v in c.values if isinstance(v, str)]
-        elif kind in ("int", "uint", "float", "decimal"):
-            vals = [v for v in c.values if not isinstance(v, str)]
-        else:
-            vals = []
+        vals = [v for v in c.values if self._same_kind(name, v)]
         if not vals:
             return exp.false()
         return exp.In(this=col(name) if x is None else x, expressions=[lit(v) for v in vals])
+
+    def _same_kind(self, name: str, value: Any) -> bool:
+        """Whether the declared category ``value`` can equal a value of the source column ``name``: strings match
+        strings, numbers numbers (as ``index_of``); nothing matches a column of another kind."""
+        s = self.columns.get(name)
+        kind = s.kind if s is not None else "string"
+        if kind == "string":
+            return isinstance(value, str)
+        if kind in ("int", "uint", "float", "decimal"):
+            return not isinstance(value, str)
+        return False
 
     def valid(self, names: Sequence[str]) -> exp.Expression:
         """The row holds a value of the declared domain in each of ``names``: not NULL, and a declared category.
@@ -332,7 +346,11 @@ class Compiler:
         if g.sets is None:
             c = self.schema[g.column]
             assert isinstance(c, CategoricalColumn)
-            whens = [(exp.EQ(this=col(g.column), expression=lit(v)), lit(i)) for i, v in enumerate(c.values)]
+            whens = [
+                (exp.EQ(this=col(g.column), expression=lit(v)), lit(i))
+                for i, v in enumerate(c.values)
+                if self._same_kind(g.column, v)
+            ]
         else:
             whens = [(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)]
         return _case(whens, lit(-1))
@@ -345,7 +363,8 @@ class Compiler:
 
         Keys: ``dp_in`` (1 when the row passes the filter) and one ``dp_g<i>`` per GROUP BY key — the row's raw
         value on a categorical key grouped by its declared values (the engine groups by it; the kernel maps the
-        few distinct values to their declared positions), else its bin index (−1: in no bin).  Every row is
+        few distinct values to their declared positions) or, with :attr:`coded_keys`, its declared position; else its
+        bin index (−1: in no bin).  Every row is
         scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
         pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
         and the quantised values' ``y``; then r = FLOOR(y); then the rounded values.
@@ -356,7 +375,8 @@ class Compiler:
         keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
         first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
-            first.append(exp.alias_(col(g.column) if g.sets is None else self.group_code(g), f"dp_g{i}"))
+            raw = g.sets is None and not self.coded_keys
+            first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
         used = dict.fromkeys(
@@ -383,7 +403,7 @@ class Compiler:
             return None
         cell = 0
         for g, v in zip(query.groups, key[1:], strict=True):
-            if g.sets is None:
+            if g.sets is None and not self.coded_keys:
                 c = self.schema[g.column]
                 assert isinstance(c, CategoricalColumn)
                 if isinstance(v, decimal.Decimal):
@@ -411,6 +431,8 @@ class EngineBackend(ABC):
     """
 
     dialect: str = "duckdb"
+    #: see :attr:`Compiler.coded_keys`
+    coded_keys: bool = False
 
     schema: Schema
 
@@ -421,7 +443,7 @@ class EngineBackend(ABC):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
-        self.compiler = Compiler(schema, source, {c.name: c for c in columns})
+        self.compiler = Compiler(schema, source, {c.name: c for c in columns}, coded_keys=self.coded_keys)
         try:
             self.n_rows = self.validate(columns)
         except DPMagicError:
