@@ -138,12 +138,18 @@ def test_magic_binds_a_connection_pair_and_a_list_of_paths(ip, tmp_path) -> None
 
 
 @pytest.mark.spark
-def test_spark_clamps_and_discards_after_the_source_changes(spark) -> None:
+@pytest.mark.parametrize("cache", [True, False])
+def test_spark_clamps_and_discards_after_the_source_changes(spark, cache) -> None:
+    from dpmagic.backends.spark import SparkBackend
+
     good = spark.createDataFrame(GOOD)
-    b = backend_for(good, SCHEMA)
+    b = SparkBackend(good, SCHEMA, cache=cache)
     rows = [(60, 0.5, "M"), (70, 0.5, "F"), (10**12, 1e300, "X"), (61, float("nan"), "X"), (None, None, None)]
     changed = spark.createDataFrame(rows, schema="age bigint, f double, sex string")
     changed.createOrReplaceTempView(b.view_name)  # the bound view now holds rows outside the domain
+    if cache:  # the cached copy evicted and recomputed from the changed source, as Spark would
+        b.unpersist()
+        spark.sql(b.coding_sql).createOrReplaceTempView(b.coded_view)
     cells = _eval(b, "SELECT SUM(age) AS s, COUNT(*) AS n FROM t")
     assert cells.counts.tolist() == [4]  # the NULL row is discarded
     assert next(iter(cells.sums.values())) == [60 + 70 + 100 + 61]
@@ -172,18 +178,26 @@ def test_spark_coded_keys_match_pandas_on_numeric_and_string_categories(spark) -
             },
         }
     )
+    from dpmagic.backends.spark import SparkBackend
+
     df = pd.DataFrame({"k": [1, 1, 2, 3, 3, 3], "c": ["a", "b", "a", "a", "b", "b"]})
-    want = _eval_schema(backend_for(df, schema), schema, "SELECT k, c, COUNT(*) AS n FROM t GROUP BY k, c")
-    got = _eval_schema(
-        backend_for(spark.createDataFrame(df), schema), schema, "SELECT k, c, COUNT(*) AS n FROM t GROUP BY k, c"
-    )
-    assert got.counts.tolist() == want.counts.tolist()
+    sql = "SELECT k, c, COUNT(*) AS n FROM t GROUP BY k, c"
+    want = _eval_schema(backend_for(df, schema), schema, sql)
     assert sum(want.counts.tolist()) == 6
     dfd = df.assign(k=df["k"].astype(float))
-    got_d = _eval_schema(
-        backend_for(spark.createDataFrame(dfd), schema), schema, "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
-    )
-    assert got_d.counts.tolist() == [3, 2, 1]  # declared order 3, 1, 2
+    for cache in (True, False):
+        got = _eval_schema(SparkBackend(spark.createDataFrame(df), schema, cache=cache), schema, sql)
+        assert got.counts.tolist() == want.counts.tolist()
+        w = "SELECT COUNT(*) AS n FROM t WHERE k IN (1, 3) AND c = 'b'"
+        assert _eval_schema(
+            SparkBackend(spark.createDataFrame(df), schema, cache=cache), schema, w
+        ).counts.tolist() == [3]
+        got_d = _eval_schema(
+            SparkBackend(spark.createDataFrame(dfd), schema, cache=cache),
+            schema,
+            "SELECT k, COUNT(*) AS n FROM t GROUP BY k",
+        )
+        assert got_d.counts.tolist() == [3, 2, 1]  # declared order 3, 1, 2
 
 
 def _eval_schema(backend, schema, sql: str):

@@ -1,9 +1,10 @@
 """The Apache Spark backend: exact aggregates computed by Spark SQL (a cluster, or ``local[2]``).
 
 Binds a Spark ``DataFrame``, or the name of a table in a ``SparkSession`` (``spark=``).  The source is
-registered as a temporary view and every statement is the engine-neutral compiler's
-(:mod:`dpmagic.backends.sql`) rendered in the ``spark`` dialect and run with ``spark.sql``; only aggregate rows
-are collected.  Validation and errors are the pandas path's.
+registered as a temporary view and validated there; then (``cache=True``, the default) the declared columns are
+cached by Spark with categories as integer codes (:meth:`SparkBackend._cache_coded`).  Every statement is the
+engine-neutral compiler's (:mod:`dpmagic.backends.sql`) rendered in the ``spark`` dialect and run with
+``spark.sql``; only aggregate rows are collected.  Validation and errors are the pandas path's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpmagic.backends.sql import EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.backends.sql import Compiler, EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.columns import CategoricalColumn
 from dpmagic.errors import ConfigurationError, DataValidationError
 from dpmagic.schema import OutOfRangePolicy, Schema
 
@@ -44,7 +46,13 @@ class SparkBackend(EngineBackend):
     coded_keys = True
 
     def __init__(
-        self, data: Any, schema: Schema, *, spark: Any = None, out_of_range: OutOfRangePolicy = "error"
+        self,
+        data: Any,
+        schema: Schema,
+        *,
+        spark: Any = None,
+        out_of_range: OutOfRangePolicy = "error",
+        cache: bool = True,
     ) -> None:
         if isinstance(data, str):
             if spark is None:
@@ -62,6 +70,53 @@ class SparkBackend(EngineBackend):
         frame.createOrReplaceTempView(self.view_name)
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in frame.dtypes]
         self._init(schema, exp.to_table(self.view_name), columns, out_of_range)
+        self.cached: Any = None
+        if cache:
+            self._cache_coded(columns, out_of_range)
+
+    def _cache_coded(self, columns: list[SourceColumn], out_of_range: OutOfRangePolicy) -> None:
+        """Keep the declared columns in Spark's memory (spilling to disk), each categorical one as its declared
+        position (:meth:`~dpmagic.backends.sql.Compiler.coding`), and compile every query against that copy.
+
+        Spark reads a Parquet string column and compares strings row by row in every query, and its hash
+        aggregation is fast for primitive keys only; on the cached integer codes a query reads no file and
+        compares integers.  The copy is Spark's own cache (``persist(MEMORY_AND_DISK)``, materialised here, at
+        binding): if Spark evicts it, it is recomputed from the source with the same coding, and the queries
+        still discard rows whose code is −1 (an undeclared value) or NULL and clamp every number, so a source
+        changed after binding breaks no declared bound (:meth:`unpersist` frees it).
+        """
+        from pyspark import StorageLevel
+
+        #: the statement that makes the cached copy from the source view (Spark recomputes it the same way)
+        self.coding_sql = self.sql(self.compiler.coding())
+        frame = self.spark.sql(self.coding_sql).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            frame.count()  # materialise the cache now, not in the first query
+        except Exception:
+            frame.unpersist()
+            raise DataValidationError(
+                "spark cannot read the data: caching the declared columns failed",
+                hint="bind with cache=False, or check the source",
+            ) from None
+        self.cached = frame
+        self.coded_view = f"dpmagic_coded_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(self.coded_view)
+        cats = frozenset(n for n, c in self.schema.columns.items() if isinstance(c, CategoricalColumn))
+        kinds = {c.name: c for c in columns}
+        coded_cols = [SourceColumn(n, "int", "int32") if n in cats else kinds[n] for n in self.schema.columns]
+        self.compiler = Compiler(
+            self.schema,
+            exp.to_table(self.coded_view),
+            {c.name: c for c in coded_cols},
+            coded_keys=self.coded_keys,
+            coded=cats,
+        )
+        self._view = self.compiler.view(out_of_range)
+
+    def unpersist(self) -> None:
+        """Free the cached copy (later queries recompute it from the source, with the same coding)."""
+        if self.cached is not None:
+            self.cached.unpersist()
 
     def _position(self) -> exp.Expression:
         return exp.Anonymous(this="monotonically_increasing_id", expressions=[])

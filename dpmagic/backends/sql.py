@@ -240,6 +240,7 @@ class Compiler:
         columns: Mapping[str, SourceColumn],
         *,
         coded_keys: bool = False,
+        coded: frozenset[str] = frozenset(),
     ) -> None:
         self.schema = schema
         self.source = source  # a table / view reference of the raw bound data
@@ -247,6 +248,26 @@ class Compiler:
         #: group a categorical key by its declared position (a CASE, −1 when undeclared) instead of its raw value:
         #: for engines whose hash aggregation is much faster on integer keys than on strings (Spark)
         self.coded_keys = coded_keys
+        #: categorical columns the source holds as their declared positions (−1 or NULL: no declared value), as
+        #: :meth:`coding` makes them: predicates compare positions, keys group by them
+        self.coded = frozenset(coded)
+
+    def coding(self) -> exp.Select:
+        """SELECT of every declared column with each categorical one replaced by its declared position (the CASE
+        of :meth:`group_code`: −1 for a value of no declared category, NULL included); numbers as they are."""
+        sel: list[exp.Expression] = []
+        for name, c in self.schema.columns.items():
+            if isinstance(c, CategoricalColumn):
+                whens = [
+                    (exp.EQ(this=col(name), expression=lit(v)), lit(i))
+                    for i, v in enumerate(c.values)
+                    if self._same_kind(name, v)
+                ]
+                x = _case(whens, lit(-1)) if whens else lit(-1)
+                sel.append(exp.alias_(exp.cast(x, "INT"), exp.to_identifier(name, quoted=True)))
+            else:
+                sel.append(exp.alias_(col(name), exp.to_identifier(name, quoted=True)))
+        return exp.select(*sel).from_(self.source.copy())
 
     # ---- the normalised view (declared types, the custodian's clamp) ----
     def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:
@@ -270,6 +291,8 @@ class Compiler:
         numbers numbers, as ``index_of``); FALSE when no declared value has the source's kind."""
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
+        if name in self.coded:
+            return exp.GTE(this=col(name) if x is None else x, expression=lit(0))
         vals = [v for v in c.values if self._same_kind(name, v)]
         if not vals:
             return exp.false()
@@ -309,6 +332,8 @@ class Compiler:
                 return exp.true()
             if not values:
                 return exp.false()
+            if name in self.coded:
+                return exp.In(this=col(name), expressions=[lit(i) for i, m in enumerate(mask) if m])
             return exp.In(this=col(name), expressions=[lit(v) for v in values])
         assert isinstance(s, IntervalSet)
         c = self.schema[name]
@@ -375,7 +400,7 @@ class Compiler:
         keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
         first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
-            raw = g.sets is None and not self.coded_keys
+            raw = g.sets is None and (g.column in self.coded or not self.coded_keys)
             first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
@@ -403,7 +428,7 @@ class Compiler:
             return None
         cell = 0
         for g, v in zip(query.groups, key[1:], strict=True):
-            if g.sets is None and not self.coded_keys:
+            if g.sets is None and not self.coded_keys and g.column not in self.coded:
                 c = self.schema[g.column]
                 assert isinstance(c, CategoricalColumn)
                 if isinstance(v, decimal.Decimal):
