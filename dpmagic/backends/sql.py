@@ -253,18 +253,13 @@ class Compiler:
         self.coded = frozenset(coded)
 
     def coding(self) -> exp.Select:
-        """SELECT of every declared column with each categorical one replaced by its declared position (the CASE
-        of :meth:`group_code`: −1 for a value of no declared category, NULL included); numbers as they are."""
+        """SELECT of every declared column with each categorical one replaced by its declared position
+        (:meth:`category_position`); numbers as they are."""
         sel: list[exp.Expression] = []
         for name, c in self.schema.columns.items():
             if isinstance(c, CategoricalColumn):
-                whens = [
-                    (exp.EQ(this=col(name), expression=lit(v)), lit(i))
-                    for i, v in enumerate(c.values)
-                    if self._same_kind(name, v)
-                ]
-                x = _case(whens, lit(-1)) if whens else lit(-1)
-                sel.append(exp.alias_(exp.cast(x, "INT"), exp.to_identifier(name, quoted=True)))
+                x = exp.cast(self.category_position(name), "INT")
+                sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
             else:
                 sel.append(exp.alias_(col(name), exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
@@ -369,16 +364,20 @@ class Compiler:
     def group_code(self, g: GroupKey) -> exp.Expression:
         """The row's bin index along ``g`` (−1: in no bin; impossible on validated data, but discarded)."""
         if g.sets is None:
-            c = self.schema[g.column]
-            assert isinstance(c, CategoricalColumn)
-            whens = [
-                (exp.EQ(this=col(g.column), expression=lit(v)), lit(i))
-                for i, v in enumerate(c.values)
-                if self._same_kind(g.column, v)
-            ]
-        else:
-            whens = [(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)]
-        return _case(whens, lit(-1))
+            return self.category_position(g.column)
+        return _case([(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)], lit(-1))
+
+    def category_position(self, name: str) -> exp.Expression:
+        """The declared position of the row's value of the categorical column ``name``, a CASE over the declared
+        values of the source's kind (:meth:`_same_kind`); −1 for any other value, NULL included."""
+        c = self.schema[name]
+        assert isinstance(c, CategoricalColumn)
+        whens = [
+            (exp.EQ(this=col(name), expression=lit(v)), lit(i))
+            for i, v in enumerate(c.values)
+            if self._same_kind(name, v)
+        ]
+        return _case(whens, lit(-1)) if whens else lit(-1)
 
     # ---- the per-cell aggregates of one query ----
     def rows(
