@@ -267,3 +267,49 @@ def test_duckdb_connection_with_a_collation_is_refused() -> None:
     con.execute("SET default_collation = 'nocase'")  # set after binding: refused before the statement runs
     with pytest.raises(Exception):  # noqa: B017 - after the charge: the one fixed message
         s.query("SELECT sex, COUNT(*) FROM data GROUP BY sex", epsilon=0.1)
+
+
+def _big_cases():
+    """(declared values, source column kind, rows) where a double and an int differ beyond 2**53."""
+    return [
+        ([2**53 + 1, 2**53], "double", [float(2**53)] * 3),
+        ([float(2**53), 5], "bigint", [2**53 + 1, 5]),
+        ([1.5, 2.0, 7], "bigint", [2, 2, 7]),
+    ]
+
+
+def _engine_answer(make, schema, sql):
+    try:
+        return _eval_schema(make(), schema, sql).counts.tolist()
+    except DataValidationError as exc:
+        return str(exc).split(":")[0]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_numeric_categories_compare_exactly_on_duckdb(case) -> None:
+    """A declared category matches a source value only when Python's equality (pandas' ``index_of``) says so: a
+    double column's ``2.0**53`` is not the declared ``2**53 + 1``, a BIGINT ``2**53 + 1`` is not ``2.0**53``."""
+    vals, kind, rows = _big_cases()[case]
+    schema = Schema.from_dict({"table": "t", "columns": {"k": {"type": "categorical", "values": vals}}})
+    df = pd.DataFrame({"k": pd.array(rows, dtype="float64" if kind == "double" else "int64")})
+    sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
+    want = _engine_answer(lambda: backend_for(df, schema), schema, sql)
+    rel = duckdb.connect().from_df(df)
+    assert _engine_answer(lambda: backend_for(rel, schema), schema, sql) == want
+    if case == 0:
+        assert want == [0, 3]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", range(3))
+def test_numeric_categories_compare_exactly_on_spark(spark, case) -> None:
+    from dpmagic.backends.spark import SparkBackend
+
+    vals, kind, rows = _big_cases()[case]
+    schema = Schema.from_dict({"table": "t", "columns": {"k": {"type": "categorical", "values": vals}}})
+    df = pd.DataFrame({"k": pd.array(rows, dtype="float64" if kind == "double" else "int64")})
+    sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k"
+    want = _engine_answer(lambda: backend_for(df, schema), schema, sql)
+    sdf = spark.createDataFrame([(r,) for r in rows], f"k {kind}")
+    for cache in (True, False):
+        assert _engine_answer(lambda c=cache: SparkBackend(sdf, schema, cache=c), schema, sql) == want

@@ -204,3 +204,22 @@ def test_cli_overlap_does_not_import_scipy(tmp_path):
     assert got["rc"] == 0
     assert got["scipy"] == []
     assert got["gamma"]["exact"] and got["gamma"]["value"] == 3.0  # age 3-4, sex F: queries 1, 2, 3
+
+
+def test_as_csr_reads_a_matrix_as_undirected_and_checks_labels():
+    """An edge given in one direction only is an edge (as scipy's ``directed=False`` read it): components and
+    cliques see the undirected graph; networkx labels other than 0..n-1 and out-of-range ids are refused."""
+    import networkx as nx
+
+    one_way = np.zeros((3, 3), dtype=bool)
+    one_way[0, 1] = one_way[2, 1] = True
+    assert [c.tolist() for c in components(sp.csr_matrix(one_way))] == [[0, 1, 2]]
+    upper = np.triu(np.ones((3, 3), dtype=bool), 1)  # a triangle given above the diagonal only
+    r = max_weight_clique(upper, [1.0, 1.0, 1.0])
+    assert r.exact and r.lower == 3.0
+    assert max_weight_clique(sp.csr_matrix(upper), [1.0, 1.0, 1.0]).lower == 3.0
+    g = nx.Graph([(0, 2), (2, 7)])
+    with pytest.raises(ValueError, match="0..n-1"):
+        as_csr(g)
+    with pytest.raises(ValueError, match="vertex ids"):
+        CSRGraph.from_edges(2, np.array([0]), np.array([5]))

@@ -10,13 +10,16 @@ engine-neutral compiler's (:mod:`dpmagic.backends.sql`) rendered in the ``spark`
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import Any
 
 from sqlglot import exp
 
+from dpmagic.backends.pandas import too_many_rows_error
 from dpmagic.backends.sql import Compiler, EngineBackend, SourceColumn, _pandas_string_dtype
 from dpmagic.columns import CategoricalColumn
 from dpmagic.errors import ConfigurationError, DataValidationError
+from dpmagic.mechanisms import MAX_ROWS
 from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["SparkBackend"]
@@ -91,14 +94,21 @@ class SparkBackend(EngineBackend):
         self.coding_sql = self.sql(self.compiler.coding())
         frame = self.spark.sql(self.coding_sql).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            frame.count()  # materialise the cache now, not in the first query
+            rows = frame.count()  # materialise the cache now, not in the first query
         except Exception:
             frame.unpersist()
             raise DataValidationError(
                 "spark cannot read the data: caching the declared columns failed",
                 hint="bind with cache=False, or check the source",
             ) from None
+        if rows > MAX_ROWS:  # the exact sums' limb widths assume at most MAX_ROWS rows (a source read again)
+            frame.unpersist()
+            raise too_many_rows_error()
         self.cached = frame
+        # freed when the backend is dropped (a notebook that binds again), not at interpreter exit (Spark may be
+        # stopped by then)
+        fin = weakref.finalize(self, frame.unpersist)
+        fin.atexit = False
         self.coded_view = f"dpmagic_coded_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.coded_view)
         cats = frozenset(n for n, c in self.schema.columns.items() if isinstance(c, CategoricalColumn))

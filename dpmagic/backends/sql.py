@@ -282,27 +282,38 @@ class Compiler:
 
     # ---- rows inside the declared domain ----
     def declared(self, name: str, x: exp.Expression | None = None) -> exp.Expression:
-        """``x`` (default: the column) is one of the declared categories of ``name`` (strings match strings,
-        numbers numbers, as ``index_of``); FALSE when no declared value has the source's kind."""
+        """``x`` (default: the column) is one of the declared categories of ``name`` (compared exactly, as
+        ``index_of``: :meth:`category_literal`); FALSE when no declared value can equal a source value."""
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
         if name in self.coded:
             return exp.GTE(this=col(name) if x is None else x, expression=lit(0))
-        vals = [v for v in c.values if self._same_kind(name, v)]
-        if not vals:
+        lits = [e for v in c.values if (e := self.category_literal(name, v)) is not None]
+        if not lits:
             return exp.false()
-        return exp.In(this=col(name) if x is None else x, expressions=[lit(v) for v in vals])
+        return exp.In(this=col(name) if x is None else x, expressions=lits)
 
-    def _same_kind(self, name: str, value: Any) -> bool:
-        """Whether the declared category ``value`` can equal a value of the source column ``name``: strings match
-        strings, numbers numbers (as ``index_of``); nothing matches a column of another kind."""
+    def category_literal(self, name: str, value: Any) -> exp.Expression | None:
+        """The literal the engine's ``=`` compares *exactly* with the source column ``name`` to test for the declared
+        category ``value`` — Python's equality, as ``index_of`` and the pandas path — or None when no value of the
+        source's kind equals it.  Strings match strings and numbers numbers; on an integer column a declared
+        float matches only if it is integral (compared as that integer), on a double column a declared integer
+        only if it is exactly a double (``2**53 + 1`` is not: the engine would round it to ``2.0**53``)."""
         s = self.columns.get(name)
         kind = s.kind if s is not None else "string"
         if kind == "string":
-            return isinstance(value, str)
-        if kind in ("int", "uint", "float", "decimal"):
-            return not isinstance(value, str)
-        return False
+            return lit(value) if isinstance(value, str) else None
+        if isinstance(value, str) or kind not in ("int", "uint", "float", "decimal"):
+            return None
+        if kind in ("int", "uint") and isinstance(value, float):
+            return lit(int(value)) if value.is_integer() else None
+        if kind == "float" and not isinstance(value, float):
+            try:
+                exact = float(value) == value
+            except OverflowError:
+                exact = False
+            return lit(float(value)) if exact else None
+        return lit(value)
 
     def valid(self, names: Sequence[str]) -> exp.Expression:
         """The row holds a value of the declared domain in each of ``names``: not NULL, and a declared category.
@@ -329,7 +340,8 @@ class Compiler:
                 return exp.false()
             if name in self.coded:
                 return exp.In(this=col(name), expressions=[lit(i) for i, m in enumerate(mask) if m])
-            return exp.In(this=col(name), expressions=[lit(v) for v in values])
+            lits = [e for v in values if (e := self.category_literal(name, v)) is not None]
+            return exp.In(this=col(name), expressions=lits) if lits else exp.false()
         assert isinstance(s, IntervalSet)
         c = self.schema[name]
         assert isinstance(c, NumericColumn)
@@ -368,14 +380,14 @@ class Compiler:
         return _case([(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)], lit(-1))
 
     def category_position(self, name: str) -> exp.Expression:
-        """The declared position of the row's value of the categorical column ``name``, a CASE over the declared
-        values of the source's kind (:meth:`_same_kind`); −1 for any other value, NULL included."""
+        """The declared position of the row's value of the categorical column ``name``, a CASE of exact
+        comparisons (:meth:`category_literal`); −1 for any other value, NULL included."""
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
         whens = [
-            (exp.EQ(this=col(name), expression=lit(v)), lit(i))
+            (exp.EQ(this=col(name), expression=e), lit(i))
             for i, v in enumerate(c.values)
-            if self._same_kind(name, v)
+            if (e := self.category_literal(name, v)) is not None
         ]
         return _case(whens, lit(-1)) if whens else lit(-1)
 

@@ -60,6 +60,8 @@ class CSRGraph:
         """From directed edge lists (both directions given; duplicates and self-loops dropped).  ``O(E log E)``."""
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)
+        if len(rows) and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= n):
+            raise ValueError(f"edge endpoints must be vertex ids 0..{n - 1}")
         keep = rows != cols
         rows, cols = rows[keep], cols[keep]
         key = np.unique(rows * max(n, 1) + cols)
@@ -157,18 +159,25 @@ def overlap_adjacency(
 
 def as_csr(adjacency: Any) -> CSRGraph:
     """Accept a :class:`CSRGraph`, a scipy sparse matrix, a dense (n, n) array or a networkx graph (nodes
-    0..n-1); the diagonal is ignored."""
+    0..n-1).  The graph is undirected: a matrix entry in either direction is an edge (the matrix is
+    symmetrised, as scipy's ``connected_components(directed=False)`` reads it); the diagonal is ignored."""
     if isinstance(adjacency, CSRGraph):
         return adjacency
     if hasattr(adjacency, "nodes") and hasattr(adjacency, "edges"):
         n = adjacency.number_of_nodes()
+        if set(adjacency.nodes()) != set(range(n)):
+            raise ValueError("a networkx graph's nodes must be 0..n-1 (the weights are indexed by them)")
         edges = np.array([(u, v) for u, v in adjacency.edges() if u != v], dtype=np.int64).reshape(-1, 2)
-        return CSRGraph.from_edges(n, np.r_[edges[:, 0], edges[:, 1]], np.r_[edges[:, 1], edges[:, 0]])
-    if hasattr(adjacency, "tocoo"):  # scipy sparse (not imported unless the caller already has it)
+        r, c = edges[:, 0], edges[:, 1]
+    elif hasattr(adjacency, "tocoo"):  # scipy sparse (not imported unless the caller already has it)
         coo = adjacency.tocoo()
         nz = np.asarray(coo.data, dtype=bool)
-        return CSRGraph.from_edges(coo.shape[0], coo.row[nz], coo.col[nz])
-    return CSRGraph.from_dense(np.asarray(adjacency, dtype=bool))
+        n, r, c = coo.shape[0], coo.row[nz], coo.col[nz]
+    else:
+        a = np.asarray(adjacency, dtype=bool)
+        n = a.shape[0]
+        r, c = np.nonzero(a | a.T)
+    return CSRGraph.from_edges(n, np.r_[r, c], np.r_[c, r])
 
 
 def _ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
