@@ -51,10 +51,6 @@ class CSRGraph:
         n = len(self.indptr) - 1
         return (n, n)
 
-    @property
-    def nnz(self) -> int:
-        return int(self.indptr[-1])
-
     @classmethod
     def from_edges(cls, n: int, rows: np.ndarray, cols: np.ndarray) -> CSRGraph:
         """From directed edge lists (both directions given; duplicates and self-loops dropped).  ``O(E log E)``."""
