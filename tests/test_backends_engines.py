@@ -314,6 +314,38 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     assert got == quantise(np.asarray(xs), unit, lo, hi).tolist()
 
 
+def _rint_cases(unit: float) -> tuple[list[float], float, float]:
+    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994, 3.0, 1e-300, -7.75, 6.25]
+    xs += [k * unit / 2 for k in range(-9, 10)] + [math.nextafter(k * unit / 2, 0) for k in range(-9, 10)]
+    xs += [math.nextafter(k * unit / 2, k * unit) for k in range(-9, 10)]
+    lo, hi = -8.0 * max(unit, 1), 8.0 * max(unit, 1)
+    return xs, lo, hi
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
+def test_quantise_on_spark_is_numpys_rint(spark, unit: float, native: bool) -> None:
+    """Spark's quantised values, by its ``RINT`` (Java's Math.rint: the compiler's ``native_rint``) and by the
+    IEEE spelling, equal dpmagic.mechanisms.quantise: half-way cases to even, neighbours of the ties exact."""
+    from dpmagic.backends.sql import Compiler, quantise_sql
+    from dpmagic.mechanisms import quantise
+    from dpmagic.query.model import Query
+    from dpmagic.sets import Box
+
+    xs, lo, hi = _rint_cases(unit)
+    spark.createDataFrame([(i, x) for i, x in enumerate(xs)], "i BIGINT, x DOUBLE").createOrReplaceTempView("q_t")
+    schema = Schema.from_dict({"columns": {"x": {"type": "float", "lower": lo, "upper": hi}}})
+    comp = Compiler(schema, exp.to_table("q_t"), {}, native_rint=native)
+    q = Query(text="", table=None, aggregates=(), group_by=(), where=Box({}))
+    view = exp.select(exp.column("i"), exp.column("x")).from_(exp.to_table("q_t"))
+    rows, _ = comp.rows(q, {"i": exp.column("i"), "v": quantise_sql(exp.column("x"), unit, lo, hi)}, view)
+    sql = rows.sql("spark")
+    assert ("RINT(" in sql) == native
+    got = dict(spark.sql(f"SELECT i, v FROM ({sql}) AS r").collect())
+    assert [got[i] for i in range(len(xs))] == quantise(np.asarray(xs), unit, lo, hi).tolist()
+
+
 def test_session_binds_a_connection_and_table(tables) -> None:
     df, schema, path = tables["adult"]
     con = duckdb.connect()

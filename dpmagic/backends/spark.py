@@ -47,6 +47,9 @@ class SparkBackend(EngineBackend):
     # Spark's hash aggregation has a fast path for primitive keys only: a categorical GROUP BY key is grouped by
     # its declared position (an int CASE), not by its string value
     coded_keys = True
+    # Java's Math.rint rounds half to even exactly, in one call (the IEEE spelling of rint costs a FLOOR and a
+    # CASE per row)
+    native_rint = True
 
     def __init__(
         self,
@@ -79,13 +82,14 @@ class SparkBackend(EngineBackend):
 
     def _cache_coded(self, columns: list[SourceColumn], out_of_range: OutOfRangePolicy) -> None:
         """Keep the declared columns in Spark's memory (spilling to disk), each categorical one as its declared
-        position (:meth:`~dpmagic.backends.sql.Compiler.coding`), and compile every query against that copy.
+        position and each number clamped to its declared bounds (:meth:`~dpmagic.backends.sql.Compiler.coding`),
+        and compile every query against that copy.
 
         Spark reads a Parquet string column and compares strings row by row in every query, and its hash
         aggregation is fast for primitive keys only; on the cached integer codes a query reads no file and
         compares integers.  The copy is Spark's own cache (``persist(MEMORY_AND_DISK)``, materialised here, at
-        binding): if Spark evicts it, it is recomputed from the source with the same coding, and the queries
-        still discard rows whose code is −1 (an undeclared value) or NULL and clamp every number, so a source
+        binding): if Spark evicts it, it is recomputed from the source by the same statement, which clamps every
+        number, and the queries still discard rows whose code is −1 (an undeclared value) or NULL, so a source
         changed after binding breaks no declared bound (:meth:`unpersist` frees it).
         """
         from pyspark import StorageLevel
@@ -120,6 +124,8 @@ class SparkBackend(EngineBackend):
             {c.name: c for c in coded_cols},
             coded_keys=self.coded_keys,
             coded=cats,
+            clamped=True,
+            native_rint=self.native_rint,
         )
         self._view = self.compiler.view(out_of_range)
 

@@ -23,11 +23,12 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   aggregated alike (the same work however many rows the box holds, as the pandas backend's discarded bin);
   zero-filling over the declared keys happens in the kernel;
 * exact **integer sums**: BIGINT per-row values summed into HUGEINT (DuckDB's SUM of BIGINT) or, on Spark, as
-  three BIGINT sums of 21-bit limbs recombined exactly in the kernel (:func:`exact_sum`), exact for 2³² rows ×
-  2⁶³; float
+  one to three BIGINT sums of limbs, as few as the values' proven bound allows, recombined exactly in the kernel
+  (:func:`exact_sum`), exact for 2³² rows × 2⁶³; float
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
-  is odd — so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
+  is odd — or by the engine's own exact ``RINT`` (Spark: Java's ``Math.rint``; :attr:`Compiler.native_rint`),
+  so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
 * the inputs of the aggregates of :mod:`dpmagic.aggregates`: COUNT(DISTINCT) per cell; VAR / STDDEV's three
   exact sums (:func:`dpmagic.aggregates.variance.exact`, same per-row formulas and quantisation); a quantile's
   per-cell *histogram* (value, count) — the kernel expands it into the cell's multiset of values, which is
@@ -241,6 +242,8 @@ class Compiler:
         *,
         coded_keys: bool = False,
         coded: frozenset[str] = frozenset(),
+        clamped: bool = False,
+        native_rint: bool = False,
     ) -> None:
         self.schema = schema
         self.source = source  # a table / view reference of the raw bound data
@@ -251,18 +254,33 @@ class Compiler:
         #: categorical columns the source holds as their declared positions (−1 or NULL: no declared value), as
         #: :meth:`coding` makes them: predicates compare positions, keys group by them
         self.coded = frozenset(coded)
+        #: the source holds every numeric column already clamped and typed (as :meth:`coding` makes it): the view
+        #: passes it through
+        self.clamped = clamped
+        #: the engine has an exact round-half-to-even function ``RINT`` (Spark's, Java's ``Math.rint``): the
+        #: quantised values use it instead of :func:`rint`'s IEEE spelling
+        self.native_rint = native_rint
 
     def coding(self) -> exp.Select:
         """SELECT of every declared column with each categorical one replaced by its declared position
-        (:meth:`category_position`); numbers as they are."""
+        (:meth:`category_position`), each numeric one clamped and typed (:meth:`clamped_number`): the source of
+        a compiler with ``coded`` and ``clamped``."""
         sel: list[exp.Expression] = []
         for name, c in self.schema.columns.items():
             if isinstance(c, CategoricalColumn):
                 x = exp.cast(self.category_position(name), "INT")
-                sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
             else:
-                sel.append(exp.alias_(col(name), exp.to_identifier(name, quoted=True)))
+                x = self.clamped_number(name)
+            sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
+
+    def clamped_number(self, name: str) -> exp.Expression:
+        """The numeric column ``name`` clamped to its declared bounds, as BIGINT (integer) or DOUBLE."""
+        c = self.schema[name]
+        assert isinstance(c, NumericColumn)
+        if c.is_int:
+            return exp.cast(clip(col(name), int(c.lower), int(c.upper)), "BIGINT")
+        return clip(as_double(col(name)), float(c.lower), float(c.upper))
 
     # ---- the normalised view (declared types, the custodian's clamp) ----
     def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:
@@ -270,13 +288,11 @@ class Compiler:
         sel = []
         for name, c in self.schema.columns.items():
             x: exp.Expression = col(name)
-            if isinstance(c, NumericColumn):
-                # clamped under both policies: a no-op on the validated data (in bounds, or refused at binding),
-                # but a file rewritten after binding can hold anything, and every sensitivity assumes the bounds
-                if c.is_int:
-                    x = exp.cast(clip(x, int(c.lower), int(c.upper)), "BIGINT")
-                else:
-                    x = clip(as_double(x), float(c.lower), float(c.upper))
+            # clamped under both policies: a no-op on the validated data (in bounds, or refused at binding), but a
+            # file rewritten after binding can hold anything, and every sensitivity assumes the bounds (a
+            # ``clamped`` source was clamped by the statement that made it, which Spark re-runs if it recomputes it)
+            if isinstance(c, NumericColumn) and not self.clamped:
+                x = self.clamped_number(name)
             sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
 
@@ -424,7 +440,9 @@ class Compiler:
         third: list[exp.Expression] = [exp.column(k) for k in keys]
         for k, v in values.items():
             second.append(exp.column(k))
-            if isinstance(v, Quantised):
+            if isinstance(v, Quantised) and self.native_rint:
+                third.append(exp.alias_(exp.cast(exp.Anonymous(this="RINT", expressions=[exp.column(k)]), "BIGINT"), k))
+            elif isinstance(v, Quantised):
                 second.append(exp.alias_(exp.cast(exp.Floor(this=exp.column(k)), "BIGINT"), f"{k}_r"))
                 third.append(exp.alias_(rint(exp.column(k), exp.column(f"{k}_r")), k))
             else:
@@ -469,6 +487,8 @@ class EngineBackend(ABC):
     dialect: str = "duckdb"
     #: see :attr:`Compiler.coded_keys`
     coded_keys: bool = False
+    #: see :attr:`Compiler.native_rint`
+    native_rint: bool = False
 
     schema: Schema
 
@@ -479,7 +499,9 @@ class EngineBackend(ABC):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
-        self.compiler = Compiler(schema, source, {c.name: c for c in columns}, coded_keys=self.coded_keys)
+        self.compiler = Compiler(
+            schema, source, {c.name: c for c in columns}, coded_keys=self.coded_keys, native_rint=self.native_rint
+        )
         try:
             self.n_rows = self.validate(columns)
         except DPMagicError:
