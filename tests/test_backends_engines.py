@@ -288,6 +288,15 @@ def test_pandas_equals_duckdb_random(rows, cost) -> None:
         assert_same_cells(pb.evaluate(q, units, extended=extra), db.evaluate(q, units, extended=extra))
 
 
+def _rint_cases(unit: float) -> tuple[list[float], float, float]:
+    """Values at, just below and just above every half-way point of ``unit`` in [−4.5, 4.5]·unit, and the clamp."""
+    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994, 3.0, 1e-300, -7.75, 6.25]
+    xs += [k * unit / 2 for k in range(-9, 10)] + [math.nextafter(k * unit / 2, 0) for k in range(-9, 10)]
+    xs += [math.nextafter(k * unit / 2, k * unit) for k in range(-9, 10)]
+    lo, hi = -8.0 * max(unit, 1), 8.0 * max(unit, 1)
+    return xs, lo, hi
+
+
 @pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
 def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     """Half-way cases round to even, as ``np.rint``: the engine's integer units equal dpmagic.mechanisms.quantise."""
@@ -296,9 +305,7 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     from dpmagic.query.model import Query
     from dpmagic.sets import Box
 
-    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994, 3.0, 1e-300, -7.75, 6.25]
-    xs += [k * unit / 2 for k in range(-9, 10)] + [math.nextafter(k * unit / 2, 0) for k in range(-9, 10)]
-    lo, hi = -8.0 * max(unit, 1), 8.0 * max(unit, 1)
+    xs, lo, hi = _rint_cases(unit)
     con = duckdb.connect()
     con.register("t", pd.DataFrame({"x": xs}))
     schema = Schema.from_dict({"columns": {"x": {"type": "float", "lower": lo, "upper": hi}}})
@@ -312,14 +319,6 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
         ).fetchall()
     ]
     assert got == quantise(np.asarray(xs), unit, lo, hi).tolist()
-
-
-def _rint_cases(unit: float) -> tuple[list[float], float, float]:
-    xs = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994, 3.0, 1e-300, -7.75, 6.25]
-    xs += [k * unit / 2 for k in range(-9, 10)] + [math.nextafter(k * unit / 2, 0) for k in range(-9, 10)]
-    xs += [math.nextafter(k * unit / 2, k * unit) for k in range(-9, 10)]
-    lo, hi = -8.0 * max(unit, 1), 8.0 * max(unit, 1)
-    return xs, lo, hi
 
 
 @pytest.mark.spark
