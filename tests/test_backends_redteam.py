@@ -313,3 +313,113 @@ def test_numeric_categories_compare_exactly_on_spark(spark, case) -> None:
     sdf = spark.createDataFrame([(r,) for r in rows], f"k {kind}")
     for cache in (True, False):
         assert _engine_answer(lambda c=cache: SparkBackend(sdf, schema, cache=c), schema, sql) == want
+
+
+# -- an int column held as floating point: compared and clamped exactly, as pandas ---------------------------------
+# (the engines compare a double with an integer bound in floating point: 2^53 + 3 becomes 2^53 + 4, so a value one
+# above the declared bound passed binding and reached a SUM; float(2^63 - 1) is 2^63, whose BIGINT cast overflows)
+_NEAR = 2**53 + 3  # an int bound that no double holds
+
+
+def _int_schema(hi: int) -> Schema:
+    return Schema.from_dict({"table": "t", "columns": {"x": {"type": "int", "lower": -hi, "upper": hi}}})
+
+
+def _sum_x(backend, schema: Schema) -> int:
+    """The exact SUM(x) (no mechanism: a noise scale for bounds near 2^63 is refused before any data is read)."""
+    from dpmagic.query.sql import parse_query
+
+    q = parse_query("SELECT SUM(x) AS s FROM t", schema, tables=None)
+    return int(next(iter(backend.evaluate(q, {}).sums.values()))[0])
+
+
+def _float_sources(spark=None):
+    """Binders of a one-column frame of doubles: DuckDB (a DOUBLE table, and FLOAT) and Spark (cached or not)."""
+
+    def duck(values, schema, dtype="DOUBLE", **kw):
+        con = duckdb.connect()
+        con.execute(f"CREATE TABLE t (x {dtype})")
+        con.executemany("INSERT INTO t VALUES (?)", [[v] for v in values])
+        return backend_for((con, "t"), schema, **kw), con
+
+    out = {"duckdb": duck}
+    if spark is not None:
+        from dpmagic.backends.spark import SparkBackend
+
+        def sp(values, schema, cache=True, **kw):
+            frame = spark.createDataFrame([(float(v),) for v in values], "x double")
+            return SparkBackend(frame, schema, cache=cache, **kw), None
+
+        out["spark"] = sp
+        out["spark-uncached"] = lambda v, s, **kw: sp(v, s, cache=False, **kw)
+    return out
+
+
+def _int_bound_cases(bind) -> None:
+    schema = _int_schema(_NEAR)
+    for bad in (2**53 + 4, -(2**53 + 4), 1e300):
+        with pytest.raises(DataValidationError, match="outside"):  # pandas refuses it too
+            backend_for(pd.DataFrame({"x": [float(bad)]}), schema)
+        with pytest.raises(DataValidationError, match="outside"):
+            bind([bad], schema)
+    b, _ = bind([2**53 + 2, -(2**53 + 2)], schema)  # doubles inside the bounds bind, and sum exactly
+    assert _sum_x(b, schema) == 0
+    b, _ = bind([2**53 + 2], schema)
+    assert _sum_x(b, schema) == 2**53 + 2
+    # the custodian's clamp: to the declared bound itself, as pandas
+    for bad, want in ((2**53 + 4, _NEAR), (1e300, _NEAR), (-1e300, -_NEAR)):
+        frame = pd.DataFrame({"x": [float(bad)]})
+        assert _sum_x(backend_for(frame, schema, out_of_range="clamp"), schema) == want
+        b, _ = bind([bad], schema, out_of_range="clamp")
+        assert _sum_x(b, schema) == want
+    # bounds at the ends of int64: no BIGINT cast of 2^63
+    wide = _int_schema(2**63 - 1)
+    b, _ = bind([float(2**63), float(-(2**63))], wide, out_of_range="clamp")
+    assert _sum_x(b, wide) == 0
+    b, _ = bind([float(2**63)], wide, out_of_range="clamp")
+    assert _sum_x(b, wide) == 2**63 - 1
+
+
+def test_int_column_from_doubles_is_exact_on_duckdb() -> None:
+    _int_bound_cases(_float_sources()["duckdb"])
+
+
+def test_int_column_from_floats_is_exact_on_duckdb() -> None:
+    """A FLOAT (single precision) source rounds int literals from 2^24 on."""
+    bind = _float_sources()["duckdb"]
+    schema = _int_schema(2**24 + 1)
+    with pytest.raises(DataValidationError, match="outside"):
+        bind([2**24 + 2], schema, dtype="FLOAT")
+    b, _ = bind([2**24 + 2], schema, dtype="FLOAT", out_of_range="clamp")
+    assert _sum_x(b, schema) == 2**24 + 1
+
+
+def test_int_column_from_doubles_after_the_file_changes(tmp_path) -> None:
+    """A rewritten file's doubles are clamped exactly in the statement: the declared bound, never one above it."""
+    schema = _int_schema(_NEAR)
+    path = _write(pd.DataFrame({"x": [1.0]}), tmp_path / "t.parquet")
+    b = backend_for(str(path), schema)
+    _write(pd.DataFrame({"x": [float(2**53 + 4), 1e300, -1e300]}), path)
+    assert _sum_x(b, schema) == _NEAR + _NEAR - _NEAR
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["spark", "spark-uncached"])
+def test_int_column_from_doubles_is_exact_on_spark(spark, how) -> None:
+    _int_bound_cases(_float_sources(spark)[how])
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("cache", [True, False])
+def test_int_column_from_doubles_after_the_source_changes_on_spark(spark, cache) -> None:
+    from dpmagic.backends.spark import SparkBackend
+
+    schema = _int_schema(_NEAR)
+    b = SparkBackend(spark.createDataFrame([(1.0,)], "x double"), schema, cache=cache)
+    changed = spark.createDataFrame([(float(2**53 + 4),), (1e300,), (float("nan"),)], "x double")
+    changed.createOrReplaceTempView(b.view_name)
+    if cache:  # the cached copy recomputed from the changed source, as Spark would
+        b.unpersist()
+        spark.sql(b.coding_sql).createOrReplaceTempView(b.coded_view)
+    # each takes the upper bound itself (Spark orders NaN above every number), never one above it
+    assert _sum_x(b, schema) == 3 * _NEAR

@@ -154,6 +154,20 @@ def as_double(x: exp.Expression) -> exp.Expression:
     return exp.cast(x, "DOUBLE")
 
 
+def double_bounds(lo: int, hi: int) -> tuple[float, float]:
+    """The smallest double ≥ ``lo`` and the largest double ≤ ``hi`` (both whole numbers): for any double (or
+    float) ``x``, ``x < lo`` exactly iff ``x < lo_d``, and ``x > hi`` iff ``x > hi_d``.  The engines compare a
+    floating-point column with an integer bound in floating point, which rounds a bound beyond 2⁵³ (2⁵³ + 3 to
+    2⁵³ + 4), so an integer column read from doubles is checked and clamped against these instead; and every
+    double in [lo_d, hi_d] converts to BIGINT without overflow (float(2⁶³ − 1) is 2⁶³)."""
+    lo_d, hi_d = float(lo), float(hi)
+    if int(lo_d) < lo:
+        lo_d = math.nextafter(lo_d, math.inf)
+    if int(hi_d) > hi:
+        hi_d = math.nextafter(hi_d, -math.inf)
+    return lo_d, hi_d
+
+
 @dataclass(frozen=True)
 class Quantised:
     """A per-row value to be quantised: ``y`` = clip(x, lo, hi) / unit (a double), rounded by :func:`rint` in a
@@ -275,12 +289,26 @@ class Compiler:
         return exp.select(*sel).from_(self.source.copy())
 
     def clamped_number(self, name: str) -> exp.Expression:
-        """The numeric column ``name`` clamped to its declared bounds, as BIGINT (integer) or DOUBLE."""
+        """The numeric column ``name`` clamped to its declared bounds, as BIGINT (integer) or DOUBLE.
+
+        An integer column held as floating point is compared with :func:`double_bounds` (exact) and takes the
+        declared bound itself when outside, as the pandas path's exact clamp; inside, its value converts to
+        BIGINT in range."""
         c = self.schema[name]
         assert isinstance(c, NumericColumn)
-        if c.is_int:
-            return exp.cast(clip(col(name), int(c.lower), int(c.upper)), "BIGINT")
-        return clip(as_double(col(name)), float(c.lower), float(c.upper))
+        x = col(name)
+        if not c.is_int:
+            return clip(as_double(x), float(c.lower), float(c.upper))
+        lo, hi = int(c.lower), int(c.upper)
+        source = self.columns.get(name)
+        if source is not None and source.kind == "float":
+            lo_d, hi_d = double_bounds(lo, hi)
+            whens = [
+                (exp.LT(this=x, expression=lit(lo_d)), lit(lo)),
+                (exp.GT(this=x.copy(), expression=lit(hi_d)), lit(hi)),
+            ]
+            return exp.cast(_case(whens, exp.cast(x.copy(), "BIGINT")), "BIGINT")
+        return exp.cast(clip(x, lo, hi), "BIGINT")
 
     # ---- the normalised view (declared types, the custodian's clamp) ----
     def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:
@@ -558,8 +586,14 @@ class EngineBackend(ABC):
                         exp.GT(this=exp.Abs(this=as_double(x.copy())), expression=lit(float(_DOUBLE_MAX)))
                     )
                     if c.is_int:
-                        aggs[f"frac_{i}"] = count_if(exp.NEQ(this=exp.Floor(this=x.copy()), expression=x.copy()))
+                        # x % 1 (fmod, exact), not FLOOR(x): Spark's FLOOR of a double is a BIGINT, which overflows
+                        # (an error under ANSI, saturated without) on a whole double beyond 2^63
+                        aggs[f"frac_{i}"] = count_if(
+                            exp.NEQ(this=exp.Mod(this=x.copy(), expression=lit(1.0)), expression=lit(0.0))
+                        )
                 lo, hi = (int(c.lower), int(c.upper)) if c.is_int else (float(c.lower), float(c.upper))
+                if c.is_int and s.kind == "float":  # exact, as pandas (see clamped_number)
+                    lo, hi = double_bounds(int(lo), int(hi))
                 aggs[f"out_{i}"] = count_if(
                     exp.Or(
                         this=exp.LT(this=x.copy(), expression=lit(lo)),
