@@ -423,3 +423,17 @@ def test_int_column_from_doubles_after_the_source_changes_on_spark(spark, cache)
         spark.sql(b.coding_sql).createOrReplaceTempView(b.coded_view)
     # each takes the upper bound itself (Spark orders NaN above every number), never one above it
     assert _sum_x(b, schema) == 3 * _NEAR
+
+
+def test_fractional_values_beyond_2_to_the_53_are_found() -> None:
+    """The fractional check is exact on a DECIMAL source (a half beyond 2^64 is no whole number), and a whole double
+    beyond 2^63 is outside an int column's bounds, not fractional, as pandas says."""
+    schema = _int_schema(2**63 - 1)
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (x DECIMAL(38, 1))")
+    con.execute("INSERT INTO t VALUES (123456789012345678901.5)")
+    with pytest.raises(DataValidationError, match="fractional"):
+        backend_for((con, "t"), schema)
+    bind = _float_sources()["duckdb"]
+    with pytest.raises(DataValidationError, match="outside"):
+        bind([1e300], schema)

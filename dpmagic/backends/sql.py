@@ -586,10 +586,10 @@ class EngineBackend(ABC):
                         exp.GT(this=exp.Abs(this=as_double(x.copy())), expression=lit(float(_DOUBLE_MAX)))
                     )
                     if c.is_int:
-                        # x % 1 (fmod, exact), not FLOOR(x): Spark's FLOOR of a double is a BIGINT, which overflows
+                        # x % 1 (exact: fmod of a double, decimal arithmetic of a decimal), not FLOOR(x): Spark's FLOOR of a double is a BIGINT, which overflows
                         # (an error under ANSI, saturated without) on a whole double beyond 2^63
                         aggs[f"frac_{i}"] = count_if(
-                            exp.NEQ(this=exp.Mod(this=x.copy(), expression=lit(1.0)), expression=lit(0.0))
+                            exp.NEQ(this=exp.Mod(this=x.copy(), expression=lit(1)), expression=lit(0))
                         )
                 lo, hi = (int(c.lower), int(c.upper)) if c.is_int else (float(c.lower), float(c.upper))
                 if c.is_int and s.kind == "float":  # exact, as pandas (see clamped_number)
