@@ -458,3 +458,39 @@ def test_spark_sums_use_as_few_limbs_as_the_bound_allows_and_stay_exact(spark, b
     got = {int(r[0]): combine(list(r[1:])) for r in spark.sql(stmt.sql(dialect="spark")).collect()}
     assert got == {g: sum(vs) for g, vs in groups.items()}
     assert len(exact_sum(exp.column("v"), "duckdb", bound)) == 1
+
+
+@pytest.mark.slow
+def test_duckdb_answers_beyond_its_memory_limit(tmp_path) -> None:
+    """Larger than memory works: a per-value histogram (a median) and a COUNT(DISTINCT) over 1.5M distinct values
+    need more than a 24 MB memory limit — DuckDB alone, with nowhere to spill, runs out of memory — yet the bound
+    file answers them (DuckDB spills to dpmagic's temporary directory), exactly as pandas does."""
+    n = 1_500_000
+    path = tmp_path / "big.parquet"
+    schema = Schema.from_dict(
+        {
+            "table": "t",
+            "columns": {
+                "g": {"type": "categorical", "values": ["a", "b", "c"]},
+                "x": {"type": "float", "lower": 0.0, "upper": 1.0},
+                "k": {"type": "int", "lower": 0, "upper": 10_000_000},
+            },
+        }
+    )
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT ['a', 'b', 'c'][1 + (i % 3)] AS g, (hash(i) % 1000000007) / 1000000007.0 AS x, "
+        f"(hash(i + 1) % 10000001)::BIGINT AS k FROM range({n}) t(i)) TO '{path}' (FORMAT parquet)"
+    )
+    sql = "SELECT g, MEDIAN(x) AS m, COUNT(DISTINCT k) AS d FROM t GROUP BY g"
+    q, units, extra = _plan(sql, schema)
+    small = duckdb.connect(config={"memory_limit": "24MB", "threads": 1, "temp_directory": ""})
+    with pytest.raises(duckdb.OutOfMemoryException):  # the histogram alone does not fit
+        small.execute(f"SELECT g, x, COUNT(*) FROM read_parquet('{path}') GROUP BY g, x").fetchall()
+    engine = DuckDBBackend(str(path), schema, memory_limit="24MB", threads=1)
+    got = engine.evaluate(q, units, extended=extra)
+    expected = backend_for(con.execute(f"SELECT * FROM read_parquet('{path}')").df(), schema).evaluate(
+        q, units, extended=extra
+    )
+    assert_same_cells(expected, got)
+    assert sum(len(v) for v in got.extra["m"]) == n
