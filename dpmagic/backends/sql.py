@@ -447,7 +447,8 @@ class Compiler:
         bin index (−1: in no bin).  Every row is
         scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
         pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
-        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values.
+        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values (with :attr:`native_rint`,
+        RINT(y) in the last projection, no r).
         """
         cond = [self.box(query.where)]
         if query.filter is not None:
@@ -586,8 +587,9 @@ class EngineBackend(ABC):
                         exp.GT(this=exp.Abs(this=as_double(x.copy())), expression=lit(float(_DOUBLE_MAX)))
                     )
                     if c.is_int:
-                        # x % 1 (exact: fmod of a double, decimal arithmetic of a decimal), not FLOOR(x): Spark's FLOOR of a double is a BIGINT, which overflows
-                        # (an error under ANSI, saturated without) on a whole double beyond 2^63
+                        # x % 1 (exact: fmod of a double, decimal arithmetic of a decimal), not FLOOR(x): Spark's
+                        # FLOOR of a double is a BIGINT, which overflows (an error under ANSI, saturated without) on
+                        # a whole double beyond 2^63
                         aggs[f"frac_{i}"] = count_if(
                             exp.NEQ(this=exp.Mod(this=x.copy(), expression=lit(1)), expression=lit(0))
                         )
