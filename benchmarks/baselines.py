@@ -1,7 +1,7 @@
 """Smith et al. 2022's own algorithms, as baselines for dpmagic's overlap engine.
 
 Every baseline starts from the boxes, so its time includes building the query graph the way Smith et al. 2022 §6–7
-does: one pairwise :meth:`~dpmagic.sets.Box.overlaps` test per pair of queries (Prop. 3, O(m t²)) into a
+does: one pairwise :meth:`~dpmagic.domain.sets.Box.overlaps` test per pair of queries (Prop. 3, O(m t²)) into a
 ``networkx.Graph``.  Then:
 
 * :func:`dsatur_bound` — ``networkx.algorithms.coloring.greedy_color(G, strategy="DSATUR")`` (Smith et al. 2022
@@ -31,7 +31,7 @@ import networkx as nx
 from networkx.algorithms.clique import MaxWeightClique
 from networkx.algorithms.coloring.greedy_coloring import strategy_saturation_largest_first
 
-from dpmagic.sets import Box
+from dpmagic.domain.sets import Box
 
 __all__ = [
     "BaselineResult",

@@ -43,7 +43,7 @@ from workloads import adult_query_log  # noqa: E402
 
 import dpmagic  # noqa: E402
 from dpmagic.backends.pandas import PandasBackend  # noqa: E402
-from dpmagic.mechanisms import noise_for, release_integer  # noqa: E402
+from dpmagic.noise.calibration import noise_for, release_integer  # noqa: E402
 from dpmagic.overlap import OverlapEngine  # noqa: E402
 from dpmagic.query.sql import parse_query  # noqa: E402
 

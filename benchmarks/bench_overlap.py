@@ -46,9 +46,9 @@ from baselines import (  # noqa: E402
 from common import machine_info, md_table, median, percentile, write_results  # noqa: E402
 from workloads import census_schema, census_workload, paper_uniform_schema, uniform_schema, uniform_workload  # noqa: E402
 
+from dpmagic.domain.schema import Schema  # noqa: E402
+from dpmagic.domain.sets import Box  # noqa: E402
 from dpmagic.overlap import OverlapEngine, max_overlap  # noqa: E402
-from dpmagic.schema import Schema  # noqa: E402
-from dpmagic.sets import Box  # noqa: E402
 
 pc = time.perf_counter
 

@@ -249,7 +249,7 @@ def run_cli(t: int) -> dict[str, Any]:
         sp = Path(tmp) / "census.schema.json"
         sp.write_text(json.dumps(schema.to_dict()))
         qp = write_sql(boxes, Path(tmp) / "census.sql", table="census")
-        cli = [sys.executable, "-m", "dpmagic.cli", "overlap", "--schema", str(sp), str(qp), "--json"]
+        cli = [sys.executable, "-m", "dpmagic.presentation.cli", "overlap", "--schema", str(sp), str(qp), "--json"]
         cold = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         warm = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         warm["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet, ValueSet
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet, ValueSet
 
 __all__ = [
     "CENSUS_INCOME_RANGES",
@@ -232,7 +232,7 @@ def uniform_workload(schema: Schema, t: int, seed: int) -> list[Box]:
 
     Each query picks m' ~ U{1..m} distinct columns uniformly, and for each a uniformly random subset of
     a' ~ U{1..|A|} of its values (non-empty by construction).  A subset that is the whole column is a
-    tautology, which :class:`~dpmagic.sets.Box` drops.  Same ``(schema, t, seed)`` → same boxes.
+    tautology, which :class:`~dpmagic.domain.sets.Box` drops.  Same ``(schema, t, seed)`` → same boxes.
     """
     cols = [schema[name] for name in schema.names]
     for c in cols:

@@ -28,9 +28,9 @@ from dpmagic.errors import (
 
 if TYPE_CHECKING:
     from dpmagic.accountant.currency import Budget, parse_budget
+    from dpmagic.domain.schema import Schema
     from dpmagic.query import Query, parse_query
-    from dpmagic.schema import Schema
-    from dpmagic.session import QueryResult, Session
+    from dpmagic.session.session import QueryResult, Session
 
 __version__ = "0.1.0"
 
@@ -58,14 +58,14 @@ __all__ = [
 
 
 _LAZY = {
-    "Session": "dpmagic.session",
-    "QueryResult": "dpmagic.results",
-    "Preview": "dpmagic.results",
+    "Session": "dpmagic.session.session",
+    "QueryResult": "dpmagic.session.results",
+    "Preview": "dpmagic.session.results",
     "Budget": "dpmagic.accountant.currency",
     "parse_budget": "dpmagic.accountant.currency",
     "Query": "dpmagic.query",
     "parse_query": "dpmagic.query",
-    "Schema": "dpmagic.schema",
+    "Schema": "dpmagic.domain.schema",
 }
 
 
@@ -85,7 +85,7 @@ def load_adult() -> tuple[Any, Schema]:
 
     import pandas as pd
 
-    from dpmagic.schema import Schema
+    from dpmagic.domain.schema import Schema
 
     base = files("dpmagic") / "data"
     with (base / "adult.csv").open("rb") as fh:
@@ -95,6 +95,6 @@ def load_adult() -> tuple[Any, Schema]:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext dpmagic``: register the magics."""
-    from dpmagic.magics import DPMagic
+    from dpmagic.presentation.magics import DPMagic
 
     ipython.register_magics(DPMagic(ipython))

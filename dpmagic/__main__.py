@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpmagic.cli import run
+from dpmagic.presentation.cli import run
 
 if __name__ == "__main__":
     run()

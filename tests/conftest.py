@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from dpmagic import load_adult
-from dpmagic.schema import Schema
+from dpmagic.domain.schema import Schema
 
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 

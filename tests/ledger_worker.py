@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from dpmagic import BudgetExceededError, Session
-from dpmagic.schema import Schema
+from dpmagic.domain.schema import Schema
 
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 BUDGET = "epsilon=3.0"

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.aggregates import variance
 from dpmagic.backends.pandas import PandasBackend
+from dpmagic.domain.schema import Schema
 from dpmagic.query.sql import parse_query
-from dpmagic.release import plan_noise, units_of
-from dpmagic.schema import Schema
+from dpmagic.releases.plan import plan_noise, units_of
 
 TINY = Schema.from_dict(
     {
@@ -201,7 +201,7 @@ def test_variance_centre_is_the_box_midpoint() -> None:
 
 
 def _cov(where: str, group: str):
-    from dpmagic.sensitivity import coverage_of
+    from dpmagic.noise.sensitivity import coverage_of
 
     return coverage_of(_query("COUNT(*) AS n", where, group), TINY)
 

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmagic import Session
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError
-from dpmagic.mechanisms import release_integer
+from dpmagic.noise.calibration import release_integer
 from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.query import parse_query
-from dpmagic.release import cost_for_target, plan_noise
-from dpmagic.schema import Schema
+from dpmagic.releases.plan import cost_for_target, plan_noise
 
 
 class NoTouch:
@@ -247,7 +247,7 @@ def test_dry_run_magic_spends_nothing(adult) -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from dpmagic.magics import current_session
+    from dpmagic.presentation.magics import current_session
 
     ip = InteractiveShell.instance()
     ip.run_cell("%load_ext dpmagic")

@@ -24,11 +24,11 @@ from dpmagic.accountant.currency import parse_budget
 from dpmagic.backends.bind import backend_for
 from dpmagic.backends.duckdb import DuckDBBackend
 from dpmagic.backends.pandas import Cells
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import DataValidationError, DPMagicError
 from dpmagic.query.sql import parse_query
-from dpmagic.release import units_of
+from dpmagic.releases.plan import units_of
 from dpmagic.releases.query import QueryMechanism
-from dpmagic.schema import Schema
 
 DATA = Path(dpmagic.__file__).parent / "data"
 CURRENCY = parse_budget("epsilon=1e6").currency
@@ -299,11 +299,11 @@ def _rint_cases(unit: float) -> tuple[list[float], float, float]:
 
 @pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
 def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
-    """Half-way cases round to even, as ``np.rint``: the engine's integer units equal dpmagic.mechanisms.quantise."""
-    from dpmagic.backends.sql import Compiler, quantise_sql
-    from dpmagic.mechanisms import quantise
+    """Half-way cases round to even, as ``np.rint``: the engine's integer units equal dpmagic.noise.calibration.quantise."""
+    from dpmagic.backends.compiler import Compiler, quantise_sql
+    from dpmagic.domain.sets import Box
+    from dpmagic.noise.calibration import quantise
     from dpmagic.query.model import Query
-    from dpmagic.sets import Box
 
     xs, lo, hi = _rint_cases(unit)
     con = duckdb.connect()
@@ -326,11 +326,11 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
 @pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
 def test_quantise_on_spark_is_numpys_rint(spark, unit: float, native: bool) -> None:
     """Spark's quantised values, by its ``RINT`` (Java's Math.rint: the compiler's ``native_rint``) and by the
-    IEEE spelling, equal dpmagic.mechanisms.quantise: half-way cases to even, neighbours of the ties exact."""
-    from dpmagic.backends.sql import Compiler, quantise_sql
-    from dpmagic.mechanisms import quantise
+    IEEE spelling, equal dpmagic.noise.calibration.quantise: half-way cases to even, neighbours of the ties exact."""
+    from dpmagic.backends.compiler import Compiler, quantise_sql
+    from dpmagic.domain.sets import Box
+    from dpmagic.noise.calibration import quantise
     from dpmagic.query.model import Query
-    from dpmagic.sets import Box
 
     xs, lo, hi = _rint_cases(unit)
     spark.createDataFrame([(i, x) for i, x in enumerate(xs)], "i BIGINT, x DOUBLE").createOrReplaceTempView("q_t")
@@ -407,8 +407,8 @@ def test_csv_file_and_row_limit(tables, monkeypatch) -> None:
     assert_same_cells(
         backend_for(df, schema).evaluate(q, units, extended=extra), csv.evaluate(q, units, extended=extra)
     )
+    import dpmagic.backends.compiler as sql_backend
     import dpmagic.backends.pandas as pandas_backend
-    import dpmagic.backends.sql as sql_backend
 
     monkeypatch.setattr(pandas_backend, "MAX_ROWS", 100)
     monkeypatch.setattr(sql_backend, "MAX_ROWS", 100)
@@ -421,7 +421,7 @@ def test_csv_file_and_row_limit(tables, monkeypatch) -> None:
 def test_spark_limb_sums_are_exact_at_the_int64_extremes(spark) -> None:
     """Spark's exact sums (three BIGINT sums of 21-bit limbs, recombined in the kernel) equal Python's Σ on
     values at and near ±2⁶³ whose true sums overflow int64 many times over."""
-    from dpmagic.backends.sql import combine, exact_sum
+    from dpmagic.backends.compiler import combine, exact_sum
 
     lo, hi = -(2**63), 2**63 - 1
     groups = {
@@ -445,7 +445,7 @@ def test_spark_limb_sums_are_exact_at_the_int64_extremes(spark) -> None:
 def test_spark_sums_use_as_few_limbs_as_the_bound_allows_and_stay_exact(spark, bound, limbs) -> None:
     """With a proven per-row bound, Spark sums one BIGINT (|v| < 2³¹) or two limbs (|v| < 2⁶⁰); the values at
     ±bound, and their sums, recombine exactly."""
-    from dpmagic.backends.sql import combine, exact_sum
+    from dpmagic.backends.compiler import combine, exact_sum
 
     vals = [bound, -bound, bound - 1, -(bound - 1) if bound > 1 else 0, 1, -1, 0, (2**30) - 1, -(2**30)]
     vals = [v for v in vals if abs(v) <= bound]

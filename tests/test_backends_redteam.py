@@ -14,9 +14,9 @@ from test_backends_engines import _plan
 
 from dpmagic.backends.bind import backend_for
 from dpmagic.backends.duckdb import DuckDBBackend
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError, DataValidationError, DPMagicError
-from dpmagic.schema import Schema
-from dpmagic.session import Session
+from dpmagic.session.session import Session
 
 SCHEMA = Schema.from_dict(
     {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmagic.cli import main
+from dpmagic.presentation.cli import main
 
 SCHEMA = {
     "table": "t",

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmagic.batch.sensitivity import batch_sensitivity
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 
 SCHEMA = Schema(
     {

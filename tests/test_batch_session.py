@@ -13,10 +13,7 @@ from tests_support import run_cell as run
 
 import dpmagic
 from dpmagic.accountant.currency import currency_for
-from dpmagic.batch.spec import MAX_BATCH_CELLS, parse_workload
-from dpmagic.errors import BudgetExceededError, ConfigurationError
-from dpmagic.magics import current_session, split_batch_cell
-from dpmagic.releases.batch import (
+from dpmagic.batch.release import (
     BatchMechanism,
     BatchPreview,
     BatchResult,
@@ -26,7 +23,10 @@ from dpmagic.releases.batch import (
     plan_strategy,
     replace_factor,
 )
-from dpmagic.schema import Schema
+from dpmagic.batch.spec import MAX_BATCH_CELLS, parse_workload
+from dpmagic.domain.schema import Schema
+from dpmagic.errors import BudgetExceededError, ConfigurationError
+from dpmagic.presentation.magics import current_session, split_batch_cell
 
 SCHEMA = Schema.from_dict(
     {
@@ -393,7 +393,7 @@ def test_opt_gaussian_offered_under_zcdp_and_its_rmse_is_exact() -> None:
 
 
 def test_opt_gaussian_not_offered_for_laplace_and_skipped_above_the_limit(monkeypatch) -> None:
-    import dpmagic.releases.batch as rb
+    import dpmagic.batch.release as rb
 
     pre = _session().batch("all_range(d)", epsilon=0.5, dry_run=True)
     assert "opt_gaussian" not in pre.rmse
@@ -408,8 +408,8 @@ def test_opt_gaussian_not_offered_for_laplace_and_skipped_above_the_limit(monkey
 @pytest.mark.parametrize("seed", range(6))
 def test_replace_sensitivity_of_signed_strategies_brute_force(seed: int) -> None:
     """Signed A: the bound is ≥ every ‖a_j − a_k‖ and ‖a_j‖, and ≤ the triangle bound 2Δ."""
+    from dpmagic.batch.release import replace_sensitivity
     from dpmagic.batch.strategies import ExplicitStrategy
-    from dpmagic.releases.batch import replace_sensitivity
 
     rng = np.random.default_rng(seed)
     a = ExplicitStrategy(rng.normal(size=(7, 5)) * rng.random(5))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dpmagic.cli import main
+from dpmagic.presentation.cli import main
 
 SCHEMA = {
     "table": "census",
@@ -57,8 +57,8 @@ def test_example_3_json(files, capsys) -> None:
     assert result["utility_gain"] == pytest.approx(0.5)
     assert isinstance(result["seconds"], float)
     # the witness row really is covered by 3 queries
+    from dpmagic.domain.schema import Schema
     from dpmagic.query import parse_query
-    from dpmagic.schema import Schema
 
     s = Schema.from_dict(SCHEMA)
     boxes = [parse_query(q, s).where for q in EXAMPLE_3.split(";") if "SELECT" in q]
@@ -97,8 +97,8 @@ def test_replace_neighbours_reports_interval(files, capsys) -> None:
     # brute force over all pairs of rows of the (small) domain
     from itertools import product
 
+    from dpmagic.domain.schema import Schema
     from dpmagic.query import parse_query
-    from dpmagic.schema import Schema
 
     s = Schema.from_dict(SCHEMA)
     boxes = [parse_query(q, s).where for q in EXAMPLE_3.split(";") if "SELECT" in q]
@@ -137,7 +137,7 @@ def test_bad_schema_exit_2(tmp_path: Path, files, capsys) -> None:
 def test_console_script_entry_point(files) -> None:
     schema, queries = files
     proc = subprocess.run(
-        [sys.executable, "-m", "dpmagic.cli", "overlap", "--schema", str(schema), str(queries), "--json"],
+        [sys.executable, "-m", "dpmagic.presentation.cli", "overlap", "--schema", str(schema), str(queries), "--json"],
         capture_output=True,
         text=True,
         timeout=120,

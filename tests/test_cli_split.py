@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmagic.cli import split_sql
 from dpmagic.errors import QueryError
+from dpmagic.presentation.cli import split_sql
 from dpmagic.query import canonical_sql, split_statements
 
 

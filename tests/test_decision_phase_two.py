@@ -20,7 +20,7 @@ from dpmagic.decision import And, Or, avg, count, plan, run
 from dpmagic.decision.local import FrameMeasure
 from dpmagic.decision.mechanism import statistic_for
 from dpmagic.decision.probe import MeasureRequest
-from dpmagic.mechanisms import quantise
+from dpmagic.noise.calibration import quantise
 
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 

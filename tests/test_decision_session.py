@@ -12,14 +12,14 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from dpmagic.decision.sql import decision_tree
+from dpmagic.decision.having import decision_tree
+from dpmagic.decision.release import DecisionPhaseMechanism
 from dpmagic.decision.tree import And, Condition, Or
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError, DPMagicError, QueryError
-from dpmagic.magics import current_session
+from dpmagic.presentation.magics import current_session
 from dpmagic.query.sql import parse_query
-from dpmagic.releases.decision import DecisionPhaseMechanism
-from dpmagic.schema import Schema
-from dpmagic.session import Session
+from dpmagic.session.session import Session
 
 GROUPS = ["A", "B", "C", "D", "E"]
 SCHEMA = {
@@ -220,7 +220,7 @@ def test_replace_one_charges_twice_the_epsilon(data: pd.DataFrame, schema: Schem
 
 def test_mechanism_declares_before_reading(data: pd.DataFrame, schema: Schema) -> None:
     from dpmagic.decision.probe import MeasureRequest
-    from dpmagic.decision.session import make_plan
+    from dpmagic.decision.runner import make_plan
 
     s = Session(data, schema, "epsilon=5")
     q = s.parse(SQL.format(r="N"))

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 
 from dpmagic import Session
 from dpmagic.backends.pandas import PandasBackend
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, Interval, IntervalSet, box_from_json, box_to_json
 from dpmagic.errors import BudgetExceededError, DataValidationError, SchemaError
 from dpmagic.overlap.engine import OverlapEngine
 from dpmagic.query.sql import parse_query
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import Box, Interval, IntervalSet, box_from_json, box_to_json
 
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 T = 1_700_000_000_000_000_001  # a nanosecond timestamp that is not a double
@@ -147,7 +147,7 @@ def _instances(draw):  # type: ignore[no-untyped-def]
             ivs.append(Interval(a, b, draw(st.booleans()), draw(st.booleans())))
         cons: dict = {"x": IntervalSet.of(col, ivs)}
         if draw(st.booleans()):
-            from dpmagic.sets import CategorySet
+            from dpmagic.domain.sets import CategorySet
 
             cons["g"] = CategorySet.of_values(cat, [draw(st.sampled_from(["u", "v"]))])
         boxes.append(Box(cons))

@@ -18,11 +18,11 @@ import pytest
 
 from dpmagic import BudgetError, BudgetExceededError, Session
 from dpmagic.accountant.ledger import Ledger, verify
-from dpmagic.cli import main as cli_main
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import box_from_json
 from dpmagic.overlap import OverlapEngine
-from dpmagic.reports import export_ledger
-from dpmagic.schema import Schema
-from dpmagic.sets import box_from_json
+from dpmagic.presentation.cli import main as cli_main
+from dpmagic.presentation.reports import export_ledger
 
 sys.path.insert(0, str(Path(__file__).parent))
 import ledger_worker  # noqa: E402
@@ -261,7 +261,7 @@ def test_magics_default_to_a_durable_ledger(tmp_path: Path, adult, monkeypatch) 
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from dpmagic.magics import current_session
+    from dpmagic.presentation.magics import current_session
 
     path = tmp_path / "default.sqlite"
     monkeypatch.setenv("DPMAGIC_LEDGER", str(path))

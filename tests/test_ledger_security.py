@@ -15,9 +15,9 @@ import pytest
 import dpmagic
 from dpmagic import Session
 from dpmagic.accountant.ledger import Ledger, verify
-from dpmagic.cli import main as cli_main
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError
-from dpmagic.schema import Schema
+from dpmagic.presentation.cli import main as cli_main
 
 DATA = Path(dpmagic.__file__).resolve().parent / "data"
 QUERIES = ["SELECT COUNT(*) FROM pums WHERE age < 30", "SELECT COUNT(*) FROM pums WHERE age >= 30 AND sex = 1"]

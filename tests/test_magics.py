@@ -7,7 +7,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from tests_support import run_cell as run
 
 import dpmagic
-from dpmagic.magics import current_session
+from dpmagic.presentation.magics import current_session
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from dpmagic import Session
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.errors import BudgetExceededError, DPMagicError
 from dpmagic.query.sql import parse_query
 from dpmagic.releases import Backend, Mechanism, QueryMechanism
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
 
 SCHEMA = Schema.from_dict(
     {

@@ -9,7 +9,7 @@ import pytest
 
 from dpmagic.accountant.currency import CURRENCIES, gdp_delta, gdp_epsilon, parse_budget
 from dpmagic.errors import BudgetError
-from dpmagic.mechanisms import Noise, noise_for, release_integer
+from dpmagic.noise.calibration import Noise, noise_for, release_integer
 
 N = 20_000
 
@@ -46,7 +46,7 @@ def _dg_delta_brute(sigma: float, d: int, eps: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("mu, d", [(1.0, 1), (0.5, 1), (2.0, 1), (0.3, 2), (3.0, 1), (1.0, 3)])
 def test_gdp_discrete_gaussian_is_calibrated_exactly(mu: float, d: int) -> None:
     from dpmagic.accountant.currency import gdp_delta
-    from dpmagic.mechanisms import discrete_gaussian_gdp_excess, discrete_gaussian_gdp_sigma
+    from dpmagic.noise.calibration import discrete_gaussian_gdp_excess, discrete_gaussian_gdp_sigma
 
     sigma = discrete_gaussian_gdp_sigma(mu, d)
     assert sigma >= d / mu  # never less noise than the continuous Gaussian

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from dpmagic import Session
 from dpmagic.aggregates.quantile import candidates, extreme_scores
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import QueryError
-from dpmagic.schema import Schema
 
 SCHEMA = Schema.from_dict(
     {

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_overlap_engine import FAST, SCHEMA, boxes, brute_clique, brute_max, row_load, weights_st, workloads
 
+from dpmagic.domain.sets import Box
 from dpmagic.overlap import OverlapEngine
 from dpmagic.overlap.rounding import sum_up
-from dpmagic.sets import Box
 
 KINDS = (None, "exact", "clique", "chromatic", "sequential")
 
@@ -145,14 +145,14 @@ def test_whole_domain_and_duplicate_queries(wl, w) -> None:
 # the floor of an admission's region search, on instances too large for the load tensor (searches run)
 # ------------------------------------------------------------------------------------------------------
 def _wide_schema(m: int = 24):
-    from dpmagic.schema import CategoricalColumn, Schema
+    from dpmagic.domain.schema import CategoricalColumn, Schema
 
     return Schema({f"c{i}": CategoricalColumn(f"c{i}", ("a", "b", "c", "d")) for i in range(m)})
 
 
 @st.composite
 def wide_workloads(draw):
-    from dpmagic.sets import CategorySet
+    from dpmagic.domain.sets import CategorySet
 
     schema = _wide_schema()
     names = schema.names

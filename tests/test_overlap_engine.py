@@ -11,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.overlap import (
     Instance,
     OverlapEngine,
@@ -21,8 +23,6 @@ from dpmagic.overlap import (
     plan,
     weighted_coloring_bound,
 )
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
 
 # ------------------------------------------------------------------------------------------------------
 # brute force

@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.sparse.csgraph import connected_components
 
+from dpmagic.domain.schema import NumericColumn
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet, _domain
 from dpmagic.overlap import OverlapEngine, tensor
 from dpmagic.overlap.clique import max_weight_clique
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.graph import CSRGraph, adjacency_graph, as_csr, components, overlap_adjacency
-from dpmagic.schema import NumericColumn
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet, _domain
 from tests.test_overlap_engine import SCHEMA, brute_clique, brute_max, workloads
 
 SETTINGS = settings(max_examples=120, deadline=None)
@@ -186,7 +186,7 @@ def test_cli_overlap_does_not_import_scipy(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys, io, contextlib, json
-        from dpmagic.cli import main
+        from dpmagic.presentation.cli import main
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = main(["overlap", "--schema", {str(tmp_path / "s.json")!r}, {str(tmp_path / "q.sql")!r}, "--json"])

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workloads import dense_categorical
 
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.overlap import OverlapEngine, max_overlap, max_weight_clique, weighted_coloring_bound
 from dpmagic.overlap.rounding import REL_TOL, grid_of, is_exact, proven_upper, sum_down, sum_up
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
 
 METHODS = ("auto", "bb", "graph", "milp")
 SIZES = (4, 5, 6)

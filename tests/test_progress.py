@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import threading
 
-from dpmagic.progress import Ticker, terminal_progress
+from dpmagic.session.progress import Ticker, terminal_progress
 
 
 def test_ticker_ticks_only_while_the_block_runs() -> None:
@@ -48,7 +48,7 @@ def test_terminal_line_is_written_then_cleared() -> None:
 def test_session_emits_progress_for_a_slow_admission(adult, monkeypatch) -> None:
     """A slow accounting step (simulated) makes the session emit ``progress`` events with the elapsed time."""
     from dpmagic import Session
-    from dpmagic import progress as progress_mod
+    from dpmagic.session import progress as progress_mod
 
     df, schema = adult
     s = Session(df, schema, "epsilon=1.0")
@@ -79,7 +79,7 @@ def _fast_init(init):
 
 def test_panel_shows_elapsed_time_then_hides_it(adult) -> None:
     from dpmagic import Session
-    from dpmagic.widgets import BudgetWidget
+    from dpmagic.presentation.widgets import BudgetWidget
 
     df, schema = adult
     s = Session(df, schema, "epsilon=1.0")

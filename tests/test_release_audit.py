@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpmagic.releases.query as query_release_module
-import dpmagic.session as session_module
+import dpmagic.session.session as session_module
 from dpmagic import Session
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.backends.pandas import exact_cell_sums
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, DPMagicError
-from dpmagic.mechanisms import float_unit, quantise
+from dpmagic.noise.calibration import float_unit, quantise
+from dpmagic.noise.sensitivity import Sensitivity
 from dpmagic.query.sql import parse_query
-from dpmagic.release import plan_noise
-from dpmagic.schema import Schema
-from dpmagic.sensitivity import Sensitivity
+from dpmagic.releases.plan import plan_noise
 
 
 def _schema(lower: float, upper: float, kind: str = "int") -> Schema:

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema, UnsafeInferenceWarning
 from dpmagic.errors import DataValidationError, SchemaError
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema, UnsafeInferenceWarning
 
 
 def test_load_adult_schema(adult_schema: Schema) -> None:

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from dpmagic.accountant.currency import CURRENCIES
-from dpmagic.mechanisms import discrete_gaussian_gdp_sigma
+from dpmagic.domain.schema import Schema
+from dpmagic.noise.calibration import discrete_gaussian_gdp_sigma
+from dpmagic.noise.sensitivity import release_sensitivity
 from dpmagic.query.sql import parse_query
-from dpmagic.release import plan_noise
-from dpmagic.schema import Schema
-from dpmagic.sensitivity import release_sensitivity
+from dpmagic.releases.plan import plan_noise
 
 TINY = Schema.from_dict(
     {
@@ -119,7 +119,7 @@ def test_declared_sensitivity_matches_brute_force(definition, replace_one, where
     for column, noise in releases:
         assert noise is not None
         contrib = _contributions(q, column, noise.unit)
-        # 1. The exact release's sensitivity (before any grid), as derived in dpmagic.sensitivity: tight.
+        # 1. The exact release's sensitivity (before any grid), as derived in dpmagic.noise.sensitivity: tight.
         to_units = None if column != "f" else (lambda v, u=noise.unit: int(np.rint(v / u)))
         sens = release_sensitivity(q, TINY, column, replace_one=replace_one, to_units=to_units)
         l1, l2, linf, cells = _brute(contrib, 1, replace_one)

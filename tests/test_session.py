@@ -109,7 +109,7 @@ def test_internal_failure_after_charge_keeps_the_charge(session: Session, monkey
 
 
 def test_empty_predicate_is_valid(session: Session) -> None:
-    from dpmagic.session import EmptyRegionWarning
+    from dpmagic.session.session import EmptyRegionWarning
 
     with pytest.warns(EmptyRegionWarning, match="matches no row of the declared domain"):
         r = session.query("SELECT COUNT(*) AS n FROM adult WHERE sex = 'Dinosaur'", epsilon=0.1)
@@ -220,7 +220,7 @@ def test_budget_never_exceeded(small_schema, small_df, seq) -> None:
             "race": (["White", "Black", "Other"] * 25)[:74],
         }
     )
-    from dpmagic.schema import Schema
+    from dpmagic.domain.schema import Schema
 
     schema = Schema.from_dict(
         {

@@ -1,4 +1,4 @@
-"""The coverage algebra of :mod:`dpmagic.sets`: category sets as bit masks, against Python sets."""
+"""The coverage algebra of :mod:`dpmagic.domain.sets`: category sets as bit masks, against Python sets."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import CategorySet, box_from_json, box_to_json, empty_set, full_set
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.domain.sets import CategorySet, box_from_json, box_to_json, empty_set, full_set
 
 # sizes around the byte and 64-bit word boundaries the masks are packed into
 SIZES = [1, 7, 8, 9, 63, 64, 65, 130]

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.errors import QueryError, QueryTypeError, UnknownColumnError, UnsupportedQueryError
 from dpmagic.query import canonical_sql, parse_query, split_statements
-from dpmagic.schema import Schema
-from dpmagic.sets import Box, CategorySet, IntervalSet
 
 
 def where(sql_where: str, schema: Schema) -> Box:

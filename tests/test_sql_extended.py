@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 import dpmagic
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query import parse_query
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
 
 DATA = Path(dpmagic.__file__).parent / "data"
 PUMS = Schema.from_json(DATA / "pums.schema.json")

@@ -26,7 +26,7 @@ from dpmagic.statistical import (
     equal_part_sizes,
     property_delta,
 )
-from dpmagic.statistical.session import sp_ledger_key
+from dpmagic.statistical.sp_session import sp_ledger_key
 
 SCHEMA = {
     "dataset": "sp-demo",
@@ -362,7 +362,7 @@ BIND = (
 
 
 def test_magic_binds_an_sp_session_and_routes_queries(ip: InteractiveShell, df: pd.DataFrame, tmp_path: Path) -> None:
-    from dpmagic.magics import current_session
+    from dpmagic.presentation.magics import current_session
 
     ledger = tmp_path / "magic.sqlite"
     ip.user_ns.update(df=df, schema=SCHEMA)
@@ -419,7 +419,7 @@ def test_magic_option_checks(ip: InteractiveShell, df: pd.DataFrame) -> None:
 
 
 def test_ledger_show_lists_sp_keys_beside_dp_keys(df: pd.DataFrame, tmp_path: Path, capsys) -> None:
-    from dpmagic.cli import main as cli_main
+    from dpmagic.presentation.cli import main as cli_main
 
     path = tmp_path / "ledger.sqlite"
     Session(df, SCHEMA, "epsilon=1.0", ledger=path).query("SELECT COUNT(*) FROM t", epsilon=0.25)

@@ -23,10 +23,10 @@ from tests_support import run_cell as run
 import dpmagic
 from dpmagic import Session
 from dpmagic.errors import DataValidationError
-from dpmagic.magics import budget_summary, current_session
-from dpmagic.postprocess import ratio_estimate, tidy
-from dpmagic.session import EmptyRegionWarning
-from dpmagic.widgets import BudgetWidget, panel_text
+from dpmagic.presentation.magics import budget_summary, current_session
+from dpmagic.presentation.widgets import BudgetWidget, panel_text
+from dpmagic.releases.postprocess import ratio_estimate, tidy
+from dpmagic.session.session import EmptyRegionWarning
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -234,7 +234,7 @@ def test_terminal_ipython_prints_a_text_panel(tmp_path: Path) -> None:
 
 
 def test_graph_with_an_isolated_query_keeps_the_rest_readable() -> None:
-    from dpmagic.plots import _layout, plot_graph, plot_map
+    from dpmagic.presentation.plots import _layout, plot_graph, plot_map
 
     df, schema = pums()
     s = Session(df, schema, "epsilon=10")

@@ -11,8 +11,8 @@ from IPython.utils.capture import capture_output
 from matplotlib.figure import Figure
 
 from dpmagic import BudgetExceededError, Session
-from dpmagic.plots import plot_budget, plot_graph, plot_map
-from dpmagic.widgets import BudgetWidget
+from dpmagic.presentation.plots import plot_budget, plot_graph, plot_map
+from dpmagic.presentation.widgets import BudgetWidget
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_magics_widget_and_plots(adult) -> None:
 
 def test_autoload_on_off(tmp_path) -> None:
     env = {"IPYTHONDIR": str(tmp_path / "ipython"), "PATH": "/usr/bin:/bin"}
-    run = [sys.executable, "-m", "dpmagic.cli", "autoload"]
+    run = [sys.executable, "-m", "dpmagic.presentation.cli", "autoload"]
     assert "on for profile" not in subprocess.run([*run, "status"], capture_output=True, text=True, env=env).stdout
     subprocess.run([*run, "on"], check=True, capture_output=True, env=env)
     probe = "print('dpquery' in get_ipython().magics_manager.magics['cell'])"

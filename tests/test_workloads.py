@@ -23,9 +23,9 @@ from workloads import (
     write_sql,
 )
 
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.query.sql import parse_query
-from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import CategorySet, IntervalSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from dpmagic import Session
-from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import Box, CategorySet
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet
 
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 

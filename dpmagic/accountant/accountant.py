@@ -33,12 +33,12 @@ import numpy as np
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
+from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.domain.sets import Box, box_from_json, box_to_json
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
 from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
-from dpmagic.schema import NumericColumn, Schema
-from dpmagic.sets import Box, box_from_json, box_to_json
 
 __all__ = [
     "Accountant",
@@ -400,7 +400,7 @@ class Accountant:
 
 def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], list[Any]]:
     """Labels and value sets of the cells of one column for the budget map."""
-    from dpmagic.sets import CategorySet, Interval, IntervalSet
+    from dpmagic.domain.sets import CategorySet, Interval, IntervalSet
 
     col = schema[name]
     if not isinstance(col, NumericColumn):

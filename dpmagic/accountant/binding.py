@@ -11,8 +11,8 @@ import hashlib
 
 from dpmagic.accountant.currency import Budget
 from dpmagic.accountant.ledger import Ledger
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, ConfigurationError
-from dpmagic.schema import Schema
 
 __all__ = ["ledger_key", "open_binding"]
 

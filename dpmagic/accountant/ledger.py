@@ -12,7 +12,7 @@ schema's declared ``dataset`` id, else its canonical domain — never the rows) 
 ``release``   the noisy answer of a charge, appended after release
 ``budget``    a custodian raised (or lowered) the budget of a key
 ``reset``     a custodian reset a key: earlier charges no longer count
-``sp-open``   statistical privacy (NOT DP; :mod:`dpmagic.statistical.session`), only under an ``sp|…`` key: one
+``sp-open``   statistical privacy (NOT DP; :mod:`dpmagic.statistical.sp_session`), only under an ``sp|…`` key: one
               SP session's public parameters (column, prior, n, part sizes, ε, δ target, a random session token)
 ``sp-charge`` one SP query charged before its secret part is read: SQL, part index and size, p, δ_k, δ after;
               never the partition or an answer.  DP accounting never reads ``sp|…`` keys, SP never reads DP keys

@@ -3,7 +3,7 @@
 Every unit has the same three parts, so that it can later become a "mechanism" object:
 
 * ``plan(...)``: the noise of its releases for a given per-release cost, fixed before any data is read
-  (sensitivities from :mod:`dpmagic.sensitivity`, derived in each module's docstring and checked by brute
+  (sensitivities from :mod:`dpmagic.noise.sensitivity`, derived in each module's docstring and checked by brute
   force in ``tests/test_aggregate_sensitivity.py``);
 * ``exact(...)``: the exact per-cell inputs, computed by the backend after the charge over every row of the
   table (rows outside the WHERE filter go to a discarded bin);

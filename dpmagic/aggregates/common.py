@@ -1,7 +1,7 @@
 """Shared helpers of the aggregate units: the public bounds of an aggregate, and the per-cell calibration of
 the quantile unit (whose cost comes from OpenDP's privacy map of the exponential mechanism, not from a
 sensitivity: the integer releases — COUNT(DISTINCT), VAR / STDDEV — take theirs from
-:mod:`dpmagic.sensitivity`, as :func:`dpmagic.release.plan_noise` does).
+:mod:`dpmagic.noise.sensitivity`, as :func:`dpmagic.releases.plan.plan_noise` does).
 
 A query's per-release cost ``share`` is spent on every GROUP BY cell in parallel (cells are disjoint).  Under
 replace-one neighbours a changed row may leave one cell and enter another, so two cells move:
@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 
 from dpmagic.accountant.currency import Definition
+from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.query.model import Aggregate
-from dpmagic.schema import NumericColumn, Schema
 
 __all__ = ["CellCalibration", "calibration", "effective_bounds"]
 

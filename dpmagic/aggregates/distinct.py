@@ -9,8 +9,8 @@ Sensitivity: COUNT(DISTINCT) is not a sum of per-row values, but it moves like a
 * replace one row across two GROUP BY cells: one cell −1 or 0, the other +1 or 0.
 
 These are exactly the change patterns of a sum of values in [0, 1] (M = W = 1), so the release's
-:class:`~dpmagic.sensitivity.Sensitivity` is :func:`dpmagic.sensitivity.patterns` (0, 1) over the query's
-coverage, calibrated by :func:`dpmagic.mechanisms.calibrate` (brute-force tested in
+:class:`~dpmagic.noise.sensitivity.Sensitivity` is :func:`dpmagic.noise.sensitivity.patterns` (0, 1) over the query's
+coverage, calibrated by :func:`dpmagic.noise.calibration.calibrate` (brute-force tested in
 ``tests/test_aggregate_sensitivity.py``).
 
 The release is OpenDP's integer noise (discrete Laplace / discrete Gaussian) on the exact distinct count,
@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from dpmagic.accountant.currency import Definition
-from dpmagic.mechanisms import Noise, calibrate, release_integer
-from dpmagic.sensitivity import Coverage, patterns
+from dpmagic.noise.calibration import Noise, calibrate, release_integer
+from dpmagic.noise.sensitivity import Coverage, patterns
 
 __all__ = ["plan", "exact", "release"]
 

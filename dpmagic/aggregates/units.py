@@ -11,9 +11,9 @@ import numpy as np
 from dpmagic.accountant.currency import Definition
 from dpmagic.aggregates import distinct, quantile, variance
 from dpmagic.aggregates.common import calibration, effective_bounds
+from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.noise.sensitivity import coverage_of, value_range
 from dpmagic.query.model import Aggregate, Query
-from dpmagic.schema import NumericColumn, Schema
-from dpmagic.sensitivity import coverage_of, value_range
 
 __all__ = ["UnitPlan", "plan_extended", "exact_extended", "release_extended"]
 

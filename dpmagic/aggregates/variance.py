@@ -3,19 +3,19 @@
 Three noisy releases per cell, the cost split equally over them (as AVG splits its two): a COUNT n, a SUM
 S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public range [lo, hi] of the
 column's values in the WHERE box (declared bounds ∩ the box's set on the column, clamped by the analyst's
-clamp if any: :func:`dpmagic.sensitivity.value_range`) and c is its midpoint (an integer for int columns).
+clamp if any: :func:`dpmagic.noise.sensitivity.value_range`) and c is its midpoint (an integer for int columns).
 Centring makes the squares' range [0, q], q = max((lo − c)², (hi − c)²) ≈ (hi − lo)²/4, instead of
 max(lo², hi²).
 
 Each of n, S and Q is a sum over the rows of the box of a per-row value in a public range ([1, 1],
-[lo − c, hi − c], [0, q]), so its sensitivity is :func:`dpmagic.sensitivity.patterns` of that range over the
+[lo − c, hi − c], [0, q]), so its sensitivity is :func:`dpmagic.noise.sensitivity.patterns` of that range over the
 query's coverage (add/remove: M; replace-one: W, M if a row can leave the box, (M, M) across two cells),
-and it is released exactly as :func:`dpmagic.release.plan_noise` releases a SUM: an exact integer sum over
+and it is released exactly as :func:`dpmagic.releases.plan.plan_noise` releases a SUM: an exact integer sum over
 every row (rows outside the box go to a discarded bin; :func:`dpmagic.backends.pandas.exact_cell_sums`) with
-OpenDP's integer noise (:func:`dpmagic.mechanisms.calibrate`, :func:`~dpmagic.mechanisms.release_integer`).
+OpenDP's integer noise (:func:`dpmagic.noise.calibration.calibrate`, :func:`~dpmagic.noise.calibration.release_integer`).
 S and Q are exact int64 sums on int columns while their values fit (|x − c| ≤ 2⁶², (x − c)² ≤ 2⁶²); otherwise,
 and on float columns, each per-row value is clamped into its public range and quantised to a power-of-two
-quantum u (:func:`~dpmagic.mechanisms.float_unit`, :func:`~dpmagic.mechanisms.quantise`): the sensitivity is
+quantum u (:func:`~dpmagic.noise.calibration.float_unit`, :func:`~dpmagic.noise.calibration.quantise`): the sensitivity is
 then that of the quantised range, brute-force tested in ``tests/test_aggregate_sensitivity.py``.
 
 The variance is post-processing: var = (Q − S²/n) / (n − ddof) with n = max(noisy n, ddof + 1), clipped
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmagic.accountant.currency import Definition
-from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
-from dpmagic.sensitivity import Coverage, patterns
+from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
+from dpmagic.noise.sensitivity import Coverage, patterns
 
 __all__ = ["VariancePlan", "SumPart", "plan", "exact", "release", "center"]
 

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError
-from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["backend_for", "is_file_source"]
 

@@ -3,7 +3,7 @@ by DuckDB, without loading the rows into pandas (the default for files; :mod:`dp
 
 Binding opens the source lazily (a DuckDB relation over ``read_parquet`` / ``read_csv``, a table of a given
 connection, or a given relation), validates the declared domain with one aggregate query and fixes the
-normalised view (:mod:`dpmagic.backends.sql`).  Each query is one aggregate statement (one more per quantile).
+normalised view (:mod:`dpmagic.backends.compiler`).  Each query is one aggregate statement (one more per quantile).
 Paths opened by dpmagic get their own connection with a ``memory_limit`` (default 512 MB): DuckDB spills to a
 temporary directory beyond it, so tables larger than memory work.  The data set's identity is the schema's
 ``dataset`` id (the ledger key): no row is hashed.
@@ -21,9 +21,9 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpmagic.backends.sql import EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.backends.compiler import EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError, DataValidationError
-from dpmagic.schema import OutOfRangePolicy, Schema
 
 __all__ = ["DuckDBBackend", "data_files", "DEFAULT_MEMORY_LIMIT"]
 

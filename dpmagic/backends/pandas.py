@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpmagic.cells import Cells  # re-exported: the backends' result type lives in dpmagic.cells
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.errors import DataValidationError
-from dpmagic.mechanisms import MAX_ROWS, quantise
+from dpmagic.noise.calibration import MAX_ROWS, quantise
+from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Filter, GroupKey, Query
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sensitivity import clamp_bounds
-from dpmagic.sets import Box, CategorySet, IntervalSet
+from dpmagic.releases.cells import Cells  # re-exported: the backends' result type lives in dpmagic.releases.cells
 
 __all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
 
@@ -40,7 +40,7 @@ def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[i
 
 
 def too_many_rows_error() -> DataValidationError:
-    """The one error of a table longer than :data:`~dpmagic.mechanisms.MAX_ROWS` (every backend)."""
+    """The one error of a table longer than :data:`~dpmagic.noise.calibration.MAX_ROWS` (every backend)."""
     return DataValidationError(
         f"the data has more than {MAX_ROWS:,} rows, the most dpmagic sums exactly",
         hint="split the table into parts of at most 2^32 rows",
@@ -121,7 +121,7 @@ class PandasBackend:
         """Exact per-cell COUNT and SUMs of ``query`` (cells = declared GROUP BY keys / bins).
 
         Float sums are computed as integers in the quantum ``units[agg.sum_key]`` (a power of two; see
-        :func:`dpmagic.mechanisms.quantise`); an analyst's clamp is applied to the values first, and its bounds
+        :func:`dpmagic.noise.calibration.quantise`); an analyst's clamp is applied to the values first, and its bounds
         are the quantisation bounds.  ``extended`` holds the plans of the non-basic aggregates
         (:func:`dpmagic.aggregates.plan_extended`, by alias), whose exact inputs go to ``Cells.extra``.  The work
         is vectorised over *every* row of the frame (rows outside the WHERE filter go to a discarded bin), so it

@@ -3,7 +3,7 @@
 Binds a Spark ``DataFrame``, or the name of a table in a ``SparkSession`` (``spark=``).  The source is
 registered as a temporary view and validated there; then (``cache=True``, the default) the declared columns are
 cached by Spark with categories as integer codes (:meth:`SparkBackend._cache_coded`).  Every statement is the
-engine-neutral compiler's (:mod:`dpmagic.backends.sql`) rendered in the ``spark`` dialect and run with
+engine-neutral compiler's (:mod:`dpmagic.backends.compiler`) rendered in the ``spark`` dialect and run with
 ``spark.sql``; only aggregate rows are collected.  Validation and errors are the pandas path's.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpmagic.backends.compiler import Compiler, EngineBackend, SourceColumn, _pandas_string_dtype
 from dpmagic.backends.pandas import too_many_rows_error
-from dpmagic.backends.sql import Compiler, EngineBackend, SourceColumn, _pandas_string_dtype
-from dpmagic.columns import CategoricalColumn
+from dpmagic.domain.columns import CategoricalColumn
+from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError, DataValidationError
-from dpmagic.mechanisms import MAX_ROWS
-from dpmagic.schema import OutOfRangePolicy, Schema
+from dpmagic.noise.calibration import MAX_ROWS
 
 __all__ = ["SparkBackend"]
 
@@ -82,7 +82,7 @@ class SparkBackend(EngineBackend):
 
     def _cache_coded(self, columns: list[SourceColumn], out_of_range: OutOfRangePolicy) -> None:
         """Keep the declared columns in Spark's memory (spilling to disk), each categorical one as its declared
-        position and each number clamped to its declared bounds (:meth:`~dpmagic.backends.sql.Compiler.coding`),
+        position and each number clamped to its declared bounds (:meth:`~dpmagic.backends.compiler.Compiler.coding`),
         and compile every query against that copy.
 
         Spark reads a Parquet string column and compares strings row by row in every query, and its hash

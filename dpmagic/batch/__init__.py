@@ -16,11 +16,19 @@ Saygin, "Sensitivity analysis for non-interactive differential privacy: bounds a
 IEEE TDSC, doi:10.1109/TDSC.2017.2734664 (batch sensitivity).
 """
 
-from .error import expected_error, rmse, svd_bound, svd_bound_rmse
-from .gaussian_opt import opt_gaussian
-from .noise import Noise, analytic_gaussian, analytic_gaussian_sigma, gaussian, gaussian_gdp, gaussian_zcdp, laplace
-from .optimize import default_p, opt_kron, opt_marginals, opt_p_identity, opt_union
-from .reconstruct import (
+from dpmagic.batch.error import expected_error, rmse, svd_bound, svd_bound_rmse
+from dpmagic.batch.gaussian_opt import opt_gaussian
+from dpmagic.batch.noise import (
+    Noise,
+    analytic_gaussian,
+    analytic_gaussian_sigma,
+    gaussian,
+    gaussian_gdp,
+    gaussian_zcdp,
+    laplace,
+)
+from dpmagic.batch.optimize import default_p, opt_kron, opt_marginals, opt_p_identity, opt_union
+from dpmagic.batch.reconstruct import (
     BatchRelease,
     answer_variances,
     measure_and_reconstruct,
@@ -28,7 +36,7 @@ from .reconstruct import (
     reconstruct,
     workload_answers,
 )
-from .strategies import (
+from dpmagic.batch.strategies import (
     ExplicitStrategy,
     KronStrategy,
     MarginalStrategy,
@@ -39,7 +47,7 @@ from .strategies import (
     identity_strategy,
     workload_strategy,
 )
-from .workloads import (
+from dpmagic.batch.workloads import (
     Dense,
     Kron,
     Stack,

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from .noise import Noise
-from .strategies import marginal_workload_spectrum
-from .workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.batch.noise import Noise
+from dpmagic.batch.strategies import marginal_workload_spectrum
+from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.errors import ConfigurationError
 
 __all__ = ["expected_error", "rmse", "svd_bound", "svd_bound_rmse", "num_queries"]
 

@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from .strategies import ExplicitStrategy
-from .workloads import Dense
+from dpmagic.batch.strategies import ExplicitStrategy
+from dpmagic.batch.workloads import Dense
+from dpmagic.errors import ConfigurationError
 
 __all__ = ["opt_gaussian"]
 

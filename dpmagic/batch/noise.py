@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
+from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "Noise",

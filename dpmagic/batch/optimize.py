@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from .noise import Noise, laplace
-from .pidentity import default_p, opt_p_identity
-from .strategies import (
+from dpmagic.batch.noise import Noise, laplace
+from dpmagic.batch.pidentity import default_p, opt_p_identity
+from dpmagic.batch.strategies import (
     ExplicitStrategy,
     KronStrategy,
     MarginalStrategy,
@@ -30,7 +30,7 @@ from .strategies import (
     _subset_tables,
     marginal_workload_spectrum,
 )
-from .workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
 
 __all__ = ["opt_p_identity", "opt_kron", "opt_union", "opt_marginals", "default_p"]
 

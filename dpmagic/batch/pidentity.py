@@ -29,9 +29,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from .strategies import PIdentity, _pid_objective
-from .workloads import Dense
+from dpmagic.batch.strategies import PIdentity, _pid_objective
+from dpmagic.batch.workloads import Dense
+from dpmagic.errors import ConfigurationError
 
 __all__ = ["opt_p_identity", "default_p", "pid_value_and_grad", "projected_lbfgs"]
 

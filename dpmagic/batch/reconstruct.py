@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from .noise import Noise
-from .strategies import ExplicitStrategy, KronStrategy, PIdentity, kron_matvec
-from .workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.batch.noise import Noise
+from dpmagic.batch.strategies import ExplicitStrategy, KronStrategy, PIdentity, kron_matvec
+from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "workload_answers",

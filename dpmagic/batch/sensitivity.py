@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigurationError
-from ..schema import CategoricalColumn, Schema
-from ..sets import Box, CategorySet, IntervalSet
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, IntervalSet
+from dpmagic.errors import ConfigurationError
 
 __all__ = ["BatchSensitivity", "batch_sensitivity", "popsets", "sensitivity_report", "format_sensitivity"]
 
@@ -143,7 +143,7 @@ def batch_sensitivity(
     schema: Schema, boxes: Sequence[Box], *, time_limit: float = 10.0, max_cells: int = 2_000_000
 ) -> BatchSensitivity:
     """Exact L1/L2 sensitivities of the counting queries over ``boxes`` (add/remove and replace-one)."""
-    from ..overlap import max_overlap
+    from dpmagic.overlap import max_overlap
 
     boxes = list(boxes)
     k = len(boxes)
@@ -168,7 +168,7 @@ def batch_sensitivity(
 
 def _count_box(sql: str, schema: Schema, where: str) -> Box:
     """The box of ``SELECT COUNT(*) … WHERE <box>``; anything else is refused (its sensitivity differs)."""
-    from ..query.sql import parse_query
+    from dpmagic.query.sql import parse_query
 
     try:
         q = parse_query(sql, schema)
@@ -194,7 +194,7 @@ def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit:
     fits, else min(B1, B2, 2ω)).  Raises :class:`ConfigurationError` naming the first statement that is not a
     COUNT(*) over a box.
     """
-    from ..overlap import max_overlap
+    from dpmagic.overlap import max_overlap
 
     boxes = [_count_box(s, schema, f"statement {i}") for i, s in enumerate(statements, 1)]
     if not boxes:

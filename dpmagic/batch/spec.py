@@ -30,10 +30,10 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..errors import ConfigurationError
-from ..query.sql import MAX_CELLS
-from ..schema import CategoricalColumn, Schema
-from .workloads import Dense, Kron, Stack, all_range, identity, prefix, total, width_range
+from dpmagic.batch.workloads import Dense, Kron, Stack, all_range, identity, prefix, total, width_range
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.errors import ConfigurationError
+from dpmagic.query.sql import MAX_CELLS
 
 __all__ = ["Block", "WorkloadSpec", "parse_workload", "MAX_BATCH_CELLS", "MAX_BATCH_QUERIES"]
 

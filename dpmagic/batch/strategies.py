@@ -32,8 +32,8 @@ from functools import cached_property
 import numpy as np
 import scipy.linalg as sla
 
-from ..errors import ConfigurationError
-from .workloads import Dense, Stack, WeightedTerms, Workload, as_union
+from dpmagic.batch.workloads import Dense, Stack, WeightedTerms, Workload, as_union
+from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "ExplicitStrategy",

@@ -30,7 +30,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..errors import ConfigurationError
+from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "Dense",

@@ -17,7 +17,7 @@ import opendp.prelude as dp
 import pandas as pd
 
 from dpmagic.decision.probe import MeasureRequest
-from dpmagic.mechanisms import quantise
+from dpmagic.noise.calibration import quantise
 
 dp.enable_features("contrib")
 

@@ -96,7 +96,7 @@ class Statistic:
     The session computes, over the group's rows that pass the condition's filter,
     ``COUNT(*)`` if ``column`` is None, else ``SUM(clamp(column, lower, upper) − shift)``; for a float column
     (``unit`` set) ``SUM(quantise(column, unit, lower, upper) − shift)`` with
-    :func:`dpmagic.mechanisms.quantise`, an exact integer in units of ``unit`` (``shift``, ``threshold``,
+    :func:`dpmagic.noise.calibration.quantise`, an exact integer in units of ``unit`` (``shift``, ``threshold``,
     ``sensitivity`` and the range are then in those units too).
     The condition holds iff ``sign · statistic > sign · threshold``.
     """
@@ -171,7 +171,7 @@ def _float_statistic(cond: Condition, col: str, lo: float, hi: float, n: float, 
     """A float SUM/AVG condition as an exact integer statistic on quantised values (sound, no float sums).
 
     Values are quantised like every float release of dpmagic: x_q = rint(clamp(x, L, U)/q)
-    (:func:`dpmagic.mechanisms.quantise`), q = 2^(⌈log₂ M⌉ − 20), M = max(|L|, |U|, |c|), so |x − q·x_q| ≤ q/2.
+    (:func:`dpmagic.noise.calibration.quantise`), q = 2^(⌈log₂ M⌉ − 20), M = max(|L|, |U|, |c|), so |x − q·x_q| ≤ q/2.
     The threshold is moved by the worst quantisation error **towards reporting**, so that a true condition is
     still true on the quantised statistic and the FNR proof applies unchanged (only the FPR can grow, by groups
     within q of the threshold):
@@ -179,10 +179,10 @@ def _float_statistic(cond: Condition, col: str, lo: float, hi: float, n: float, 
     * AVG(x) > c ⇒ Σx_q > n(c/q − ½) ⇒ Σ(x_q − s) > 0 with s = ⌊c/q − ½⌋ (for ``<``: s = ⌈c/q + ½⌉);
     * SUM(x) > c ⇒ Σx_q > c/q − n/2 ≥ c/q − N/2 ⇒ Σx_q > ⌊c/q − N/2⌋ (for ``<``: ⌈c/q + N/2⌉).
 
-    The sensitivity (add/remove one row, in units) is :func:`dpmagic.sensitivity.patterns` of the quantised
+    The sensitivity (add/remove one row, in units) is :func:`dpmagic.noise.sensitivity.patterns` of the quantised
     per-row range [rint(L/q) − s, rint(U/q) − s]; every quantity is an integer, so the discrete Laplace applies.
     """
-    from dpmagic.sensitivity import Coverage, patterns
+    from dpmagic.noise.sensitivity import Coverage, patterns
 
     c = float(cond.threshold)
     m = max(abs(lo), abs(hi), abs(c))

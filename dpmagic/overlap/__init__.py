@@ -8,13 +8,13 @@ docs/design.md §2; Smith et al. 2022 §3–7.  Public API:
 * :func:`max_weight_clique`, :func:`weighted_coloring_bound`, :func:`overlap_adjacency` — the graph bounds.
 """
 
-from .clique import max_weight_clique
-from .encoding import BoxStore, build_problem, is_helly_box
-from .engine import Admission, Bounds, OverlapEngine
-from .graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
-from .maxoverlap import max_overlap, milp_overlap, solve_overlap
-from .portfolio import Instance, PortfolioConfig, Step, plan
-from .result import CliqueResult, OverlapResult
+from dpmagic.overlap.clique import max_weight_clique
+from dpmagic.overlap.encoding import BoxStore, build_problem, is_helly_box
+from dpmagic.overlap.engine import Admission, Bounds, OverlapEngine
+from dpmagic.overlap.graph import dsatur_coloring, overlap_adjacency, weighted_coloring_bound
+from dpmagic.overlap.maxoverlap import max_overlap, milp_overlap, solve_overlap
+from dpmagic.overlap.portfolio import Instance, PortfolioConfig, Step, plan
+from dpmagic.overlap.result import CliqueResult, OverlapResult
 
 __all__ = [
     "OverlapEngine",

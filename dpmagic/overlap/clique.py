@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .deadline import SearchTimeout
-from .graph import CSRGraph, as_csr, components
-from .result import CliqueResult, OverlapResult
-from .rounding import grid_of, is_exact, proven_upper, sum_down
+from dpmagic.overlap.deadline import SearchTimeout
+from dpmagic.overlap.graph import CSRGraph, as_csr, components
+from dpmagic.overlap.result import CliqueResult, OverlapResult
+from dpmagic.overlap.rounding import grid_of, is_exact, proven_upper, sum_down
 
 __all__ = ["CliqueResult", "max_weight_clique", "DENSE_CLIQUE_MAX"]
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .deadline import SearchTimeout
-from .encoding import Problem, packed_words, words_intersect
-from .graph import components
-from .rounding import ProblemRounding
-from .tensor import tensor_cost, tensor_max
+from dpmagic.overlap.deadline import SearchTimeout
+from dpmagic.overlap.encoding import Problem, packed_words, words_intersect
+from dpmagic.overlap.graph import components
+from dpmagic.overlap.rounding import ProblemRounding
+from dpmagic.overlap.tensor import tensor_cost, tensor_max
 
 __all__ = ["column_search", "TENSOR_CELLS", "KR_ENTRIES", "TENSOR_LEAF_SECONDS"]
 

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 
 __all__ = [
     "BoxStore",

@@ -85,12 +85,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpmagic.schema import CategoricalColumn, Schema
-from dpmagic.sets import Box, CategorySet
-
-from .clique import max_weight_clique
-from .encoding import BoxStore, is_helly_box
-from .graph import (
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet
+from dpmagic.overlap.clique import max_weight_clique
+from dpmagic.overlap.encoding import BoxStore, is_helly_box
+from dpmagic.overlap.graph import (
     CSRGraph,
     adjacency_graph,
     cheapest_color,
@@ -98,10 +97,10 @@ from .graph import (
     greedy_coloring,
     weighted_coloring_bound,
 )
-from .maxoverlap import solve_overlap
-from .portfolio import PortfolioConfig
-from .result import OverlapResult
-from .rounding import add_up, is_exact, sum_down, sum_up
+from dpmagic.overlap.maxoverlap import solve_overlap
+from dpmagic.overlap.portfolio import PortfolioConfig
+from dpmagic.overlap.result import OverlapResult
+from dpmagic.overlap.rounding import add_up, is_exact, sum_down, sum_up
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
 

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
-
-from .deadline import check
-from .encoding import BoxStore
-from .rounding import sum_up
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
+from dpmagic.overlap.deadline import check
+from dpmagic.overlap.encoding import BoxStore
+from dpmagic.overlap.rounding import sum_up
 
 if TYPE_CHECKING:
     import scipy.sparse as sp

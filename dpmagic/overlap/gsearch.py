@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .clique import colour_bound
-from .deadline import SearchTimeout
-from .encoding import Problem, words_intersect
-from .graph import components
+from dpmagic.overlap.clique import colour_bound
+from dpmagic.overlap.deadline import SearchTimeout
+from dpmagic.overlap.encoding import Problem, words_intersect
+from dpmagic.overlap.graph import components
 
 __all__ = ["GraphData", "graph_data", "GraphSearchResult", "graph_search", "GRAPH_MAX_N"]
 

@@ -42,14 +42,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
-
-from .encoding import BoxStore, build_problem
-from .milp import milp_overlap
-from .portfolio import Instance, PortfolioConfig, run_portfolio, witness_row
-from .result import OverlapResult
-from .rounding import ProblemRounding, float_slack, is_exact, sum_down
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
+from dpmagic.overlap.encoding import BoxStore, build_problem
+from dpmagic.overlap.milp import milp_overlap
+from dpmagic.overlap.portfolio import Instance, PortfolioConfig, run_portfolio, witness_row
+from dpmagic.overlap.result import OverlapResult
+from dpmagic.overlap.rounding import ProblemRounding, float_slack, is_exact, sum_down
 
 __all__ = ["OverlapResult", "max_overlap", "solve_overlap", "milp_overlap", "float_slack", "PortfolioConfig"]
 

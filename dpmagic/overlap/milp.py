@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from .encoding import Problem
-from .rounding import grid_of, proven_upper, sum_up
+from dpmagic.overlap.encoding import Problem
+from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
 
 __all__ = ["milp_overlap", "milp_margin", "milp_size", "MILP_MAX_VARS", "MILP_MAX_NNZ"]
 

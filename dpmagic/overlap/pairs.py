@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
 from dpmagic.overlap.tensor import khatri_rao
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
 
 __all__ = ["PairResult", "max_pair_load", "MAX_PAIR_CELLS"]
 

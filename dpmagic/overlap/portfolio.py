@@ -35,13 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from .columns import KR_ENTRIES, TENSOR_CELLS, column_search
-from .deadline import SearchTimeout
-from .encoding import BoxStore, Problem
-from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
-from .milp import MILP_MAX_NNZ, MILP_MAX_VARS, milp_overlap, milp_size
-from .rounding import ProblemRounding, is_exact, sum_down
-from .tensor import tensor_cost, tensor_max
+from dpmagic.overlap.columns import KR_ENTRIES, TENSOR_CELLS, column_search
+from dpmagic.overlap.deadline import SearchTimeout
+from dpmagic.overlap.encoding import BoxStore, Problem
+from dpmagic.overlap.gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
+from dpmagic.overlap.milp import MILP_MAX_NNZ, MILP_MAX_VARS, milp_overlap, milp_size
+from dpmagic.overlap.rounding import ProblemRounding, is_exact, sum_down
+from dpmagic.overlap.tensor import tensor_cost, tensor_max
 
 __all__ = ["PortfolioConfig", "Instance", "Step", "STEPS", "plan", "run_portfolio", "witness_row", "METHODS"]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .encoding import Problem
+    from dpmagic.overlap.encoding import Problem
 
 __all__ = ["ProblemRounding", "REL_TOL", "sum_up", "sum_down", "add_up", "proven_upper", "grid_of", "is_exact"]
 

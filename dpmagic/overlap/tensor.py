@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .encoding import Problem
+from dpmagic.overlap.encoding import Problem
 
 __all__ = ["tensor_cost", "tensor_max", "khatri_rao"]
 

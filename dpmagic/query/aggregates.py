@@ -6,11 +6,11 @@ import math
 
 from sqlglot import exp
 
+from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.errors import QueryError, QueryTypeError, UnsupportedQueryError
 from dpmagic.query.domain import resolve_column
 from dpmagic.query.evaluate import columns_of
 from dpmagic.query.model import Aggregate, AggregateFunction
-from dpmagic.schema import NumericColumn, Schema
 
 __all__ = [
     "AGG_CLASSES",

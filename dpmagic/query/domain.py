@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.domain.sets import CategorySet, Interval, IntervalSet, ValueSet, empty_set
 from dpmagic.errors import QueryError, QueryTypeError, UnknownColumnError, UnsupportedQueryError
 from dpmagic.query.evaluate import EvalError, evaluate
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.sets import CategorySet, Interval, IntervalSet, ValueSet, empty_set
 
 __all__ = [
     "MAX_ENUMERATION",

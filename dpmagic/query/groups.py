@@ -8,14 +8,14 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.domain.sets import Interval, IntervalSet, ValueSet, empty_set, full_set
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, is_aggregate, number_value
 from dpmagic.query.domain import enumerate_domain, resolve_column, set_of_values
 from dpmagic.query.evaluate import columns_of
 from dpmagic.query.model import GroupKey
 from dpmagic.query.where import exact_box
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.sets import Interval, IntervalSet, ValueSet, empty_set, full_set
 
 __all__ = [
     "MAX_CELLS",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from dpmagic.sets import Box, ValueSet, box_to_json
+from dpmagic.domain.sets import Box, ValueSet, box_to_json
 
 __all__ = ["Aggregate", "AggregateFunction", "Filter", "GroupKey", "Output", "Query"]
 
@@ -49,7 +49,7 @@ class Aggregate:
 
     @property
     def is_basic(self) -> bool:
-        """COUNT/SUM/AVG: released by :mod:`dpmagic.release`; the others by :mod:`dpmagic.aggregates`."""
+        """COUNT/SUM/AVG: released by :mod:`dpmagic.releases.plan`; the others by :mod:`dpmagic.aggregates`."""
         return self.func in ("count", "sum", "avg")
 
     @property

@@ -39,6 +39,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, base_aggregate, is_aggregate
 from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_column
@@ -46,8 +48,6 @@ from dpmagic.query.evaluate import EvalError, evaluate
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.where import where_clause
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
 
 __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX_ENUMERATION"]
 

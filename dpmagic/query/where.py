@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.domain.sets import Box, ValueSet, empty_set
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.query.domain import (
     check_value_type,
@@ -25,8 +27,6 @@ from dpmagic.query.domain import (
 )
 from dpmagic.query.evaluate import columns_of
 from dpmagic.query.model import Filter
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.sets import Box, ValueSet, empty_set
 
 __all__ = [
     "COMPARISONS",

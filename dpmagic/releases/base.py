@@ -5,7 +5,7 @@ today's per-query noise on COUNT/SUM/AVG cells (:class:`~dpmagic.releases.query.
 same way a batch answered by the matrix mechanism, a decision query, a quantile — it declares, when it is
 constructed and without touching any row:
 
-* its **coverage**: a :class:`~dpmagic.sets.Box` containing every domain row its output can depend on (the
+* its **coverage**: a :class:`~dpmagic.domain.sets.Box` containing every domain row its output can depend on (the
   accountant's node; a release whose parts are disjoint boxes covers their bounding box);
 * its **cost** in the session's currency (ε, ρ or μ) — the accountant charges its additive weight;
 * a public **description** of its noise, stored in the ledger with the charge.
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpmagic.cells import Cells
-    from dpmagic.mechanisms import Noise
+    from dpmagic.domain.schema import Schema
+    from dpmagic.domain.sets import Box
+    from dpmagic.noise.calibration import Noise
     from dpmagic.query.model import Query
-    from dpmagic.schema import Schema
-    from dpmagic.sets import Box
+    from dpmagic.releases.cells import Cells
 
 __all__ = ["Backend", "Mechanism", "QueryBoxMechanism"]
 

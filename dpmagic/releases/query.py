@@ -1,9 +1,9 @@
 """Today's release as a mechanism: one SQL query, OpenDP noise on each of its aggregates in every declared cell.
 
-The noise of every release is planned when the mechanism is built (:func:`dpmagic.release.plan_noise`, from the
-neighbouring relation and the query's coverage via :mod:`dpmagic.sensitivity`), before any data is read; after
+The noise of every release is planned when the mechanism is built (:func:`dpmagic.releases.plan.plan_noise`, from the
+neighbouring relation and the query's coverage via :mod:`dpmagic.noise.sensitivity`), before any data is read; after
 the charge, :meth:`QueryMechanism.release` asks the backend for the exact per-cell aggregates, adds the noise
-(:func:`dpmagic.release.release`) and applies the query's free post-processing of noisy values (SELECT
+(:func:`dpmagic.releases.plan.release`) and applies the query's free post-processing of noisy values (SELECT
 expressions, HAVING, ORDER BY, LIMIT: :func:`dpmagic.query.outputs.finish`).
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dpmagic.release import ReleasePlan, plan_noise, release, units_of
 from dpmagic.releases.base import Backend, QueryBoxMechanism
+from dpmagic.releases.plan import ReleasePlan, plan_noise, release, units_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from dpmagic.accountant.currency import Currency
-    from dpmagic.mechanisms import Noise
+    from dpmagic.domain.schema import Schema
+    from dpmagic.noise.calibration import Noise
     from dpmagic.query.model import Query
-    from dpmagic.schema import Schema
 
 __all__ = ["QueryMechanism"]
 

@@ -14,8 +14,8 @@ fails.  This subpackage is self-contained and is not imported by :mod:`dpmagic`;
 
 from __future__ import annotations
 
-from .accountant import SPCharge, StatisticalPrivacyAccountant, draw_partition
-from .comparison import (
+from dpmagic.statistical.accountant import SPCharge, StatisticalPrivacyAccountant, draw_partition
+from dpmagic.statistical.comparison import (
     dp_partition_sigma,
     gdp_mu_for,
     gdp_parallel_partition_queries,
@@ -27,8 +27,8 @@ from .comparison import (
     zcdp_rho_for,
     zcdp_sequential_queries,
 )
-from .composition import check_part_sizes, equal_part_sizes, equal_partition_delta, partition_delta
-from .curves import (
+from dpmagic.statistical.composition import check_part_sizes, equal_part_sizes, equal_partition_delta, partition_delta
+from dpmagic.statistical.curves import (
     BernoulliPrior,
     CategoricalPrior,
     check_prior,
@@ -39,7 +39,7 @@ from .curves import (
     property_probability,
 )
 
-_LAZY = {"StatisticalSession": "session", "SPResult": "session", "SP_LABEL": "session", "parse_prior": "session"}
+_LAZY = {"StatisticalSession": "sp_session", "SPResult": "sp_session", "SP_LABEL": "sp_session", "parse_prior": "sp_session"}
 
 
 def __getattr__(name: str) -> object:

@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..errors import BudgetError, BudgetExceededError, ConfigurationError, DataValidationError
-from .composition import check_part_sizes, equal_part_sizes
-from .curves import _check_epsilon, _check_size, check_prior, property_delta
+from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DataValidationError
+from dpmagic.statistical.composition import check_part_sizes, equal_part_sizes
+from dpmagic.statistical.curves import _check_epsilon, _check_size, check_prior, property_delta
 
 __all__ = ["RandomIndexSource", "SPCharge", "StatisticalPrivacyAccountant", "draw_partition"]
 
@@ -225,7 +225,7 @@ class StatisticalPrivacyAccountant:
         answers exactly one query).  ``count`` receives the sorted row indices of the secret part and returns
         the exact number of them with the property; it is the only place the rows are read, strictly after the
         charge.  The indices are handed to ``count`` only — a caller on the custodian's side (e.g.
-        :class:`~dpmagic.statistical.session.StatisticalSession`), never returned.  O(n_k) plus ``count``.
+        :class:`~dpmagic.statistical.sp_session.StatisticalSession`), never returned.  O(n_k) plus ``count``.
         """
         if not self._charges or self._charges[-1] is not charge:
             raise BudgetError("only the most recent charge can be answered", hint="charge the query first")

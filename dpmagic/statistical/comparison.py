@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import math
 
-from ..accountant.currency import gdp_delta
-from ..errors import ConfigurationError
-from .curves import _check_size
+from dpmagic.accountant.currency import gdp_delta
+from dpmagic.errors import ConfigurationError
+from dpmagic.statistical.curves import _check_size
 
 __all__ = [
     "sp_sigma",

@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ..errors import ConfigurationError
-from .curves import _check_size, property_delta
+from dpmagic.errors import ConfigurationError
+from dpmagic.statistical.curves import _check_size, property_delta
 
 __all__ = ["equal_part_sizes", "check_part_sizes", "partition_delta", "equal_partition_delta"]
 

@@ -38,7 +38,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..errors import ConfigurationError
+from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "Direction",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ConfigurationError
-from ..schema import CategoricalColumn, NumericColumn
-from .curves import BernoulliPrior, CategoricalPrior, check_prior
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn
+from dpmagic.errors import ConfigurationError
+from dpmagic.statistical.curves import BernoulliPrior, CategoricalPrior, check_prior
 
 __all__ = ["MAX_INT_DOMAIN", "column_domain", "parse_prior", "prior_text", "same_domain"]
 

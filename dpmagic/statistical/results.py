@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..query.model import Query
-from .accountant import SPCharge
+from dpmagic.query.model import Query
+from dpmagic.statistical.accountant import SPCharge
 
 __all__ = ["SP_LABEL", "SPPreview", "SPResult"]
 

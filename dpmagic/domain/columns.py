@@ -1,5 +1,5 @@
 """Declared columns: a categorical column's values and a numeric column's type and bounds, their canonical
-forms, and the validation of a DataFrame column against them (:meth:`dpmagic.schema.Schema.validate`)."""
+forms, and the validation of a DataFrame column against them (:meth:`dpmagic.domain.schema.Schema.validate`)."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from dpmagic.decision.tree import And, Condition, Node, Or
 from dpmagic.errors import QueryError
 
 if TYPE_CHECKING:
+    from dpmagic.domain.schema import Schema
     from dpmagic.query.model import Aggregate, Query
-    from dpmagic.schema import Schema
 
 __all__ = ["decision_tree", "group_keys", "public_bounds"]
 

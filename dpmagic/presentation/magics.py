@@ -6,8 +6,8 @@ a ``%%dpquery`` line assigns the answer's DataFrame to a variable.  Errors are s
 message (IPython's ``UsageError``, no traceback) unless ``%config DPMagic.debug = True``.
 
 One module over 400 lines because IPython's ``Magics`` class holds every magic as one method with its option
-declarations (the help ``%dpquery?`` shows); the text parsing is in :mod:`dpmagic.magic_cells` and what
-``%dpbudget`` displays in :mod:`dpmagic.budget_report`.
+declarations (the help ``%dpquery?`` shows); the text parsing is in :mod:`dpmagic.presentation.magic_cells` and what
+``%dpbudget`` displays in :mod:`dpmagic.presentation.budget_report`.
 """
 
 from __future__ import annotations
@@ -29,15 +29,15 @@ from traitlets.config import Configurable
 
 from dpmagic.accountant.ledger import default_ledger_path
 from dpmagic.backends.bind import is_file_source
-from dpmagic.budget_report import BudgetReport, SPBudgetReport, budget_summary, panel_view
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError, DPMagicError
-from dpmagic.magic_cells import ASSIGN, SELECT, cost_arg, split_batch_cell, unquote
-from dpmagic.postprocess import POSTPROCESS_OPTIONS
-from dpmagic.regions import EmptyRegionWarning, empty_region_message
-from dpmagic.schema import Schema
-from dpmagic.session import Session
+from dpmagic.presentation.budget_report import BudgetReport, SPBudgetReport, budget_summary, panel_view
+from dpmagic.presentation.magic_cells import ASSIGN, SELECT, cost_arg, split_batch_cell, unquote
+from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
+from dpmagic.releases.postprocess import POSTPROCESS_OPTIONS
+from dpmagic.session.session import Session
 
-# budget_summary and split_batch_cell are re-exported (their homes: dpmagic.budget_report, dpmagic.magic_cells)
+# budget_summary and split_batch_cell are re-exported (their homes: dpmagic.presentation.budget_report, dpmagic.presentation.magic_cells)
 __all__ = ["DPMagic", "current_session", "budget_summary", "split_batch_cell"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -241,7 +241,7 @@ class DPMagic(Magics, Configurable):
 
     def _bind_statistical(self, args: Any, data: pd.DataFrame, schema: Any, ledger: str) -> None:
         """``%dpsession … --privacy statistical``: a :class:`~dpmagic.statistical.StatisticalSession` (NOT DP)."""
-        from dpmagic.statistical.session import StatisticalSession
+        from dpmagic.statistical.sp_session import StatisticalSession
 
         wrong = [f"--{k}" for k in ("budget", "bound", "default_cost") if getattr(args, k) is not None]
         if wrong:
@@ -285,7 +285,7 @@ class DPMagic(Magics, Configurable):
         if getattr(self.shell, "kernel", None) is None:  # terminal IPython: no widget frontend
             print(view)
             if not getattr(session, "_terminal_progress", False):  # a line while the accountant works > 0.5 s
-                from dpmagic.progress import terminal_progress
+                from dpmagic.session.progress import terminal_progress
 
                 session.subscribe(terminal_progress())
                 session._terminal_progress = True  # type: ignore[attr-defined]
@@ -566,7 +566,7 @@ class DPMagic(Magics, Configurable):
     @_friendly
     def dpplot(self, line: str) -> Any:
         """Plot the session's accounting: ``%dpplot graph``, ``%dpplot budget``, ``%dpplot map COL1 COL2``."""
-        from dpmagic import plots
+        from dpmagic.presentation import plots
 
         args = parse_argstring(self.dpplot, line)
         session = current_session()
@@ -585,7 +585,7 @@ class DPMagic(Magics, Configurable):
 
 
 def _is_statistical(session: object) -> bool:
-    from dpmagic.statistical.session import StatisticalSession
+    from dpmagic.statistical.sp_session import StatisticalSession
 
     return isinstance(session, StatisticalSession)
 

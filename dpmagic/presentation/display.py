@@ -17,8 +17,8 @@ import pandas as pd
 if TYPE_CHECKING:
     from dpmagic.accountant.bounds import BoundsSummary
     from dpmagic.accountant.currency import Currency
-    from dpmagic.results import QueryResult
-    from dpmagic.session import Session
+    from dpmagic.session.results import QueryResult
+    from dpmagic.session.session import Session
 
 __all__ = [
     "BOUND_LABELS",

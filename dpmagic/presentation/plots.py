@@ -13,9 +13,9 @@ import networkx as nx
 import numpy as np
 from matplotlib.figure import Figure
 
-from dpmagic.display import fmt, query_numbers
 from dpmagic.errors import ConfigurationError
-from dpmagic.session import Session
+from dpmagic.presentation.display import fmt, query_numbers
+from dpmagic.session.session import Session
 
 __all__ = ["plot_graph", "plot_budget", "plot_map"]
 

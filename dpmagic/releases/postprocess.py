@@ -24,8 +24,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.query.model import Query
-from dpmagic.schema import NumericColumn, Schema
 
 __all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
 

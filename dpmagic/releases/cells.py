@@ -1,6 +1,6 @@
 """The exact aggregates a backend returns for one query: the value passed from the data layer to a mechanism.
 
-Neutral ground between :mod:`dpmagic.backends` (which produce it) and :mod:`dpmagic.release` /
+Neutral ground between :mod:`dpmagic.backends` (which produce it) and :mod:`dpmagic.releases.plan` /
 :mod:`dpmagic.releases` (which noise it): neither imports the other.
 """
 

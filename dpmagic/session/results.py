@@ -1,6 +1,6 @@
 """What the session hands back: a released answer (:class:`QueryResult`) and a dry run (:class:`Preview`).
 
-Plain values with their rendering delegated to :mod:`dpmagic.display`; nothing here reads data or charges.
+Plain values with their rendering delegated to :mod:`dpmagic.presentation.display`; nothing here reads data or charges.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dpmagic import display
 from dpmagic.accountant.accountant import Charge
 from dpmagic.accountant.currency import Currency
-from dpmagic.mechanisms import Noise
-from dpmagic.postprocess import answer_notes
+from dpmagic.noise.calibration import Noise
+from dpmagic.presentation import display
 from dpmagic.query.model import Query
+from dpmagic.releases.postprocess import answer_notes
 
 __all__ = ["QueryResult", "Preview", "Released"]
 

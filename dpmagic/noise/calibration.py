@@ -1,9 +1,9 @@
 """Noise mechanisms: OpenDP's exact integer samplers, calibrated to a cost in the session's currency
-(the distributions' mathematics — exact GDP calibration, variances, tails — is in :mod:`dpmagic.distributions`).
+(the distributions' mathematics — exact GDP calibration, variances, tails — is in :mod:`dpmagic.noise.distributions`).
 
 Every release is an exact **integer** vector (one entry per GROUP BY cell) perturbed by OpenDP's discrete
 Laplace (pure ε-DP, scale b = Δ₁/ε) or discrete Gaussian (ρ-zCDP, σ = Δ₂/√(2ρ); μ-GDP, σ exactly calibrated
-per cell by :func:`discrete_gaussian_gdp_sigma`).  The sensitivities Δ come from :mod:`dpmagic.sensitivity`.
+per cell by :func:`discrete_gaussian_gdp_sigma`).  The sensitivities Δ come from :mod:`dpmagic.noise.sensitivity`.
 
 * COUNT and SUM over ``int`` columns are integers already.
 * SUM over a ``float`` column is computed on a public grid: each clamped value x is quantised to
@@ -37,7 +37,7 @@ import numpy as np
 import opendp.prelude as dp
 
 from dpmagic.accountant.currency import Definition
-from dpmagic.distributions import (  # re-exported: the distributions' facts live in dpmagic.distributions
+from dpmagic.noise.distributions import (  # re-exported: the distributions' facts live in dpmagic.noise.distributions
     GDP_MAX_MU,
     GDP_MIN_MU,
     GRID_UNITS,
@@ -48,7 +48,7 @@ from dpmagic.distributions import (  # re-exported: the distributions' facts liv
     noise_tail,
     noise_variance,
 )
-from dpmagic.sensitivity import Sensitivity
+from dpmagic.noise.sensitivity import Sensitivity
 
 dp.enable_features("contrib")
 
@@ -293,5 +293,5 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool = True) -> 
     """μ-GDP noise for a one-cell integer release of ``sensitivity``: OpenDP's discrete Gaussian, exactly
     calibrated (:func:`calibrate`; σ_continuous = Δ/μ > 300 is released on a grid g ≈ σ_continuous / 200)."""
     if not integer_values:
-        raise ValueError("dpmagic releases integers: float sums are quantised first (dpmagic.release.plan_noise)")
+        raise ValueError("dpmagic releases integers: float sums are quantised first (dpmagic.releases.plan.plan_noise)")
     return calibrate("gdp", mu, Sensitivity(((sensitivity,),)))

@@ -28,7 +28,7 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   columns clamped and quantised per row with numpy's ``rint`` (round half to even) spelt out in IEEE
   arithmetic that every engine does the same way — r = FLOOR(y), d = y − r (exact), +1 when d > ½ or d = ½ and r
   is odd — or by the engine's own exact ``RINT`` (Spark: Java's ``Math.rint``; :attr:`Compiler.native_rint`),
-  so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
+  so the integer units equal :func:`dpmagic.noise.calibration.quantise`'s;
 * the inputs of the aggregates of :mod:`dpmagic.aggregates`: COUNT(DISTINCT) per cell; VAR / STDDEV's three
   exact sums (:func:`dpmagic.aggregates.variance.exact`, same per-row formulas and quantisation); a quantile's
   per-cell *histogram* (value, count) — the kernel expands it into the cell's multiset of values, which is
@@ -36,7 +36,7 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
 
 Only these aggregates cross from the engine to the kernel; binding validates the domain with aggregate queries
 (counts of missing, non-finite, fractional, out-of-range values; the distinct undeclared categories, which the
-pandas path names too) and raises the same errors (:mod:`dpmagic.schema`'s message functions).
+pandas path names too) and raises the same errors (:mod:`dpmagic.domain.schema`'s message functions).
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ import numpy as np
 from sqlglot import exp
 
 from dpmagic.backends.pandas import too_many_rows_error
-from dpmagic.cells import Cells
-from dpmagic.columns import (
+from dpmagic.domain.columns import (
     CategoricalColumn,
     NumericColumn,
     OutOfRangePolicy,
@@ -67,12 +66,13 @@ from dpmagic.columns import (
     outside_error,
     undeclared_columns_error,
 )
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box, CategorySet, IntervalSet, ValueSet
 from dpmagic.errors import DataValidationError, DPMagicError
-from dpmagic.mechanisms import MAX_ROWS
+from dpmagic.noise.calibration import MAX_ROWS
+from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Filter, GroupKey, Query
-from dpmagic.schema import Schema
-from dpmagic.sensitivity import clamp_bounds
-from dpmagic.sets import Box, CategorySet, IntervalSet, ValueSet
+from dpmagic.releases.cells import Cells
 
 __all__ = ["EngineBackend", "SourceColumn", "Compiler"]
 
@@ -193,7 +193,7 @@ def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
 
 
 def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quantised:
-    """:func:`dpmagic.mechanisms.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
+    """:func:`dpmagic.noise.calibration.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
     y = exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit)))
     m = max(abs(float(lo)), abs(float(hi))) / float(unit)
     return Quantised(y, int(math.ceil(m)) + 1 if math.isfinite(m) else _UNBOUNDED)
@@ -220,7 +220,7 @@ def exact_sum(x: exp.Expression, dialect: str, bound: int = _UNBOUNDED) -> list[
     DuckDB sums BIGINT into a HUGEINT (int128) natively: one aggregate.  Other engines (Spark, whose
     DECIMAL(38, 0) aggregation costs twice a BIGINT one) sum BIGINT limbs of the value's two's complement, as few
     as its proven bound ``|v| ≤ bound`` allows, every limb's sum over at most 2³² rows
-    (:data:`~dpmagic.mechanisms.MAX_ROWS`, refused beyond at binding) staying inside BIGINT (< 2⁶³):
+    (:data:`~dpmagic.noise.calibration.MAX_ROWS`, refused beyond at binding) staying inside BIGINT (< 2⁶³):
 
     * ``bound < 2³¹``: the value itself (|Σ| < 2³²·2³¹);
     * ``bound < 2⁶⁰``: v = h·2³⁰ + l with 0 ≤ l < 2³⁰ and |h| ≤ 2³⁰ (sums < 2⁶²);

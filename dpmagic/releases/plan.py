@@ -4,18 +4,18 @@ Cost split (documented policy): a query charged cost c releases, in every GROUP 
 COUNT, SUM or COUNT(DISTINCT), two per AVG (a noisy SUM and a noisy COUNT), three per VAR / STDDEV and one per
 quantile (the units of :mod:`dpmagic.aggregates`).  The query's additive weight w = weight(c) is
 divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  Each
-release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.sensitivity`):
+release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.noise.sensitivity`):
 under add/remove-one a row touches one cell, so every cell gets the full per-release share; under replace-one
 two cells can change, which the L1 / L2 sensitivity (or GDP's per-cell split) accounts for.
 
-AVG is post-processing (:func:`dpmagic.postprocess.ratio_estimate`): noisy SUM / noisy COUNT, clamped into the
+AVG is post-processing (:func:`dpmagic.releases.postprocess.ratio_estimate`): noisy SUM / noisy COUNT, clamped into the
 column's declared bounds, and NaN where the noisy count's interval reaches below one row.  Its 95% interval is
 the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it covers the true
 average with probability ≥ 95% whenever the true count is positive; never zero-width.
 
 An analyst's clamp (``SUM(CLAMP(x, lo, hi))``, :attr:`~dpmagic.query.model.Aggregate.clamp`) is a different sum:
 it has its own release, keyed by :attr:`~dpmagic.query.model.Aggregate.sum_key`, whose sensitivity follows the
-clamped bounds (:func:`dpmagic.sensitivity.release_sensitivity` with ``clamp``).
+clamped bounds (:func:`dpmagic.noise.sensitivity.release_sensitivity` with ``clamp``).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import pandas as pd
 from dpmagic.accountant.currency import Currency
 from dpmagic.aggregates import plan_extended, release_extended
 from dpmagic.aggregates.common import effective_bounds
-from dpmagic.cells import Cells
+from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.errors import BudgetError, ConfigurationError
-from dpmagic.mechanisms import MAX_ROWS, Noise, calibrate, float_unit, release_integer
-from dpmagic.postprocess import ratio_estimate
+from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, release_integer
+from dpmagic.noise.sensitivity import release_sensitivity
 from dpmagic.query.model import Query
-from dpmagic.schema import NumericColumn, Schema
-from dpmagic.sensitivity import release_sensitivity
+from dpmagic.releases.cells import Cells
+from dpmagic.releases.postprocess import ratio_estimate
 
 __all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "units_of", "ReleasePlan", "effective_bounds"]
 
@@ -58,7 +58,7 @@ def plan_noise(
 ) -> ReleasePlan:
     """Calibrate the noise of each release of ``query`` for a total cost ``cost`` (data-independent).
 
-    Every sensitivity comes from :func:`dpmagic.sensitivity.release_sensitivity` (derived from the neighbouring
+    Every sensitivity comes from :func:`dpmagic.noise.sensitivity.release_sensitivity` (derived from the neighbouring
     relation and the query's box; brute-force tested).  With M = max|v| and W = max v − min v over the summed
     column's values inside the WHERE box:
 
@@ -69,12 +69,12 @@ def plan_noise(
     COUNT per GROUP BY cell      1               2 (L1) / √2 (L2): one cell −1, another +1 (GDP: 1 per cell at μ/√2)
     SUM, no GROUP BY             M               max(W, M); W if the box is the whole domain (no row can leave it)
     SUM per GROUP BY cell        M               max(W, 2M) (L1) / max(W, √2·M) (L2) (GDP: max(W, M) at μ/√2)
-    float SUM                    as SUM, on the column's quantum u (:func:`~dpmagic.mechanisms.float_unit`)
+    float SUM                    as SUM, on the column's quantum u (:func:`~dpmagic.noise.calibration.float_unit`)
     SUM(CLAMP(x, a, b))          as SUM, with the values (and so M and W) clamped into [a, b]
     ===========================  ==============  ==================================================================
 
     (A GROUP BY whose box holds a single cell behaves as no GROUP BY.)  Under μ-GDP the discrete Gaussian is
-    calibrated exactly (:func:`~dpmagic.mechanisms.calibrate`), which needs slightly more noise than the
+    calibrated exactly (:func:`~dpmagic.noise.calibration.calibrate`), which needs slightly more noise than the
     continuous Gaussian's σ = Δ/μ.
     """
     k = query.releases_per_cell
@@ -205,7 +205,7 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
 
     ``cells`` holds exact integer aggregates in each release's units (:meth:`PandasBackend.evaluate` with
     :func:`units_of`), and the exact inputs of the :mod:`dpmagic.aggregates` units (``cells.extra``).  An interval side is infinite where the exact value may have been clamped before noise
-    (|exact| ≥ the noise's public clamp, :data:`~dpmagic.mechanisms.SUM_CLAMP` grid units).
+    (|exact| ≥ the noise's public clamp, :data:`~dpmagic.noise.calibration.SUM_CLAMP` grid units).
     """
     out: dict[str, object] = {}
     for i, g in enumerate(query.group_by):  # public declared keys / bin labels

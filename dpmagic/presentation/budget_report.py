@@ -1,7 +1,7 @@
 """What ``%dpbudget`` displays (HTML in notebooks, text elsewhere) and the live panel the magics show.
 
 Presentation only, through the session's public API: the bounds are rendered by
-:func:`dpmagic.display.bounds_html` / :func:`~dpmagic.display.bounds_text` from :meth:`dpmagic.Session.bounds`.
+:func:`dpmagic.presentation.display.bounds_html` / :func:`~dpmagic.presentation.display.bounds_text` from :meth:`dpmagic.Session.bounds`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import html
 from typing import Any
 
 from dpmagic.accountant.bounds import BoundsSummary
-from dpmagic.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
-from dpmagic.session import Session
+from dpmagic.presentation.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
+from dpmagic.session.session import Session
 
 __all__ = [
     "BudgetReport",
@@ -94,7 +94,7 @@ class SPBudgetReport:
         return head + ("\n" + frame.to_string(index=False) if len(frame) else "\nno SP charges yet")
 
     def _repr_html_(self) -> str:
-        from dpmagic.statistical.session import SP_LABEL
+        from dpmagic.statistical.sp_session import SP_LABEL
 
         frame = self.session.ledger_frame()
         table = frame.to_html(index=False) if len(frame) else "<p>no SP charges yet</p>"
@@ -106,7 +106,7 @@ class SPBudgetReport:
 
 def panel_of(session: Session) -> Any:
     """The session's one live budget panel widget (created on first use)."""
-    from dpmagic.widgets import BudgetWidget
+    from dpmagic.presentation.widgets import BudgetWidget
 
     if session.panel is None:
         session.panel = BudgetWidget(session)
@@ -115,7 +115,7 @@ def panel_of(session: Session) -> Any:
 
 def panel_view(session: Session) -> Any:
     """The panel to display: the live widget, with a text panel as its ``text/plain`` (terminal IPython)."""
-    from dpmagic.widgets import PanelView
+    from dpmagic.presentation.widgets import PanelView
 
     panel_of(session)
     return PanelView(session.panel)

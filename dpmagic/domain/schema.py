@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import pandas as pd
 
-from dpmagic.columns import (  # re-exported: the declared columns live in dpmagic.columns
+from dpmagic.domain.columns import (  # re-exported: the declared columns live in dpmagic.domain.columns
     CategoricalColumn,
     Column,
     NumericColumn,

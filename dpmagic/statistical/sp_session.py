@@ -41,23 +41,17 @@ from typing import Any
 
 import pandas as pd
 
-from ..accountant.ledger import Ledger
-from ..backends.pandas import PandasBackend
-from ..errors import (
-    BudgetExceededError,
-    ConfigurationError,
-    DPMagicError,
-    QueryError,
-    UnsupportedQueryError,
-)
-from ..query.model import Query
-from ..query.sql import parse_query
-from ..schema import OutOfRangePolicy, Schema
-from ..sets import CategorySet, IntervalSet
-from .accountant import StatisticalPrivacyAccountant
-from .curves import BernoulliPrior
-from .priors import column_domain, parse_prior, prior_text  # parse_prior re-exported
-from .results import SP_LABEL, SPPreview, SPResult  # re-exported
+from dpmagic.accountant.ledger import Ledger
+from dpmagic.backends.pandas import PandasBackend
+from dpmagic.domain.schema import OutOfRangePolicy, Schema
+from dpmagic.domain.sets import CategorySet, IntervalSet
+from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError, QueryError, UnsupportedQueryError
+from dpmagic.query.model import Query
+from dpmagic.query.sql import parse_query
+from dpmagic.statistical.accountant import StatisticalPrivacyAccountant
+from dpmagic.statistical.curves import BernoulliPrior
+from dpmagic.statistical.priors import column_domain, parse_prior, prior_text  # parse_prior re-exported
+from dpmagic.statistical.results import SP_LABEL, SPPreview, SPResult  # re-exported
 
 __all__ = [
     "SP_LABEL",

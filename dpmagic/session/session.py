@@ -10,8 +10,8 @@ noise → check the cost against the budget and commit the charge to the ledger 
 draw the noise → record the release.  Any error before the commit spends nothing and changes nothing.
 
 Orchestration only (a little over 400 lines, most of them the public API's docstrings): parsing is
-:mod:`dpmagic.query`, costs :mod:`dpmagic.costs`, the re-run cache :mod:`dpmagic.cache`, events
-:mod:`dpmagic.events`, the ledger binding :mod:`dpmagic.accountant.binding`, releases :mod:`dpmagic.releases`.
+:mod:`dpmagic.query`, costs :mod:`dpmagic.session.costs`, the re-run cache :mod:`dpmagic.session.cache`, events
+:mod:`dpmagic.session.events`, the ledger binding :mod:`dpmagic.accountant.binding`, releases :mod:`dpmagic.releases`.
 """
 
 from __future__ import annotations
@@ -23,27 +23,27 @@ from typing import Any
 
 import pandas as pd
 
-from dpmagic import reports
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound, Neighbors
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.bind import backend_for
-from dpmagic.cache import ReleaseCache, cache_key
-from dpmagic.costs import CostSpec, parse_cost, session_cost
+from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
-from dpmagic.events import EventBus, Listener
-from dpmagic.postprocess import tidy
-from dpmagic.progress import Ticker
+from dpmagic.presentation import reports
 from dpmagic.query.model import Query
+from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.sql import parse_query
-from dpmagic.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.releases import Mechanism, QueryMechanism
-from dpmagic.results import Preview, QueryResult, Released
-from dpmagic.schema import OutOfRangePolicy, Schema
+from dpmagic.releases.postprocess import tidy
+from dpmagic.session.cache import ReleaseCache, cache_key
+from dpmagic.session.costs import CostSpec, parse_cost, session_cost
+from dpmagic.session.events import EventBus, Listener
+from dpmagic.session.progress import Ticker
+from dpmagic.session.results import Preview, QueryResult, Released
 
-# re-exported: their homes are dpmagic.regions and dpmagic.accountant.binding
+# re-exported: their homes are dpmagic.query.regions and dpmagic.accountant.binding
 __all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning", "empty_region_message", "ledger_key"]
 
 
@@ -78,7 +78,7 @@ class Session:
     neighbors:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
-        :mod:`dpmagic.sensitivity`).
+        :mod:`dpmagic.noise.sensitivity`).
     """
 
     def __init__(
@@ -233,7 +233,7 @@ class Session:
         query's region); ``ci`` asks instead for the smallest cost whose 95% interval half-width is ≤ ``ci``
         (``min_rows`` is needed for AVG).  Re-running an identical query (same normalised SQL and cost option)
         returns the stored answer and charges nothing, unless ``fresh=True``.  ``postprocess`` switches on free
-        post-processing of the released values (``"integer"``, ``"nonnegative"``: :func:`dpmagic.postprocess.tidy`).
+        post-processing of the released values (``"integer"``, ``"nonnegative"``: :func:`dpmagic.releases.postprocess.tidy`).
         A WHERE clause that matches no row of the declared domain raises an :class:`EmptyRegionWarning` before
         anything is charged (the query is still answered: its true values are 0).
 
@@ -360,8 +360,8 @@ class Session:
         expected RMSE (or ``strategy``), or several ``SELECT COUNT(*) ... WHERE <box>`` measured with noise of
         their exact batch sensitivity.  One charge (coverage: the WHERE box), through :meth:`run`.  ``rmse``
         asks for the smallest cost whose expected RMSE is at most it; ``dry_run`` previews the strategies,
-        their expected RMSE and the charge, reading nothing (:mod:`dpmagic.releases.batch`)."""
-        from dpmagic.releases.batch import session_batch
+        their expected RMSE and the charge, reading nothing (:mod:`dpmagic.batch.release`)."""
+        from dpmagic.batch.release import session_batch
 
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         return session_batch(
@@ -384,9 +384,9 @@ class Session:
         ``max_group_size`` is a public bound on a group's size (default: the schema's ``max_group_size``);
         ``max_epsilon`` caps the pure-ε loss of a row; ``dry_run`` shows the planned Phase One cost and reads
         nothing.  Returns a
-        :class:`dpmagic.decision.session.DecisionAnswer` (see ``docs/decision-queries.md``).
+        :class:`dpmagic.decision.runner.DecisionAnswer` (see ``docs/decision-queries.md``).
         """
-        from dpmagic.decision.session import decide
+        from dpmagic.decision.runner import decide
 
         return decide(
             self, sql, fnr=fnr, fpr=fpr, max_epsilon=max_epsilon, dry_run=dry_run, max_group_size=max_group_size

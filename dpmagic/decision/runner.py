@@ -1,10 +1,10 @@
 """A decision query in a session: SQL → condition tree → ProBE plan → one charged mechanism per read.
 
 :func:`decide` is :meth:`dpmagic.Session.decide`.  Order of operations (invariant 2): parse and validate the
-SQL, build the condition tree (:mod:`dpmagic.decision.sql`) and the data-independent plan
+SQL, build the condition tree (:mod:`dpmagic.decision.having`) and the data-independent plan
 (:func:`dpmagic.decision.probe.plan`, from the thresholds, the declared bounds and the public maximum group
 size only); check Phase One against ``max_epsilon`` and against the budget left on the query's WHERE box;
-then every read is one :class:`~dpmagic.releases.decision.DecisionPhaseMechanism` passed to
+then every read is one :class:`~dpmagic.decision.release.DecisionPhaseMechanism` passed to
 :meth:`dpmagic.Session.run`, which records its charge before the backend is touched.  Before each Phase Two
 round the round's worst case is checked against ``max_epsilon`` and the budget again; a round that does not
 fit is not started (the answer is then *denied*, with what the completed phases spent).
@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dpmagic.decision.having import decision_tree, group_keys, public_bounds
 from dpmagic.decision.mechanism import cost_of_epsilon
 from dpmagic.decision.probe import DecisionPlan, MeasureRequest, _compose, plan, run
-from dpmagic.decision.sql import decision_tree, group_keys, public_bounds
+from dpmagic.decision.release import DecisionPhaseMechanism
 from dpmagic.errors import BudgetError, QueryError
-from dpmagic.releases.decision import DecisionPhaseMechanism
 
 if TYPE_CHECKING:
     from dpmagic.query.model import Query
-    from dpmagic.session import Session
+    from dpmagic.session.session import Session
 
 __all__ = ["DecisionAnswer", "decide"]
 

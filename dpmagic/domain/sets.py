@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from dpmagic.schema import CategoricalColumn, Column, NumericColumn, Schema
+from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
 
 __all__ = [
     "Interval",

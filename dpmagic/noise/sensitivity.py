@@ -3,7 +3,7 @@
 A release is the vector of one aggregate's exact values over a query's cells (one cell without GROUP BY; one
 per declared key with it): COUNT, or the SUM of a numeric column (AVG releases both).  Every aggregate here
 is a sum over the rows inside the WHERE box B of a per-row contribution v(x) placed in the row's cell: v ≡ 1
-for COUNT, the (clamped; for float columns, quantised: :func:`dpmagic.mechanisms.float_unit`) value for SUM.
+for COUNT, the (clamped; for float columns, quantised: :func:`dpmagic.noise.calibration.float_unit`) value for SUM.
 
 Let V be the set of values v(x) takes over the rows x ∈ B (B is a product of per-column sets, so V is the same
 in every cell), with lo = inf V, hi = sup V, M = max(|lo|, |hi|) and W = hi − lo.  A neighbouring step changes
@@ -50,9 +50,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.query.model import Query
-from dpmagic.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.sets import CategorySet, IntervalSet
 
 __all__ = ["Sensitivity", "Coverage", "clamp_bounds", "coverage_of", "patterns", "release_sensitivity", "value_range"]
 
@@ -205,7 +205,7 @@ def release_sensitivity(
     """The sensitivity of the release of COUNT (``column=None``) or SUM(``column``) of ``query``.
 
     ``to_units`` maps a value of the column to the units the exact sum is computed in (a non-decreasing map,
-    e.g. the float quantisation of :func:`dpmagic.mechanisms.float_unit`); it maps the box's value range.
+    e.g. the float quantisation of :func:`dpmagic.noise.calibration.float_unit`); it maps the box's value range.
     ``clamp`` is the analyst's clamp of the summed values (:attr:`Aggregate.clamp`): the range is clamped.
     """
     cov = coverage_of(query, schema)

@@ -1,7 +1,7 @@
 """Facts about the noise distributions dpmagic draws from: the exact μ-GDP calibration of OpenDP's discrete
 Gaussian, and the variance, tails and confidence half-widths of each noise family (in grid units).
 
-Pure mathematics, no sampling: :mod:`dpmagic.mechanisms` calibrates and draws (OpenDP) with these.
+Pure mathematics, no sampling: :mod:`dpmagic.noise.calibration` calibrates and draws (OpenDP) with these.
 """
 
 from __future__ import annotations

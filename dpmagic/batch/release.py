@@ -49,14 +49,14 @@ from dpmagic.batch.optimize import opt_kron, opt_marginals
 from dpmagic.batch.reconstruct import answer_variances, reconstruct, workload_answers
 from dpmagic.batch.spec import WorkloadSpec
 from dpmagic.batch.strategies import KronStrategy, hb_strategy, identity_strategy
+from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
 from dpmagic.releases.base import Backend, Mechanism, QueryBoxMechanism
-from dpmagic.sets import Box
 
 if TYPE_CHECKING:
     from dpmagic.accountant.currency import Currency
+    from dpmagic.domain.schema import Schema
     from dpmagic.query.model import Query
-    from dpmagic.schema import Schema
 
 __all__ = [
     "BatchMechanism",

@@ -1,6 +1,6 @@
 """The live budget panel (ipywidgets): one panel per session that updates after every query.
 
-The panel subscribes to its :class:`~dpmagic.session.Session`'s events, so it changes in place after every
+The panel subscribes to its :class:`~dpmagic.session.session.Session`'s events, so it changes in place after every
 ``%%dpquery`` in any cell, without being displayed again.  It shows the total budget, what is charged (the
 session's bound) and what remains as a progress bar; the four bounds side by side with the saving versus
 sequential composition; the (ε, δ) equivalent for zCDP and GDP sessions; the current worst-case row; and
@@ -26,8 +26,16 @@ from typing import Any
 
 import ipywidgets as w
 
-from dpmagic.display import NEARLY_SPENT, bounds_html, bounds_text, budget_state, fmt, query_numbers, row_text
-from dpmagic.session import Session
+from dpmagic.presentation.display import (
+    NEARLY_SPENT,
+    bounds_html,
+    bounds_text,
+    budget_state,
+    fmt,
+    query_numbers,
+    row_text,
+)
+from dpmagic.session.session import Session
 
 __all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "panel_text"]
 
@@ -176,7 +184,7 @@ def _query_table(s: Session) -> str:
 
 def panel_text(s: Session) -> str:
     """The budget panel as plain text (terminal IPython, logs): same numbers, plain labels."""
-    from dpmagic.display import budget_line_text
+    from dpmagic.presentation.display import budget_line_text
 
     cur = s.currency
     total = s.budget.total

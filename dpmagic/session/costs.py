@@ -3,7 +3,7 @@
 Reads no data and changes nothing: the session calls :func:`parse_cost` on the options of a cell and
 :func:`resolve_cost` to turn them into one number in the session's parameter (ε, ρ or μ) before planning the
 noise (:func:`session_cost` with the session's own budget, schema and affordability).  The re-run key of an
-answer is :func:`dpmagic.cache.cache_key`.
+answer is :func:`dpmagic.session.cache.cache_key`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from dpmagic.accountant.currency import Budget, Currency, check_cost
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError
 from dpmagic.query.model import Query
-from dpmagic.release import cost_for_target
-from dpmagic.schema import Schema
+from dpmagic.releases.plan import cost_for_target
 
 if TYPE_CHECKING:
-    from dpmagic.session import Session
+    from dpmagic.session.session import Session
 
 __all__ = ["CostSpec", "parse_cost", "resolve_cost", "session_cost"]
 

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from dpmagic.results import QueryResult
+from dpmagic.session.results import QueryResult
 
 if TYPE_CHECKING:
     from dpmagic.accountant.currency import Currency
-    from dpmagic.costs import CostSpec
     from dpmagic.query.model import Query
-    from dpmagic.session import Session
+    from dpmagic.session.costs import CostSpec
+    from dpmagic.session.session import Session
 
 __all__ = ["ReleaseCache", "cache_key"]
 
@@ -39,7 +39,7 @@ class ReleaseCache:
 
     def get(self, key: str, session: Session) -> QueryResult | None:
         """A copy of the stored answer marked ``cached`` (charged nothing, numbered as first shown), or None."""
-        from dpmagic.display import query_numbers
+        from dpmagic.presentation.display import query_numbers
 
         hit = self._hits.get(key)
         if hit is None:

@@ -11,7 +11,7 @@ file (README, "The ledger" and "Threat model"); ``--key-file`` gives the custodi
 
 One module (about 400 lines) because it is the command line's argument parsing and its small command bodies,
 each a few lines over the library's public API (bounds: :class:`~dpmagic.accountant.bounds.BoundsSummary`;
-reports: :mod:`dpmagic.reports`; ledger: :mod:`dpmagic.accountant.ledger`).
+reports: :mod:`dpmagic.presentation.reports`; ledger: :mod:`dpmagic.accountant.ledger`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from dpmagic.accountant.bounds import BoundsSummary
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.errors import DPMagicError, QueryError
-from dpmagic.schema import Schema
-from dpmagic.sets import Box
 
 __all__ = ["main", "load_workload", "analyse", "split_sql"]
 
@@ -144,7 +144,7 @@ def analyse(
 
 def _table(result: dict[str, Any]) -> str:
     """The text form of :func:`analyse`'s result: the bounds' one text rendering between the CLI's own lines."""
-    from dpmagic.display import bounds_text  # imports pandas: only for the text output
+    from dpmagic.presentation.display import bounds_text  # imports pandas: only for the text output
 
     return bounds_text(
         BoundsSummary.from_cli(result),
@@ -208,7 +208,7 @@ def _resolve_key(ledger: Any, name: str) -> str | None:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from dpmagic.accountant import ledger as lg
-    from dpmagic.reports import dataset_label, export_ledger
+    from dpmagic.presentation.reports import dataset_label, export_ledger
 
     try:
         if args.action == "keygen":

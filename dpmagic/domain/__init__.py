@@ -1,0 +1,1 @@
+"""The public domain: the declared schema, its columns, and exact per-column value sets and boxes."""
