@@ -39,7 +39,12 @@ from dpmagic.statistical.curves import (
     property_probability,
 )
 
-_LAZY = {"StatisticalSession": "sp_session", "SPResult": "sp_session", "SP_LABEL": "sp_session", "parse_prior": "sp_session"}
+_LAZY = {
+    "StatisticalSession": "sp_session",
+    "SPResult": "sp_session",
+    "SP_LABEL": "sp_session",
+    "parse_prior": "sp_session",
+}
 
 
 def __getattr__(name: str) -> object:
