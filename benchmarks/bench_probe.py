@@ -177,9 +177,9 @@ def plain(tree, fm, truth, groups, bounds, ints, n_max, beta, alpha, runs) -> di
 
 
 def _noise(fm: FrameMeasure, req, exact: np.ndarray) -> dict:
-    from dpmagic.decision.local import laplace_sampler
+    from dpmagic.noise.samplers import vector_measurement
 
-    meas = laplace_sampler(req.kind, req.scale)
+    meas = vector_measurement(req.kind, req.scale)
     if req.kind == "discrete_laplace":
         vals = meas([int(round(v)) for v in exact])
     else:

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 from scipy.stats import binom, norm
 
-from dpmagic.decision.local import laplace_sampler
 from dpmagic.decision.mechanism import (
     cost_of_epsilon,
     false_negative_bound,
@@ -25,6 +24,7 @@ from dpmagic.decision.mechanism import (
 )
 from dpmagic.decision.tree import avg, count, sum_
 from dpmagic.errors import BudgetError, QueryError
+from dpmagic.noise.samplers import vector_measurement
 
 # ----------------------------------------------------------------------------------------------- FNR
 
@@ -56,7 +56,7 @@ def test_worst_case_false_negatives_with_opendp_sampler(op: str) -> None:
     beta, u, c = 0.05, 20, 100
     eps = tslm_epsilon(1.0, beta, u)
     g = c + 1 if op == ">" else c - 1
-    meas = laplace_sampler("discrete_laplace", 1.0 / eps)
+    meas = vector_measurement("discrete_laplace", 1.0 / eps)
     n = 20_000
     noisy = np.asarray(meas([g] * n))
     fn = int(np.sum(noisy <= c - u)) if op == ">" else int(np.sum(noisy >= c + u))

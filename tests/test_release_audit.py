@@ -16,7 +16,7 @@ import dpmagic.releases.query as query_release_module
 import dpmagic.session.session as session_module
 from dpmagic import Session
 from dpmagic.accountant.currency import CURRENCIES
-from dpmagic.backends.pandas import exact_cell_sums
+from dpmagic.aggregates.common import exact_cell_sums
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, DPMagicError
 from dpmagic.noise.calibration import float_unit, quantise

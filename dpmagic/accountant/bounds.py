@@ -5,8 +5,8 @@ which also carries the engine's search state); everything that *reports* them â€
 (:meth:`dpmagic.Session.bounds_summary`), the ledger's charge events, ``%dpbudget``, the live panel, the plots
 and ``dpmagic overlap`` â€” goes through :class:`BoundsSummary`: converted once (:meth:`BoundsSummary.of`),
 serialised once (:meth:`BoundsSummary.to_dict` / :meth:`BoundsSummary.from_dict`; the CLI's JSON contract is
-:meth:`BoundsSummary.to_cli`), rendered once (:func:`dpmagic.presentation.display.bounds_text`,
-:func:`dpmagic.presentation.display.bounds_html`).
+:meth:`BoundsSummary.to_cli`), rendered once (:func:`dpmagic.session.rendering.bounds_text`,
+:func:`dpmagic.session.rendering.bounds_html`).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class BoundsSummary:
         )
 
     def rounded(self, clean: Callable[[float], float]) -> BoundsSummary:
-        """Every amount passed through ``clean`` (display rounding; :func:`dpmagic.presentation.display.clean`)."""
+        """Every amount passed through ``clean`` (display rounding; :func:`dpmagic.session.rendering.clean`)."""
         return replace(
             self, **{f.name: clean(v) for f in fields(self) if isinstance(v := getattr(self, f.name), float)}
         )

@@ -11,7 +11,7 @@ Each of n, S and Q is a sum over the rows of the box of a per-row value in a pub
 [lo − c, hi − c], [0, q]), so its sensitivity is :func:`dpmagic.noise.sensitivity.patterns` of that range over the
 query's coverage (add/remove: M; replace-one: W, M if a row can leave the box, (M, M) across two cells),
 and it is released exactly as :func:`dpmagic.releases.plan.plan_noise` releases a SUM: an exact integer sum over
-every row (rows outside the box go to a discarded bin; :func:`dpmagic.backends.pandas.exact_cell_sums`) with
+every row (rows outside the box go to a discarded bin; :func:`dpmagic.aggregates.common.exact_cell_sums`) with
 OpenDP's integer noise (:func:`dpmagic.noise.calibration.calibrate`, :func:`~dpmagic.noise.calibration.release_integer`).
 S and Q are exact int64 sums on int columns while their values fit (|x − c| ≤ 2⁶², (x − c)² ≤ 2⁶²); otherwise,
 and on float columns, each per-row value is clamped into its public range and quantised to a power-of-two
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmagic.accountant.currency import Definition
+from dpmagic.aggregates.common import exact_cell_sums
 from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
 from dpmagic.noise.sensitivity import Coverage, patterns
 
@@ -113,8 +114,6 @@ def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -
     outside the WHERE filter).  Values are clamped into [lo, hi] first (a no-op on the box's rows unless the
     analyst clamped), so the work and the int64 arithmetic do not depend on the data.  O(rows).
     """
-    from dpmagic.backends.pandas import exact_cell_sums
-
     n = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64).tolist()
     if p.is_int:
         y = np.clip(values.astype(np.int64), np.int64(p.lo), np.int64(p.hi))

@@ -226,7 +226,7 @@ def exact_sum(x: exp.Expression, dialect: str, bound: int = _UNBOUNDED) -> list[
     * ``bound < 2⁶⁰``: v = h·2³⁰ + l with 0 ≤ l < 2³⁰ and |h| ≤ 2³⁰ (sums < 2⁶²);
     * otherwise v = h·2⁴² + m·2²¹ + l with 0 ≤ l, m < 2²¹ and |h| ≤ 2²¹ (sums < 2⁵³).
 
-    The kernel recombines them exactly in Python ints (as :func:`dpmagic.backends.pandas.exact_cell_sums`)."""
+    The kernel recombines them exactly in Python ints (as :func:`dpmagic.aggregates.common.exact_cell_sums`)."""
     b = abs(int(bound))
     if dialect == "duckdb" or b < 1 << 31:
         return [exp.Sum(this=x)]

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dpmagic.aggregates.common import exact_cell_sums
 from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.errors import DataValidationError
@@ -22,21 +23,7 @@ from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.releases.cells import Cells  # re-exported: the backends' result type lives in dpmagic.releases.cells
 
-__all__ = ["PandasBackend", "Cells", "exact_cell_sums"]
-
-
-def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:
-    """Exact Σ of int64 ``values`` per bin of ``cell`` (vectorised, no overflow, at most 2³² rows).
-
-    Each value is split into three 21-bit limbs of its two's complement, v = h·2⁴² + m·2²¹ + l with
-    0 ≤ l, m < 2²¹ and |h| ≤ 2²¹; each limb is summed per bin with a float64 ``bincount``, exact because every
-    partial sum is an integer below 2³²·2²¹ = 2⁵³.  O(rows + bins).
-    """
-    v = np.asarray(values, dtype=np.int64)
-    mask = np.int64(0x1FFFFF)
-    limbs = (v & mask, (v >> 21) & mask, v >> 42)
-    lo, mid, hi = (np.bincount(cell, weights=w.astype(np.float64), minlength=n_bins)[:n_bins] for w in limbs)
-    return [int(a) + (int(b) << 21) + (int(c) << 42) for a, b, c in zip(lo, mid, hi)]
+__all__ = ["PandasBackend", "Cells"]
 
 
 def too_many_rows_error() -> DataValidationError:

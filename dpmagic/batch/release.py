@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +50,7 @@ from dpmagic.batch.spec import WorkloadSpec
 from dpmagic.batch.strategies import KronStrategy, hb_strategy, identity_strategy
 from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
+from dpmagic.noise.samplers import vector_measurement
 from dpmagic.releases.base import Backend, Mechanism, QueryBoxMechanism
 
 if TYPE_CHECKING:
@@ -100,17 +100,6 @@ def noise_model(currency: Currency, cost: float, *, replace_one: bool) -> Noise:
     return Noise(base.kind, base.p, base.unit_variance * f * f, base.label + ", replace-one")
 
 
-@lru_cache(maxsize=256)
-def _measurement(kind: str, scale: float) -> Any:
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
-    if kind == "laplace":
-        return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale=scale)
-    return dp.m.make_gaussian(domain, dp.l2_distance(T=float), scale=scale)
-
-
 def _target(currency: Currency, cost: float) -> float:
     """The privacy loss OpenDP's measurement must map to: ε (Laplace), ρ (zCDP) or μ²/2 (μ-GDP as zCDP)."""
     d = str(currency.definition)
@@ -126,14 +115,14 @@ def opendp_scale(currency: Currency, cost: float, kind: str, sensitivity: float,
     target = _target(currency, cost)
     s = float(scale)
     for _ in range(64):
-        if float(_measurement(kind, s).map(float(sensitivity))) <= target:
+        if float(vector_measurement(kind, s).map(float(sensitivity))) <= target:
             return s
         s = s * (1.0 + 1e-12) + 5e-324
     raise ConfigurationError("batch: cannot calibrate OpenDP's noise to the cost")  # pragma: no cover
 
 
 def _sample(kind: str, scale: float, values: np.ndarray) -> np.ndarray:
-    return np.asarray(_measurement(kind, scale)([float(v) for v in values]), dtype=float)
+    return np.asarray(vector_measurement(kind, scale)([float(v) for v in values]), dtype=float)
 
 
 def candidate_strategies(spec: WorkloadSpec, noise: Noise, skipped: dict[str, str] | None = None) -> dict[str, Any]:

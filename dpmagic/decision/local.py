@@ -9,27 +9,16 @@ it as a callable ``DataFrame -> boolean Series`` (a public predicate).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import opendp.prelude as dp
 import pandas as pd
 
 from dpmagic.decision.probe import MeasureRequest
 from dpmagic.noise.calibration import quantise
+from dpmagic.noise.samplers import vector_measurement
 
-dp.enable_features("contrib")
-
-__all__ = ["FrameMeasure", "laplace_sampler"]
-
-
-@lru_cache(maxsize=512)
-def laplace_sampler(kind: str, scale: float) -> dp.Measurement:
-    """OpenDP's vector Laplace (``kind='laplace'``, floats) or discrete Laplace (integers) of ``scale``."""
-    if kind == "discrete_laplace":
-        return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"), scale=scale)
-    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="f64", nan=False)), dp.l1_distance(T="f64"), scale=scale)
+__all__ = ["FrameMeasure"]
 
 
 class FrameMeasure:
@@ -61,7 +50,7 @@ class FrameMeasure:
 
     def __call__(self, condition: int, req: MeasureRequest) -> dict[Hashable, float]:
         exact = self.exact(req).loc[list(req.groups)]
-        meas = laplace_sampler(req.kind, req.scale)
+        meas = vector_measurement(req.kind, req.scale)
         if req.kind == "discrete_laplace":
             noisy = np.asarray(meas([int(round(v)) for v in exact.to_numpy()]), dtype=float)
         else:

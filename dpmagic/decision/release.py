@@ -62,9 +62,9 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
         self.condition = condition
         self.replace_one = replace_one
         # the ε OpenDP certifies for this scale (never below the plan's: the planner divides, which can round down)
-        from dpmagic.decision.local import laplace_sampler
+        from dpmagic.noise.samplers import vector_measurement
 
-        certified = float(laplace_sampler(request.kind, request.scale).map(int(math.ceil(request.sensitivity))))
+        certified = float(vector_measurement(request.kind, request.scale).map(int(math.ceil(request.sensitivity))))
         self.epsilon = max(request.epsilon, certified)
         self.loss_epsilon = (2.0 if replace_one else 1.0) * self.epsilon
         self._cost = cost_of_epsilon(self.loss_epsilon, definition)
@@ -94,7 +94,7 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
         )
 
     def release(self, backend: Backend) -> pd.DataFrame:
-        from dpmagic.decision.local import laplace_sampler
+        from dpmagic.noise.samplers import vector_measurement
 
         r, st = self.request, self.request.statistic
         q = self.measurement_query()
@@ -111,7 +111,7 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
                 exact.append(n)
             else:  # SUM(clamp or quantise(col)) − shift·COUNT: exact integers (shift is whole here)
                 exact.append(int(cells.sums[st.column][j]) - int(st.shift) * n)
-        noisy = [float(v) for v in laplace_sampler(r.kind, r.scale)(exact)] if exact else []
+        noisy = [float(v) for v in vector_measurement(r.kind, r.scale)(exact)] if exact else []
         cut = st.sign * st.threshold - r.u
         df = pd.DataFrame({"group": list(r.groups), "noisy": noisy})
         df["reported"] = [st.sign * v > cut for v in noisy]

@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import opendp.prelude as dp
@@ -48,6 +47,7 @@ from dpmagic.noise.distributions import (  # re-exported: the distributions' fac
     noise_tail,
     noise_variance,
 )
+from dpmagic.noise.samplers import vector_measurement
 from dpmagic.noise.sensitivity import Sensitivity
 
 dp.enable_features("contrib")
@@ -256,16 +256,6 @@ def noise_for(definition: Definition, cost: float, sensitivity: float, *, intege
 # releases
 
 
-@lru_cache(maxsize=256)
-def _integer_measurement(kind: NoiseKind, scale: float) -> dp.Measurement:
-    domain = dp.vector_domain(dp.atom_domain(T="i64"))
-    if kind == "discrete_laplace":
-        return dp.m.make_laplace(domain, dp.l1_distance(T="i64"), scale=scale)
-    if kind == "discrete_gaussian":
-        return dp.m.make_gaussian(domain, dp.l2_distance(T="i64"), scale=scale)
-    raise ValueError(f"{kind} is not an integer mechanism")
-
-
 def _on_grid(values: Sequence[int] | np.ndarray, noise: Noise) -> list[int]:
     """Round exact integer values (in units) to the noise's grid, ⌊v/k + 1/2⌋, and clamp to ±SUM_CLAMP."""
     k = noise.factor
@@ -285,7 +275,9 @@ def release_integer(values: Sequence[int] | np.ndarray, noise: Noise) -> np.ndar
     """
     if len(values) == 0:
         return np.zeros(0, dtype=np.float64)
-    meas = _integer_measurement(noise.kind, noise.scale)
+    if noise.kind not in ("discrete_laplace", "discrete_gaussian"):
+        raise ValueError(f"{noise.kind} is not an integer mechanism")
+    meas = vector_measurement(noise.kind, noise.scale)
     return np.asarray(meas(_on_grid(values, noise)), dtype=np.float64) * noise.granularity
 
 

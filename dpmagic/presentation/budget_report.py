@@ -1,7 +1,7 @@
 """What ``%dpbudget`` displays (HTML in notebooks, text elsewhere) and the live panel the magics show.
 
 Presentation only, through the session's public API: the bounds are rendered by
-:func:`dpmagic.presentation.display.bounds_html` / :func:`~dpmagic.presentation.display.bounds_text` from :meth:`dpmagic.Session.bounds`.
+:func:`dpmagic.session.rendering.bounds_html` / :func:`~dpmagic.session.rendering.bounds_text` from :meth:`dpmagic.Session.bounds`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import html
 from typing import Any
 
 from dpmagic.accountant.bounds import BoundsSummary
-from dpmagic.presentation.display import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
+from dpmagic.session.rendering import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
 from dpmagic.session.session import Session
 
 __all__ = [

@@ -144,7 +144,7 @@ def analyse(
 
 def _table(result: dict[str, Any]) -> str:
     """The text form of :func:`analyse`'s result: the bounds' one text rendering between the CLI's own lines."""
-    from dpmagic.presentation.display import bounds_text  # imports pandas: only for the text output
+    from dpmagic.session.rendering import bounds_text  # imports pandas: only for the text output
 
     return bounds_text(
         BoundsSummary.from_cli(result),

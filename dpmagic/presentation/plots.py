@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from dpmagic.errors import ConfigurationError
-from dpmagic.presentation.display import fmt, query_numbers
+from dpmagic.session.rendering import fmt, query_numbers
 from dpmagic.session.session import Session
 
 __all__ = ["plot_graph", "plot_budget", "plot_map"]

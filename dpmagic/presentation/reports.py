@@ -1,5 +1,5 @@
-"""Reports of a ledger for people: CSV, JSON and a self-contained HTML page (the custodian's exports), and the
-session's tables of its charges (:func:`ledger_frame`, :func:`budget_map`, :func:`overlapping_frame`).
+"""Reports of a ledger for people: CSV, JSON and a self-contained HTML page (the custodian's exports), (the session's tables of its
+charges are :mod:`dpmagic.accountant.tables`).
 
 Presentation only: it reads a :class:`~dpmagic.accountant.ledger.Ledger` or an
 :class:`~dpmagic.accountant.accountant.Accountant` through their public methods and never writes to them.  Nothing here shows a function of the rows: the ledger holds none (see the README's threat model).
@@ -12,17 +12,14 @@ import html
 import io
 import json
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from dpmagic.accountant.ledger import Ledger, entries_from_events, verify
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-    from dpmagic.accountant.accountant import Accountant
-
-__all__ = ["export_ledger", "dataset_label", "EXPORT_FORMATS", "ledger_frame", "budget_map", "overlapping_frame"]
+__all__ = ["export_ledger", "dataset_label", "EXPORT_FORMATS"]
 
 #: the formats of :func:`export_ledger`
 EXPORT_FORMATS = ("csv", "json", "html")
@@ -127,43 +124,3 @@ td,th{{border:1px solid #ccc;padding:4px 8px;font-size:0.9em}}th{{background:#f0
 {body}
 </table></body></html>
 """
-
-
-# -- a session's tables (pandas is imported on use: the CLI's ledger commands do not need it) --------------
-def ledger_frame(accountant: Accountant) -> pd.DataFrame:
-    """One row per charged query: SQL, cost, the bound charged after it (in the session's parameter), status."""
-    import pandas as pd
-
-    cur = accountant.currency
-    columns = ["id", "sql", "cost", "charged after", "bound", "status", "time"]
-    rows = [
-        {
-            "id": e.id,
-            "sql": e.sql.strip(),
-            "cost": e.cost,
-            "charged after": cur.cost(e.charged_after),
-            "bound": e.bound,
-            "status": e.status,
-            "time": pd.Timestamp(e.created, unit="s"),
-        }
-        for e in accountant.entries()
-    ]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def budget_map(accountant: Accountant, first: str, second: str) -> pd.DataFrame:
-    """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
-    columns.  Rows are ``first``'s values, columns ``second``'s."""
-    import pandas as pd
-
-    rows, cols, grid = accountant.load_map(first, second)
-    data = [[accountant.currency.cost(max(0.0, v)) for v in line] for line in grid]
-    return pd.DataFrame(data, index=pd.Index(rows, name=first), columns=pd.Index(cols, name=second))
-
-
-def overlapping_frame(accountant: Accountant, ids: Iterable[int]) -> pd.DataFrame:
-    """The registered queries ``ids`` (ledger entry ids) with their SQL and cost."""
-    import pandas as pd
-
-    rows = [{"id": i, "sql": e.sql.strip(), "cost": e.cost} for i in ids if (e := accountant.entry(i)) is not None]
-    return pd.DataFrame(rows, columns=["id", "sql", "cost"])

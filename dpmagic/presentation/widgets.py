@@ -26,7 +26,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from dpmagic.presentation.display import (
+from dpmagic.session.rendering import (
     NEARLY_SPENT,
     bounds_html,
     bounds_text,
@@ -184,7 +184,7 @@ def _query_table(s: Session) -> str:
 
 def panel_text(s: Session) -> str:
     """The budget panel as plain text (terminal IPython, logs): same numbers, plain labels."""
-    from dpmagic.presentation.display import budget_line_text
+    from dpmagic.session.rendering import budget_line_text
 
     cur = s.currency
     total = s.budget.total

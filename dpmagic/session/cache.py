@@ -39,7 +39,7 @@ class ReleaseCache:
 
     def get(self, key: str, session: Session) -> QueryResult | None:
         """A copy of the stored answer marked ``cached`` (charged nothing, numbered as first shown), or None."""
-        from dpmagic.presentation.display import query_numbers
+        from dpmagic.session.rendering import query_numbers
 
         hit = self._hits.get(key)
         if hit is None:

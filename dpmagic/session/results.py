@@ -1,6 +1,6 @@
 """What the session hands back: a released answer (:class:`QueryResult`) and a dry run (:class:`Preview`).
 
-Plain values with their rendering delegated to :mod:`dpmagic.presentation.display`; nothing here reads data or charges.
+Plain values with their rendering delegated to :mod:`dpmagic.session.rendering`; nothing here reads data or charges.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pandas as pd
 from dpmagic.accountant.accountant import Charge
 from dpmagic.accountant.currency import Currency
 from dpmagic.noise.calibration import Noise
-from dpmagic.presentation import display
 from dpmagic.query.model import Query
 from dpmagic.releases.postprocess import answer_notes
+from dpmagic.session import rendering as display
 
 __all__ = ["QueryResult", "Preview", "Released"]
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from dpmagic.accountant import tables
 from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound, Neighbors
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.bounds import BoundsSummary
@@ -31,7 +32,6 @@ from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.bind import backend_for
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
-from dpmagic.presentation import reports
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.sql import parse_query
@@ -206,7 +206,7 @@ class Session:
             currency=self.currency,
             charge=ch,
             affordable=self.affordable(q),
-            overlapping=reports.overlapping_frame(self.accountant, ch.neighbors),
+            overlapping=tables.overlapping_frame(self.accountant, ch.neighbors),
             noise=noise,
             halfwidth={k: v.ci_halfwidth(0.95) for k, v in noise.items()},
             cached=cached,
@@ -395,12 +395,12 @@ class Session:
     def budget_map(self, first: str, second: str) -> pd.DataFrame:
         """Current load (in the session's parameter) of every (first, second) cell, maximised over the other
         columns: where the budget has gone.  Rows are ``first``'s values, columns ``second``'s."""
-        return reports.budget_map(self.accountant, first, second)
+        return tables.budget_map(self.accountant, first, second)
 
     # -- reporting ---------------------------------------------------------------------------------------
     def ledger_frame(self) -> pd.DataFrame:
         """One row per charged query: SQL, cost, the bound charged after it, status."""
-        return reports.ledger_frame(self.accountant)
+        return tables.ledger_frame(self.accountant)
 
     def bounds(self) -> BoundsSummary:
         """All four bounds (in the session's parameter), the charged one, the saving and the worst-case row."""
