@@ -21,6 +21,7 @@ import numpy as np
 
 from dpmagic.accountant.currency import Definition
 from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Aggregate
 
 __all__ = ["CellCalibration", "calibration", "effective_bounds", "exact_cell_sums"]
@@ -46,15 +47,12 @@ def calibration(definition: Definition, share: float, *, replace_one: bool, grou
 
 
 def effective_bounds(agg: Aggregate, schema: Schema) -> tuple[float, float]:
-    """The public bounds of an aggregate's values: the declared bounds, tightened by the analyst's clamp."""
+    """The public bounds of an aggregate's values: the declared bounds, tightened by the analyst's clamp
+    (:func:`dpmagic.noise.sensitivity.clamp_bounds`, as floats)."""
     col = schema[str(agg.column)]
     assert isinstance(col, NumericColumn)
-    lo, hi = float(col.lower), float(col.upper)
-    if agg.clamp is not None:
-        lo, hi = max(lo, agg.clamp[0]), min(hi, agg.clamp[1])
-        if lo > hi:
-            lo = hi = min(max(agg.clamp[0], float(col.lower)), float(col.upper))
-    return lo, hi
+    lo, hi = clamp_bounds(col, agg.clamp)
+    return float(lo), float(hi)
 
 
 def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:

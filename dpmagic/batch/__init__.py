@@ -18,15 +18,6 @@ IEEE TDSC, doi:10.1109/TDSC.2017.2734664 (batch sensitivity).
 
 from dpmagic.batch.error import expected_error, rmse, svd_bound, svd_bound_rmse
 from dpmagic.batch.gaussian_opt import opt_gaussian
-from dpmagic.batch.noise import (
-    Noise,
-    analytic_gaussian,
-    analytic_gaussian_sigma,
-    gaussian,
-    gaussian_gdp,
-    gaussian_zcdp,
-    laplace,
-)
 from dpmagic.batch.optimize import default_p, opt_kron, opt_marginals, opt_p_identity, opt_union
 from dpmagic.batch.reconstruct import (
     BatchRelease,
@@ -62,6 +53,15 @@ from dpmagic.batch.workloads import (
     union,
     width_range,
 )
+from dpmagic.noise.families import (
+    NoiseFamily,
+    analytic_gaussian,
+    analytic_gaussian_sigma,
+    gaussian,
+    gaussian_gdp,
+    gaussian_zcdp,
+    laplace,
+)
 
 __all__ = [
     "Dense",
@@ -96,7 +96,7 @@ __all__ = [
     "rmse",
     "svd_bound",
     "svd_bound_rmse",
-    "Noise",
+    "NoiseFamily",
     "analytic_gaussian",
     "analytic_gaussian_sigma",
     "gaussian",

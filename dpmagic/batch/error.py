@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from dpmagic.batch.noise import Noise
 from dpmagic.batch.strategies import marginal_workload_spectrum
 from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
 from dpmagic.errors import ConfigurationError
+from dpmagic.noise.families import NoiseFamily
 
 __all__ = ["expected_error", "rmse", "svd_bound", "svd_bound_rmse", "num_queries"]
 
@@ -28,7 +28,7 @@ def num_queries(workload: Workload) -> int:
     return int(workload.num_queries)
 
 
-def expected_error(workload: Workload, strategy, noise: Noise) -> float:
+def expected_error(workload: Workload, strategy, noise: NoiseFamily) -> float:
     """Expected total squared error v·Δ_p(A)²·tr(WᵀW (AᵀA)⁺) (inf when A does not support W)."""
     tr = strategy.trace(workload)
     if not math.isfinite(tr):
@@ -36,7 +36,7 @@ def expected_error(workload: Workload, strategy, noise: Noise) -> float:
     return noise.variance(strategy.sensitivity(noise.p)) * tr
 
 
-def rmse(workload: Workload, strategy, noise: Noise) -> float:
+def rmse(workload: Workload, strategy, noise: NoiseFamily) -> float:
     """Root mean squared error per query √(TSE/m) (HDMM §11)."""
     return math.sqrt(expected_error(workload, strategy, noise) / num_queries(workload))
 
@@ -46,7 +46,7 @@ def _sum_sqrt_eig(g: np.ndarray) -> float:
     return float(np.sqrt(np.clip(lam, 0.0, None)).sum())
 
 
-def svd_bound(workload: Workload, noise: Noise) -> float:
+def svd_bound(workload: Workload, noise: NoiseFamily) -> float:
     """Lower bound of the expected total squared error of any matrix-mechanism strategy."""
     if isinstance(workload, Dense):
         return noise.unit_variance * _sum_sqrt_eig(workload.gram()) ** 2 / workload.n
@@ -64,7 +64,7 @@ def svd_bound(workload: Workload, noise: Noise) -> float:
     raise ConfigurationError("svd_bound: only for one product, marginal workloads or small domains")
 
 
-def svd_bound_rmse(workload: Workload, noise: Noise) -> float:
+def svd_bound_rmse(workload: Workload, noise: NoiseFamily) -> float:
     """√(SVD bound / m)."""
     return math.sqrt(svd_bound(workload, noise) / num_queries(workload))
 

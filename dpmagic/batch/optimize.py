@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from dpmagic.batch.noise import Noise, laplace
 from dpmagic.batch.pidentity import default_p, opt_p_identity
 from dpmagic.batch.strategies import (
     ExplicitStrategy,
@@ -31,6 +30,7 @@ from dpmagic.batch.strategies import (
     marginal_workload_spectrum,
 )
 from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
+from dpmagic.noise.families import NoiseFamily, laplace
 
 __all__ = ["opt_p_identity", "opt_kron", "opt_union", "opt_marginals", "default_p"]
 
@@ -47,7 +47,7 @@ def _is_trivial(blocks: list[Dense]) -> bool:
 def opt_kron(
     workload: Workload,
     *,
-    noise: Noise | None = None,
+    noise: NoiseFamily | None = None,
     restarts: int = 2,
     seed: int = 0,
     cycles: int = 5,
@@ -100,7 +100,7 @@ def opt_kron(
 def opt_union(
     workload: Workload,
     *,
-    noise: Noise | None = None,
+    noise: NoiseFamily | None = None,
     restarts: int = 2,
     seed: int = 0,
     maxiter: int = 500,
@@ -156,7 +156,7 @@ def _marginal_objective(theta: np.ndarray, t: np.ndarray, sub: np.ndarray, outer
 def opt_marginals(
     workload: Workload,
     *,
-    noise: Noise | None = None,
+    noise: NoiseFamily | None = None,
     restarts: int = 3,
     seed: int = 0,
     maxiter: int = 2000,

@@ -6,7 +6,7 @@ consistent by construction (they are exact answers on one vector x̂) and unbias
 v·Δ_p(A)²·W (AᵀA)⁺ Wᵀ for noise of variance v·Δ_p(A)² per answer, so each query's variance is
 v·Δ_p(A)²·w_q (AᵀA)⁺ w_qᵀ; for Kronecker workloads and strategies it factorises over the attributes.
 
-Noise never comes from here in a release: :func:`measure_and_reconstruct` takes the sampler as a callable so
+NoiseFamily never comes from here in a release: :func:`measure_and_reconstruct` takes the sampler as a callable so
 that the session passes OpenDP's exact Laplace/Gaussian samplers (scale = :meth:`Noise.scale`); the numpy
 sampler in :func:`numpy_sampler` exists for simulations and tests only.
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmagic.batch.noise import Noise
 from dpmagic.batch.strategies import ExplicitStrategy, KronStrategy, PIdentity, kron_matvec
 from dpmagic.batch.workloads import Dense, Kron, Stack, Workload, as_union
 from dpmagic.errors import ConfigurationError
+from dpmagic.noise.families import NoiseFamily
 
 __all__ = [
     "workload_answers",
@@ -64,7 +64,7 @@ def measure_and_reconstruct(
     workload: Workload,
     strategy,
     x_exact: np.ndarray,
-    noise: Noise,
+    noise: NoiseFamily,
     noise_sampler: Callable[[np.ndarray, float], np.ndarray],
 ) -> BatchRelease:
     """y = noise_sampler(A x, scale) with scale = noise.scale(Δ_p(A)); returns x̂ = A⁺y and W x̂.
@@ -108,7 +108,7 @@ def _row_quadratic(w: Dense, xp: np.ndarray) -> np.ndarray:
     return np.einsum("ij,jk,ik->i", mat, xp, mat)
 
 
-def answer_variances(workload: Workload, strategy, noise: Noise) -> np.ndarray:
+def answer_variances(workload: Workload, strategy, noise: NoiseFamily) -> np.ndarray:
     """Var((W x̂)_q) = v·Δ_p(A)²·w_q (AᵀA)⁺ w_qᵀ for every workload query (same order as W x).
 
     Kronecker strategies: the quadratic form factorises, Var = v·Δ²·Π_i (w_qi (A_iᵀA_i)⁺ w_qiᵀ).  Other

@@ -43,13 +43,13 @@ import pandas as pd
 
 from dpmagic.batch.error import rmse as expected_rmse
 from dpmagic.batch.gaussian_opt import opt_gaussian
-from dpmagic.batch.noise import Noise, gaussian_gdp, gaussian_zcdp, laplace
 from dpmagic.batch.optimize import opt_kron, opt_marginals
 from dpmagic.batch.reconstruct import answer_variances, reconstruct, workload_answers
 from dpmagic.batch.spec import WorkloadSpec
 from dpmagic.batch.strategies import KronStrategy, hb_strategy, identity_strategy
 from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
+from dpmagic.noise.families import NoiseFamily, gaussian_gdp, gaussian_zcdp, laplace
 from dpmagic.noise.samplers import vector_measurement
 from dpmagic.releases.base import Backend, Mechanism, QueryBoxMechanism
 
@@ -86,7 +86,7 @@ def replace_factor(p: int) -> float:
     return 2.0 if p == 1 else math.sqrt(2.0)
 
 
-def noise_model(currency: Currency, cost: float, *, replace_one: bool) -> Noise:
+def noise_model(currency: Currency, cost: float, *, replace_one: bool) -> NoiseFamily:
     """The noise family of the session's definition at ``cost``, with replace-one folded into its variance.
 
     ``noise.scale(A.sensitivity(noise.p))`` is then the Laplace scale / Gaussian σ of the release and
@@ -97,7 +97,7 @@ def noise_model(currency: Currency, cost: float, *, replace_one: bool) -> Noise:
     if not replace_one:
         return base
     f = replace_factor(base.p)
-    return Noise(base.kind, base.p, base.unit_variance * f * f, base.label + ", replace-one")
+    return NoiseFamily(base.kind, base.p, base.unit_variance * f * f, base.label + ", replace-one")
 
 
 def _target(currency: Currency, cost: float) -> float:
@@ -125,7 +125,9 @@ def _sample(kind: str, scale: float, values: np.ndarray) -> np.ndarray:
     return np.asarray(vector_measurement(kind, scale)([float(v) for v in values]), dtype=float)
 
 
-def candidate_strategies(spec: WorkloadSpec, noise: Noise, skipped: dict[str, str] | None = None) -> dict[str, Any]:
+def candidate_strategies(
+    spec: WorkloadSpec, noise: NoiseFamily, skipped: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The strategies that apply to ``spec`` (identity; workload for small domains; hierarchical when some
     column has range queries; opt = OPT_M for marginal workloads over ≥ 2 columns, else OPT⊗; opt_gaussian =
     Gaussian OPT₀ for one ordered column under Gaussian noise, n ≤ 1024).  Strategies left out for a reason the

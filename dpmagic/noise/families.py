@@ -1,4 +1,5 @@
-"""Noise models for the matrix mechanism: variance per unit of sensitivity and the sensitivity norm.
+"""Noise families as variance models (per unit of sensitivity, with their sensitivity norm): the error formulas of the
+matrix mechanism, and the analytic Gaussian.  The calibrated noise of a release is :class:`dpmagic.noise.calibration.Noise`.
 
 The matrix mechanism (Li, Miklau, Hay, McGregor, Rastogi, "The matrix mechanism: optimizing linear counting
 queries under differential privacy", VLDB J. 24(6), 2015, doi:10.1007/s00778-015-0398-x) measures A x + z with
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from dpmagic.errors import ConfigurationError
 
 __all__ = [
-    "Noise",
+    "NoiseFamily",
     "laplace",
     "gaussian",
     "gaussian_zcdp",
@@ -35,7 +36,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Noise:
+class NoiseFamily:
     """i.i.d. noise with variance ``unit_variance · Δ_p(A)²`` on each strategy answer."""
 
     kind: str  # "laplace" or "gaussian"
@@ -61,25 +62,25 @@ def _positive(x: float, name: str) -> float:
     return x
 
 
-def laplace(epsilon: float) -> Noise:
+def laplace(epsilon: float) -> NoiseFamily:
     """Laplace noise of scale Δ₁/ε (variance 2Δ₁²/ε²): ε-DP."""
     eps = _positive(epsilon, "epsilon")
-    return Noise("laplace", 1, 2.0 / eps**2, f"Laplace(ε={eps:g})")
+    return NoiseFamily("laplace", 1, 2.0 / eps**2, f"Laplace(ε={eps:g})")
 
 
-def gaussian(sigma: float, label: str | None = None) -> Noise:
+def gaussian(sigma: float, label: str | None = None) -> NoiseFamily:
     """Gaussian noise of standard deviation σ·Δ₂."""
     s = _positive(sigma, "sigma")
-    return Noise("gaussian", 2, s * s, label or f"Gaussian(σ={s:g}·Δ₂)")
+    return NoiseFamily("gaussian", 2, s * s, label or f"Gaussian(σ={s:g}·Δ₂)")
 
 
-def gaussian_zcdp(rho: float) -> Noise:
+def gaussian_zcdp(rho: float) -> NoiseFamily:
     """ρ-zCDP Gaussian: σ = Δ₂/√(2ρ)."""
     r = _positive(rho, "rho")
     return gaussian(1.0 / math.sqrt(2.0 * r), f"Gaussian(ρ={r:g} zCDP)")
 
 
-def gaussian_gdp(mu: float) -> Noise:
+def gaussian_gdp(mu: float) -> NoiseFamily:
     """μ-GDP Gaussian: σ = Δ₂/μ."""
     mu = _positive(mu, "mu")
     return gaussian(1.0 / mu, f"Gaussian(μ={mu:g} GDP)")
@@ -117,7 +118,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float) -> float:
     return hi  # rounded up: hi always satisfies the condition
 
 
-def analytic_gaussian(epsilon: float, delta: float) -> Noise:
+def analytic_gaussian(epsilon: float, delta: float) -> NoiseFamily:
     """(ε, δ)-DP analytic Gaussian mechanism (Balle & Wang 2018)."""
     s = analytic_gaussian_sigma(epsilon, delta)
     return gaussian(s, f"Gaussian(ε={epsilon:g}, δ={delta:g}, analytic σ={s:.4f})")
