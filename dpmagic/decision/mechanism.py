@@ -70,6 +70,7 @@ from typing import Literal
 
 from scipy.stats import norm
 
+from dpmagic.accountant.currency import Definition
 from dpmagic.decision.tree import Condition
 from dpmagic.errors import BudgetError, QueryError
 
@@ -85,7 +86,6 @@ __all__ = [
     "uniform_beta_split",
 ]
 
-Definition = Literal["pure", "zcdp", "gdp"]
 NoiseKind = Literal["laplace", "discrete_laplace"]
 
 

@@ -175,7 +175,7 @@ def plan(
     alpha: float | None,
     bounds: Mapping[str, tuple[float, float]] | None = None,
     integer_columns: Collection[str] = (),
-    definition: Definition = "pure",
+    definition: Definition = Definition.PURE,
     u_fraction: float = 0.3,
     phase_one_share: float = 0.5,
     split: Literal["optimal", "uniform"] = "optimal",

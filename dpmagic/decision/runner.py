@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dpmagic.accountant.currency import Definition
 from dpmagic.decision.having import decision_tree, group_keys, public_bounds
 from dpmagic.decision.mechanism import cost_of_epsilon
 from dpmagic.decision.probe import DecisionPlan, MeasureRequest, _compose, plan, run
@@ -102,8 +103,8 @@ class DecisionAnswer:
         return f"<div><p>{html.escape(self.summary())}</p><ul>{rows}</ul></div>"
 
 
-def _definition(session: Session) -> str:
-    return str(session.currency.definition.value)
+def _definition(session: Session) -> Definition:
+    return session.currency.definition
 
 
 def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_group_size: int | None) -> DecisionPlan:
@@ -129,7 +130,7 @@ def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_
         alpha=fpr,
         bounds=bounds,
         integer_columns=ints,
-        definition=_definition(session),  # type: ignore[arg-type]
+        definition=_definition(session),
     )
 
 
