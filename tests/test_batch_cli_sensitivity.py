@@ -8,8 +8,11 @@ import math
 from pathlib import Path
 
 import pytest
+from tests_support import audit_gap_batch, brute_batch_sensitivity, oracle_rows
 
+from dpmagic.domain.schema import Schema
 from dpmagic.presentation.cli import main
+from dpmagic.query.sql import parse_query
 
 SCHEMA = {
     "table": "t",
@@ -100,3 +103,21 @@ def test_empty_file(tmp_path: Path, capsys) -> None:
     assert main(["overlap", "--schema", schema, q, "--json", "--sensitivity"]) == 0
     rep = json.loads(capsys.readouterr().out)["sensitivity"]
     assert rep["add_remove"]["B4"]["l1"] == 0 and rep["replace"]["exact"]["l1"] == 0
+
+
+def test_sensitivity_beyond_2_53_is_exact(tmp_path: Path, capsys) -> None:
+    """Issue 24: the audit's batch on an int64 column (ends near 2^60) reports replace-one L1 = 10 (brute force)."""
+    schema, sql = audit_gap_batch()
+    s = tmp_path / "schema.json"
+    s.write_text(json.dumps(schema))
+    q = tmp_path / "q.sql"
+    q.write_text(";\n".join(sql))
+    assert main(["overlap", "--schema", str(s), str(q), "--json", "--sensitivity"]) == 0
+    rep = json.loads(capsys.readouterr().out)["sensitivity"]
+    sch = Schema.from_dict(schema)
+    boxes = [parse_query(x, sch).coverage for x in sql]
+    add, rep1 = brute_batch_sensitivity(boxes, oracle_rows(sch, boxes))
+    assert (add, rep1) == (5, 10)
+    assert rep["add_remove"]["B4"]["l1"] == add
+    assert rep["replace"]["used"] == "exact"
+    assert rep["replace"]["exact"] == {"l1": rep1, "l2": math.sqrt(rep1)}

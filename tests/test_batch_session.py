@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
+from tests_support import audit_gap_batch
 from tests_support import run_cell as run
 
 import dpmagic
@@ -192,6 +193,21 @@ def test_box_batch_sensitivity_brute_force() -> None:
         assert m_add.sensitivity == pytest.approx(add) and m_rep.sensitivity == pytest.approx(rep)
     # coverage: the bounding box of the boxes (here: every row, as c = 1 leaves a and b free)
     assert m_add.coverage.constraints == {}
+
+
+@pytest.mark.parametrize("neighbors, sensitivity", [("add-remove", 5.0), ("replace", 10.0)])
+def test_box_batch_beyond_2_53_is_calibrated_to_the_exact_sensitivity(neighbors: str, sensitivity: float) -> None:
+    """Issue 24: the audit's 15 COUNTs around a gap above 2^60 (tests_support.audit_gap_batch) — replace-one
+    moves a row from the box into a point of the gap, 10 answers change: the noise is calibrated to 10, not 5."""
+    schema, sql = audit_gap_batch()
+    off = 2**60
+    df = pd.DataFrame({"x": np.array([0, off + 10, off + 15, off + 21, -5], dtype=np.int64)})
+    s = dpmagic.Session(df, Schema.from_dict(schema), "epsilon=10", neighbors=neighbors)
+    pre = s.batch("; ".join(sql), epsilon=1.0, dry_run=True)
+    assert pre.details["noise"]["sensitivity"] == sensitivity and s.spent == 0.0
+    r = s.batch("; ".join(sql), epsilon=1.0)
+    # Laplace noise at scale Δ₁/ε (OpenDP may nudge it up by a few ulps): RMSE √2·Δ₁/ε
+    assert r.expected_rmse == pytest.approx(math.sqrt(2) * sensitivity, rel=1e-9) and s.spent == pytest.approx(1.0)
 
 
 # -- reads nothing before the charge; dry runs -----------------------------------------------------

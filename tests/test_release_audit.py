@@ -171,3 +171,25 @@ def test_gdp_epsilon_of_a_large_total_mu_is_finite() -> None:
     eps = [gdp_epsilon(mu, 1e-6) for mu in (1.0, 5.0, 30.0, 100.0)]
     assert all(np.isfinite(e) for e in eps) and eps == sorted(eps)
     assert gdp_delta(30.0, eps[2]) == pytest.approx(1e-6, rel=1e-6)
+
+
+def test_a_post_processing_failure_after_the_read_leaves_no_trace(monkeypatch) -> None:
+    """Issue 24, finding 6: an exception in the post-processing of released values (query.outputs.finish, after
+    the read) becomes the one fixed message, and no exception chained to it (not even __context__) holds the
+    original text."""
+    import traceback
+
+    import dpmagic.query.outputs as outputs_module
+
+    schema = _schema(0, 10)
+    s = Session(pd.DataFrame({"g": ["a", "b"], "v": [3, 4]}), schema, "epsilon=1.0")
+
+    def boom(*args, **kwargs):
+        raise ValueError("exact sum 987654321 is not representable")
+
+    monkeypatch.setattr(outputs_module, "finish", boom)
+    with pytest.raises(DPMagicError) as info:
+        s.query("SELECT SUM(v) + 1 AS s FROM t", epsilon=0.25)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert "987654321" not in "".join(traceback.format_exception(info.value))
+    assert s.spent == pytest.approx(0.25) and s.accountant.entries()[-1].status == "charged"

@@ -314,3 +314,60 @@ def test_a_release_event_leaves_the_charged_bound_untouched(monkeypatch) -> None
     with pytest.raises(BudgetExceededError):
         s.query("SELECT COUNT(*) FROM pums WHERE age > 40", epsilon=0.6)
     assert s.spent == spent
+
+
+class _UnreadableBackend:
+    """Stands in for the data: fails the test if any row is read."""
+
+    def evaluate(self, *args, **kwargs):  # pragma: no cover - must never run
+        raise AssertionError("the data was read")
+
+
+@pytest.mark.parametrize(
+    "sql, error, names",
+    [
+        ("SELECT ROUND(COUNT(*), 'x') FROM adult", UnsupportedQueryError, "ROUND(COUNT(*), 'x')"),
+        ("SELECT ROUND(AVG(age), 'x') FROM adult", UnsupportedQueryError, "ROUND(AVG(age), 'x')"),
+        ("SELECT COUNT(*) FROM adult ORDER BY ROUND(COUNT(*), 'x')", UnsupportedQueryError, "ORDER BY: ROUND"),
+        ("SELECT COUNT(*) FROM adult HAVING ROUND(SUM(age), 'x') > 1", UnsupportedQueryError, "HAVING: ROUND"),
+        ("SELECT COUNT(*) + 99999999999999999999999 FROM adult", UnsupportedQueryError, "99999999999999999999999"),
+        ("SELECT sex, COUNT(*) / sex FROM adult GROUP BY sex", QueryTypeError, "COUNT(*) / sex"),
+        ("SELECT sex, COUNT(*) FROM adult GROUP BY sex HAVING sex > 3", QueryTypeError, "HAVING: sex > 3"),
+        ("SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY sex + 1", QueryTypeError, "ORDER BY: sex + 1"),
+        # whether it sorts would depend on the noisy counts (some above 5, some not): refused, not left to chance
+        (
+            "SELECT sex, COUNT(*) FROM adult GROUP BY sex ORDER BY CASE WHEN COUNT(*) > 5 THEN 'a' ELSE 1 END",
+            UnsupportedQueryError,
+            "ORDER BY: CASE",
+        ),
+        (
+            "SELECT CASE WHEN age < 30 THEN 'young' ELSE 1 END AS g, COUNT(*) FROM adult GROUP BY g",
+            QueryTypeError,
+            "mix numbers and strings",
+        ),
+    ],
+)
+def test_post_processing_that_cannot_run_is_refused_before_the_charge(adult, tmp_path, sql, error, names) -> None:
+    """Issue 24, finding 6: post-processing is tried on a public stand-in of the released frame when the query is
+    parsed; any failure refuses it with one error naming the expression — nothing charged, nothing read."""
+    df, schema = adult
+    s = Session(df, schema, "epsilon=1.0", ledger=tmp_path / "ledger.sqlite")
+    s.query("SELECT COUNT(*) FROM adult WHERE age < 30", epsilon=0.2)
+    s.backend = _UnreadableBackend()  # type: ignore[assignment]
+    before = ledger_state(s)
+    with pytest.raises(error) as info:
+        s.query(sql, epsilon=0.3)
+    assert names in str(info.value) and "\n" not in str(info.value)
+    assert ledger_state(s) == before and s.spent == pytest.approx(0.2)
+
+
+def test_post_processing_still_answers(adult) -> None:
+    """The stand-in check refuses nothing that post-processing can evaluate (NaN averages, ±inf interval ends)."""
+    df, schema = adult
+    s = Session(df, schema, "epsilon=100")
+    r = s.query(
+        "SELECT sex, CAST(AVG(age) AS INT) AS a, ROUND(COUNT(*) / 2.0, 1) AS h FROM adult GROUP BY sex "
+        "HAVING COUNT(*) > 10 ORDER BY sex DESC LIMIT 1",
+        epsilon=50,
+    )
+    assert list(r.df["sex"]) == ["Male"] and r.df["h"].iloc[0] == pytest.approx((df.sex == "Male").sum() / 2, rel=0.01)

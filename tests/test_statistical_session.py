@@ -125,12 +125,19 @@ class Guard:
     def __init__(self, real, ledger: Ledger | None = None, expect: int = 0) -> None:
         self.real, self.ledger, self.expect, self.reads = real, ledger, expect, 0
 
-    def mask(self, box):  # noqa: ANN001, ANN201
+    def _read(self) -> None:
         if self.ledger is None:
             raise AssertionError("the data was read for a refused query")
         charged = [e for e in sp_events(self.ledger) if e.kind == "sp-charge"]
         assert len(charged) == self.expect, "the charge must be durable before the rows are read"
         self.reads += 1
+
+    def row_mask(self, query):  # noqa: ANN001, ANN201
+        self._read()
+        return self.real.row_mask(query)
+
+    def mask(self, box):  # noqa: ANN001, ANN201
+        self._read()
         return self.real.mask(box)
 
 
@@ -153,6 +160,10 @@ def test_charge_is_recorded_before_the_part_is_read(df: pd.DataFrame, tmp_path: 
         "SELECT city, COUNT(*) FROM t GROUP BY city",
         "SELECT COUNT(*) FROM t WHERE city = 'a'",
         "SELECT COUNT(*) FROM t WHERE smoker = 1 AND age > 30",
+        # issue 24: age appears only in the exact filter (an OR across columns), not in the covering box
+        "SELECT COUNT(*) FROM t WHERE smoker = 1 AND (age > 50 OR smoker = 0)",
+        "SELECT COUNT(*) FROM t WHERE NOT (smoker = 1 AND age > 50)",
+        "SELECT COUNT(*) FROM t WHERE smoker = 1 OR city = 'a'",
         "SELECT COUNT(*) FROM t",
         "SELECT COUNT(*) FROM t WHERE smoker IN (0, 1)",
         "SELECT COUNT(*) FROM t WHERE smoker > 1",
@@ -168,6 +179,33 @@ def test_unsupported_queries_are_refused_before_anything_is_charged_or_read(df: 
         s.query(sql)
     assert "Error" in type(info.value).__name__ and "Assertion" not in type(info.value).__name__
     assert len(s.ledger.events()) == before and s.delta_spent == 0.0 and s.parts_left == 8
+
+
+def test_the_whole_where_is_answered_or_refused_never_a_different_question(tmp_path: Path) -> None:
+    """Issue 24: `smoker = 1 AND (age > 50 OR smoker = 0)` was answered as `smoker = 1` (its covering box; the exact
+    filter, which names age, was ignored): 32 instead of 7.  The SP curve describes only the prior column, so the
+    query is refused before any charge; the DP session answers the whole predicate (the same row mask)."""
+    frame = pd.DataFrame(
+        {
+            "smoker": [1] * 32 + [0] * 18,
+            "city": ["a"] * 50,
+            "age": [60] * 7 + [30] * 25 + [70] * 18,  # 7 smokers above 50, 25 below; the non-smokers do not count
+        }
+    )
+    sql = "SELECT COUNT(*) FROM t WHERE smoker = 1 AND (age > 50 OR smoker = 0)"
+    s = StatisticalSession(
+        frame, SCHEMA, "bernoulli(0.5)", parts=1, epsilon=0.2, delta=1.0, column="smoker", ledger=tmp_path / "l"
+    )
+    s.backend = Guard(None)
+    before = len(s.ledger.events())
+    with pytest.raises(UnsupportedQueryError, match="constrains column 'age'"):
+        s.query(sql)
+    assert len(s.ledger.events()) == before and s.delta_spent == 0.0 and s.parts_left == 1
+    # one part holding every row: the SP answer of a prior-column query is its exact count
+    t = StatisticalSession(frame, SCHEMA, "bernoulli(0.5)", parts=1, epsilon=0.2, delta=1.0, column="smoker")
+    assert t.query("SELECT COUNT(*) FROM t WHERE smoker = 1 AND NOT (smoker = 0)").estimate == 32
+    dp = Session(frame, SCHEMA, "epsilon=1e9")
+    assert abs(float(dp.query(sql, epsilon=1e8).df.iloc[0, 0]) - 7) < 0.5  # noise scale 1e-8
 
 
 def test_budget_refusals_spend_nothing(df: pd.DataFrame) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from dpmagic import Session
-from dpmagic.domain.schema import CategoricalColumn, Schema
-from dpmagic.domain.sets import Box, CategorySet
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 
@@ -44,3 +48,78 @@ def run_cell(ip: Any, code: str) -> tuple[Any, Any]:
     with capture_output() as cap:
         result = ip.run_cell(code, store_history=False)
     return result, cap
+
+
+def brute_batch_sensitivity(boxes: Sequence[Box], rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """The (add/remove, replace-one) L1 sensitivity of the COUNT(*) queries over ``boxes``, by brute force.
+
+    popSet(r) = the boxes containing row r (:meth:`Box.contains_row`, the definition of membership).  Adding or
+    removing r changes the answers by the indicator of popSet(r): max |popSet(r)|.  Replacing r by r' changes
+    them by +1 on popSet(r') minus popSet(r) and −1 on the converse: max |popSet(r) △ popSet(r')| (Inan,
+    Gursoy, Saygin, "Sensitivity analysis for non-interactive differential privacy: bounds and efficient
+    algorithms", IEEE TDSC, doi:10.1109/TDSC.2017.2734664, Th. 2).  With unit weights each L2 value is the
+    square root of the L1 value.  Exact when ``rows`` meets every atom of the domain (:func:`oracle_rows`).
+    """
+    pops = {frozenset(j for j, b in enumerate(boxes) if not b.is_empty() and b.contains_row(r)) for r in rows}
+    return max(len(p) for p in pops), max(len(p ^ q) for p in pops for q in pops)
+
+
+def oracle_values(schema: Schema, name: str, boxes: Sequence[Box], exhaustive: int = 64) -> list[Any]:
+    """Values of column ``name`` that meet every set of values no box distinguishes (so a true oracle).
+
+    * categorical: every declared value;
+    * int: every value when the domain has at most ``exhaustive`` of them (e.g. a small domain shifted by
+      2^60), else — membership only changes where an interval starts or ends, so every run of integers with
+      one membership starts at the lower bound, at some interval's ``lo`` or at some ``hi + 1`` — those
+      points and their integer neighbours, as exact Python ints;
+    * float (taken as the reals, as :mod:`dpmagic.domain.sets` does): the distinct interval ends and bounds, their
+      neighbouring doubles (``math.nextafter``), and the exact midpoint (a :class:`~fractions.Fraction`,
+      never rounded nor overflowed) of every gap between consecutive ends — membership is constant on each
+      open gap, and Python compares a Fraction with a double exactly.
+
+    A column no box constrains gets one value (it changes no popSet).
+    """
+    col = schema[name]
+    sets = [vs for b in boxes if (vs := b.constraints.get(name)) is not None]
+    if isinstance(col, CategoricalColumn):
+        return list(col.values) if sets else [col.values[0]]
+    assert isinstance(col, NumericColumn)
+    ends: set[Any] = set()
+    for vs in sets:
+        assert isinstance(vs, IntervalSet)
+        for iv in vs.intervals:
+            ends.update((iv.lo, iv.hi))
+    if col.is_int:
+        lo, hi = int(col.lower), int(col.upper)
+        if not sets:
+            return [lo]
+        if hi - lo < exhaustive:
+            return list(range(lo, hi + 1))
+        pts = {lo, hi} | {int(e) + d for e in ends for d in (-1, 0, 1)}
+        return sorted(p for p in pts if lo <= p <= hi)
+    lo_f, hi_f = float(col.lower), float(col.upper)
+    if not sets:
+        return [lo_f]
+    ps = sorted({lo_f, hi_f} | {float(e) for e in ends})
+    near = {math.nextafter(p, d) for p in ps for d in (-math.inf, math.inf)}
+    mids = [(Fraction(a) + Fraction(b)) / 2 for a, b in itertools.pairwise(ps)]
+    return sorted(ps + [v for v in near if lo_f <= v <= hi_f] + mids)
+
+
+def oracle_rows(schema: Schema, boxes: Sequence[Box]) -> list[dict[str, Any]]:
+    """Every combination of :func:`oracle_values` over the schema's columns: rows meeting every atom."""
+    names = list(schema.columns)
+    per = [oracle_values(schema, n, boxes) for n in names]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*per)]
+
+
+def audit_gap_batch(table: str = "t") -> tuple[dict[str, Any], list[str]]:
+    """Issue 24's batch (a schema dict and 15 statements): on an int column spanning int64, a box excluding the
+    gap 2^60 … 2^60+20 and two points inside the gap, each 5 times.  Add/remove: 5; replace-one: 10 (a row
+    moving from the box to a point changes 10 answers) — while doubles see the gap's values as 2^60 or 2^60+32.
+    """
+    off, i64 = 2**60, 2**63 - 1
+    schema = {"table": table, "columns": {"x": {"type": "int", "lower": -i64, "upper": i64}}}
+    box = f"SELECT COUNT(*) FROM {table} WHERE x NOT BETWEEN {off} AND {off + 20}"
+    p1, p2 = (f"SELECT COUNT(*) FROM {table} WHERE x = {off + d}" for d in (10, 15))
+    return schema, [box] * 5 + [p1] * 5 + [p2] * 5

@@ -89,6 +89,14 @@ class PandasBackend:
             return np.logical_or.reduce(masks)
         return ~masks[0]
 
+    def row_mask(self, query: Query) -> np.ndarray:
+        """Boolean mask of the rows the query's WHERE selects: its box, and its exact filter when the box is only
+        a cover (an OR or NOT across columns)."""
+        mask = self.mask(query.where)
+        if query.filter is not None:
+            mask &= self.filter_mask(query.filter)
+        return mask
+
     def _group_codes(self, g: GroupKey) -> np.ndarray:
         """Each row's cell index along one GROUP BY key (its declared value or bin; bins cover the domain)."""
         if g.sets is None:
@@ -114,9 +122,7 @@ class PandasBackend:
         is vectorised over *every* row of the frame (rows outside the WHERE filter go to a discarded bin), so it
         does not depend on how many rows the box holds.
         """
-        mask = self.mask(query.where)
-        if query.filter is not None:
-            mask &= self.filter_mask(query.filter)
+        mask = self.row_mask(query)
         sizes = [g.size for g in query.groups]
         n_cells = int(np.prod(sizes)) if sizes else 1
         if query.groups:

@@ -10,9 +10,11 @@ differential privacy: bounds and efficient algorithms", IEEE TDSC, doi:10.1109/T
   Δ₁ = max_{r,r'} |popSet(r) △ popSet(r')| (Inan et al. 2017 Th. 2 with unit weights) and Δ₂ = √Δ₁.
 
 The replace-one value is computed exactly on the compressed domain: per column, the values are grouped into
-atoms with the same membership in every box (a finite set of representatives meets every atom: categories;
-integer endpoints and their neighbours; real endpoints and midpoints), every combination of atoms gives one
-popSet, and the maximum symmetric difference over all pairs of distinct popSets is taken.  Cost
+atoms with the same membership in every box — the overlap engine's exact encoding
+(:func:`dpmagic.overlap.encoding.build_problem`: the declared categories; the elementary pieces between
+consecutive interval ends, as exact integers on int columns at any magnitude and with exact open/closed ends
+on float columns up to the double limits) — every combination of atoms gives one popSet, and the maximum
+symmetric difference over all pairs of distinct popSets is taken.  Cost
 O(Π_c atoms_c · k/64 + K² · k/64) for K distinct popSets; refused beyond ``max_cells`` atom combinations.
 
 Inan et al. 2017's graph bounds are reported next to it, computed on the query graph (edge = the boxes intersect):
@@ -31,67 +33,60 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpmagic.domain.schema import CategoricalColumn, Schema
-from dpmagic.domain.sets import Box, CategorySet, IntervalSet
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
 
 __all__ = ["BatchSensitivity", "batch_sensitivity", "popsets", "sensitivity_report", "format_sensitivity"]
 
 
-def _column_representatives(schema: Schema, name: str, boxes: Sequence[Box]) -> list:
-    col = schema.columns[name]
-    if isinstance(col, CategoricalColumn):
-        return list(col.values)
-    pts: set[float] = {float(col.lower), float(col.upper)}
-    for b in boxes:
-        vs = b.constraints.get(name)
-        if isinstance(vs, IntervalSet):
-            for iv in vs.intervals:
-                pts.update((float(iv.lo), float(iv.hi)))
-    lo, hi = float(col.lower), float(col.upper)
-    if col.is_int:
-        out: set[int] = set()
-        for p in pts:
-            for q in (math.floor(p) - 1, math.floor(p), math.ceil(p), math.ceil(p) + 1):
-                if lo <= q <= hi:
-                    out.add(int(q))
-        return sorted(out)
-    s = sorted(p for p in pts if lo <= p <= hi)
-    return s + [(a + b) / 2 for a, b in itertools.pairwise(s)]
+def _column_signatures(schema: Schema, boxes: Sequence[Box], live: Sequence[int]) -> list[list[int]]:
+    """Per constrained column, the distinct memberships (bit masks, bit j ↔ box j) of its atoms.
 
+    The atoms are the overlap engine's exact compressed domain (:func:`dpmagic.overlap.encoding.build_problem`
+    over the live boxes): per numeric column the elementary pieces between consecutive cut keys from the
+    declared lower bound to the declared upper bound — exact Python/int64 integers on int columns, ``v ± 0``
+    keys on float columns, so open and closed ends are exact and nothing is rounded, averaged or overflowed —
+    and per categorical column the declared values.  The pieces partition the declared domain, so every
+    value lies in exactly one atom: the enumeration is complete by construction.  Float columns are taken as
+    the reals, like every overlap test of :mod:`dpmagic.domain.sets` (a gap between two adjacent doubles is an atom):
+    an upper bound of the value over doubles alone, and exact for sources with finer values (DECIMAL).
+    Columns that no live box constrains are left out (every box contains all of their values).
+    """
+    from dpmagic.overlap.encoding import BoxStore, build_problem
 
-def _contains(vs, value) -> bool:
-    if isinstance(vs, CategorySet):
-        return vs.contains(value)
-    return vs.contains(value)
+    k = len(boxes)
+    store = BoxStore(schema)
+    store.extend(list(boxes), np.ones(k))
+    ids = np.asarray(live, dtype=np.int64)
+    out: list[list[int]] = []
+    for col in build_problem(store, ids, dedupe=True).columns:
+        member = np.zeros((col.a, k), dtype=bool)  # member[atom, j]: box j's set on this column holds the atom
+        member[:, ids] = col.dense().T
+        packed = np.packbits(member, axis=1, bitorder="little")
+        out.append(sorted({int.from_bytes(row.tobytes(), "little") for row in packed}))
+    return out
 
 
 def popsets(schema: Schema, boxes: Sequence[Box], max_cells: int = 2_000_000) -> set[int]:
-    """All distinct popSets (as bit masks, bit j ↔ box j) of rows of the declared domain."""
-    names = list(schema.columns)
-    per_col: list[list[int]] = []
+    """All distinct popSets (as bit masks, bit j ↔ box j) of rows of the declared domain.
+
+    Exact: one popSet per combination of per-column atoms (:func:`_column_signatures`), empty boxes in none.
+    Raises :class:`ConfigurationError` beyond ``max_cells`` combinations of distinct column memberships.
+    """
+    live = [j for j, b in enumerate(boxes) if not b.is_empty()]
+    nonempty = sum(1 << j for j in live)
+    if not live:
+        return {0}
+    per_col = _column_signatures(schema, boxes, live)
     total = 1
-    for name in names:
-        reps = _column_representatives(schema, name, boxes)
-        sigs = set()
-        for v in reps:
-            m = 0
-            for j, b in enumerate(boxes):
-                vs = b.constraints.get(name)
-                if vs is None or _contains(vs, v):
-                    m |= 1 << j
-            sigs.add(m)
-        per_col.append(sorted(sigs))
+    for sigs in per_col:
         total *= len(sigs)
         if total > max_cells:
             raise ConfigurationError(
                 f"batch sensitivity: {total:,}+ atom combinations exceed the limit {max_cells:,}",
                 hint="use the add/remove value (maximum overlap) or Inan et al. 2017's bounds for large batches",
             )
-    nonempty = 0
-    for j, b in enumerate(boxes):
-        if not b.is_empty():
-            nonempty |= 1 << j
     out: set[int] = set()
     for combo in itertools.product(*per_col):
         m = nonempty
@@ -142,25 +137,29 @@ def _seed001_bounds(schema: Schema, boxes: Sequence[Box]) -> tuple[float, float]
 def batch_sensitivity(
     schema: Schema, boxes: Sequence[Box], *, time_limit: float = 10.0, max_cells: int = 2_000_000
 ) -> BatchSensitivity:
-    """Exact L1/L2 sensitivities of the counting queries over ``boxes`` (add/remove and replace-one)."""
+    """Exact L1/L2 sensitivities of the counting queries over ``boxes`` (add/remove and replace-one).
+
+    Both come from the complete atom enumeration (:func:`popsets`); the overlap engine's proven interval for
+    ω is a cross-check.  Raises :class:`ConfigurationError` beyond ``max_cells`` atom combinations.
+    """
     from dpmagic.overlap import max_overlap
 
     boxes = list(boxes)
     k = len(boxes)
     if k == 0:
         return BatchSensitivity(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1)
-    res = max_overlap(boxes, None, schema, time_limit=time_limit)
-    if not res.exact:
-        raise ConfigurationError("batch sensitivity: the maximum overlap was not solved exactly in time")
-    omega = float(res.upper)
     masks = sorted(popsets(schema, boxes, max_cells))
     arr = _bits(masks, k).astype(np.int64)
     # |a △ b| = |a| + |b| − 2|a ∩ b|
     sizes = arr.sum(axis=1)
     inter = arr @ arr.T
     sym = sizes[:, None] + sizes[None, :] - 2 * inter
-    replace = float(sym.max()) if len(masks) else 0.0
-    if int(sizes.max()) != int(round(omega)):
+    replace = float(sym.max())
+    omega = float(sizes.max())  # exact: the atom enumeration is complete (the largest popSet is ω)
+    # cross-check against the overlap engine's proven interval [lower, upper] ∋ ω (its own search; a timeout
+    # or a witness that cannot be a double — an atom between two adjacent doubles — only widens the interval)
+    res = max_overlap(boxes, None, schema, time_limit=time_limit)
+    if not res.lower <= omega <= res.upper:
         raise ConfigurationError("batch sensitivity: overlap engine and atom enumeration disagree")  # pragma: no cover
     b1, b2 = _seed001_bounds(schema, boxes)
     return BatchSensitivity(omega, math.sqrt(omega), replace, math.sqrt(replace), b1, b2, len(masks))
@@ -208,7 +207,7 @@ def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit:
     try:
         bs = batch_sensitivity(schema, boxes, time_limit=time_limit)
         omega, exact, omega_exact = bs.add_remove_l1, bs.replace_l1, True
-    except ConfigurationError:  # atom enumeration too large or search timed out: proven upper bounds only
+    except ConfigurationError:  # atom enumeration too large: proven upper bounds only
         res = max_overlap(boxes, None, schema, time_limit=time_limit)
         omega, exact, omega_exact = float(res.upper), None, bool(res.exact)
 

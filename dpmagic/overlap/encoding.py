@@ -538,7 +538,7 @@ def _numeric_value(col: NumericColumn, lo: Any, hi: Any) -> float | int:
         return float(a)  # closed start (a point {a} or [a, ...))
     if sb == 1.0:
         return float(b)  # closed end
-    mid = a + (b - a) / 2.0
+    mid = a / 2.0 + b / 2.0  # never overflows (a + (b - a) / 2 does for a = -b near the double maximum)
     if a < mid < b:
         return float(mid)
     nxt = float(np.nextafter(a, b))

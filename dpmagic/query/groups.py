@@ -10,7 +10,7 @@ from sqlglot import exp
 
 from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
 from dpmagic.domain.sets import Interval, IntervalSet, ValueSet, empty_set, full_set
-from dpmagic.errors import UnsupportedQueryError
+from dpmagic.errors import QueryTypeError, UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, is_aggregate, number_value
 from dpmagic.query.domain import enumerate_domain, resolve_column, set_of_values
 from dpmagic.query.evaluate import columns_of
@@ -145,7 +145,13 @@ def enumerated_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[t
         raise UnsupportedQueryError(
             f"GROUP BY {expr.sql()} has {len(groups):,} bins, more than the limit of {MAX_CELLS:,}"
         )
-    labels = sorted(groups, key=lambda k: (k is None, k if k is not None else 0))
+    try:
+        labels = sorted(groups, key=lambda k: (k is None, k if k is not None else 0))
+    except TypeError:
+        raise QueryTypeError(
+            f"GROUP BY {expr.sql()}: its values mix numbers and strings",
+            hint="give every branch the same type (e.g. CAST(... AS VARCHAR))",
+        ) from None
     return [(k, set_of_values(col, groups[k])) for k in labels]
 
 

@@ -106,6 +106,13 @@ class Filter:
     box: Box | None = None
     parts: tuple[Filter, ...] = ()
 
+    @property
+    def columns(self) -> frozenset[str]:
+        """The columns the filter's boxes constrain (anywhere in the AND / OR / NOT tree)."""
+        if self.op == "box":
+            return frozenset(self.box.constraints) if self.box is not None else frozenset()
+        return frozenset().union(*(p.columns for p in self.parts))
+
     def identity(self) -> Any:
         if self.op == "box":
             assert self.box is not None

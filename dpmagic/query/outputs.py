@@ -9,15 +9,22 @@ applied to its ends; both are monotone); other computed outputs have none.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import sqlglot
 from sqlglot import exp
 
 from dpmagic.query.evaluate import _truth, evaluate
-from dpmagic.query.model import Query
+from dpmagic.query.model import GroupKey, Query
 
-__all__ = ["finish"]
+__all__ = ["finish", "order_rows", "stand_in_env"]
+
+#: values a released aggregate column may hold: noisy values of either sign, 0, a fraction, an empty cell's NaN
+#: average, an interval end clipped to ±inf (the stand-in frame of :func:`stand_in_env`)
+STAND_IN_VALUES = (1.0, 0.0, -2.5, 1e6 + 0.5, math.nan, math.inf, -math.inf)
 
 
 def _ev(sql: str, env: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -49,20 +56,43 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     if query.having is not None:
         keep = _truth(_ev(query.having, env, n))
     if query.order_by:
-        sort = pd.DataFrame({f"k{i}": _ev(sql, env, n) for i, (sql, _) in enumerate(query.order_by)})
-        sort["__pos"] = np.arange(n)
-        sort = sort[keep]
-        order = sort.sort_values(
-            [f"k{i}" for i in range(len(query.order_by))],
-            ascending=[not desc for _, desc in query.order_by],
-            kind="stable",
-            na_position="last",
-        )["__pos"].to_numpy()
+        keys = [_ev(sql, env, n) for sql, _ in query.order_by]
+        order = order_rows(keys, [desc for _, desc in query.order_by], np.flatnonzero(keep))
     else:
         order = np.flatnonzero(keep)
     if query.limit is not None:
         order = order[: query.limit]
     return frame.iloc[order].reset_index(drop=True)
+
+
+def order_rows(keys: Sequence[np.ndarray], descending: Sequence[bool], positions: np.ndarray) -> np.ndarray:
+    """ORDER BY: ``positions`` (rows of the released frame) sorted by ``keys`` (stable, NULLs last)."""
+    sort = pd.DataFrame({f"k{i}": np.asarray(k)[positions] for i, k in enumerate(keys)})
+    sort["__pos"] = positions
+    return sort.sort_values(
+        [f"k{i}" for i in range(len(keys))],
+        ascending=[not d for d in descending],
+        kind="stable",
+        na_position="last",
+    )["__pos"].to_numpy()
+
+
+def stand_in_env(names: Sequence[str], groups: Sequence[GroupKey]) -> tuple[dict[str, np.ndarray], int]:
+    """A stand-in for the released frame's columns ``names``, built from public information only.
+
+    A group key's column holds its declared labels (every one, typed as :func:`finish` types the released
+    frame's column); any other column is a released aggregate (or an interval end) and holds
+    :data:`STAND_IN_VALUES`.  Each column is repeated to a common length ``n``; returns ``(env, n)``.  Used to
+    refuse, before any charge, post-processing that could not be evaluated on a released answer.
+    """
+    by_name = {g.name: list(g.labels) for g in groups}
+    cols = {c: by_name.get(c, list(STAND_IN_VALUES)) for c in names}
+    n = max([len(STAND_IN_VALUES)] + [len(v) for v in cols.values()])
+    env = {}
+    for c, vals in cols.items():
+        rep = [vals[i % len(vals)] for i in range(n)] if vals else [None] * n
+        env[c] = _column(pd.Series(rep)) if c in by_name else np.array(rep, dtype=float)
+    return env, n
 
 
 def _column(s: pd.Series) -> np.ndarray:

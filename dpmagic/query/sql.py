@@ -32,6 +32,7 @@ never touches data or budget.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -345,7 +346,7 @@ class _Context:
                 raise UnsupportedQueryError(f"ORDER BY {i}: the SELECT list has {len(outputs)} items")
             return sqlglot.parse_one(outputs[i - 1].expr)
         e = self.rewrite(node, where, outputs)
-        _check_evaluable(e)
+        _check_evaluable(e, self.groups, node, where)
         return e
 
 
@@ -358,17 +359,36 @@ def _ref_sql(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _check_evaluable(e: exp.Expression) -> None:
-    """Refuse now (before any budget) what post-processing could not evaluate: try it on a dummy row."""
-    env = {c.name: np.ones(1) for c in e.find_all(exp.Column)}
+def _check_evaluable(e: exp.Expression, groups: Sequence[GroupKey], shown: exp.Expression, where: str) -> None:
+    """Refuse now (before any budget) what post-processing could not evaluate on a released answer.
+
+    ``e`` (the rewritten ``shown``) is evaluated as :func:`dpmagic.query.outputs.finish` will evaluate it, on a
+    stand-in of the released frame built from public information only (every declared label of each group key;
+    noisy values, NaN and ±inf for each aggregate: :func:`~dpmagic.query.outputs.stand_in_env`), a HAVING
+    condition taken as a truth value and an ORDER BY key sorted.  Any failure — not only the evaluator's own
+    errors — refuses the query with one error naming ``shown``: nothing is charged, nothing is read.
+    """
+    from dpmagic.query.evaluate import _truth
+    from dpmagic.query.outputs import order_rows, stand_in_env
+
+    env, n = stand_in_env(sorted({c.name for c in e.find_all(exp.Column)}), groups)
     try:
-        evaluate(e, env, 1, lambda c: c.name)
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            value = evaluate(e, env, n, lambda c: c.name)
+            if where == "HAVING":
+                _truth(value)
+            elif where == "ORDER BY":
+                order_rows([value], [False], np.arange(n))
     except EvalError as exc:
         raise UnsupportedQueryError(str(exc)) from None
-    except QueryError:
-        raise
-    except Exception:
-        pass
+    except QueryError as exc:
+        raise type(exc)(f"{where}: {shown.sql()}: {exc}", hint=exc.hint) from None
+    except Exception as exc:
+        raise UnsupportedQueryError(
+            f"{where}: {shown.sql()} cannot be computed from the released values ({type(exc).__name__}: {exc})",
+            hint="check the types and arguments of the functions applied to aggregates and group keys",
+        ) from None
 
 
 # -- GROUP BY ------------------------------------------------------------------------------------------
@@ -427,7 +447,7 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             )
         simple = False
         e = ctx.rewrite(node, "the SELECT list")
-        _check_evaluable(e)
+        _check_evaluable(e, ctx.groups, node, "the SELECT list")
         source = None
         inner = e
         while isinstance(inner, (exp.Paren, exp.Cast)) and not (

@@ -332,12 +332,17 @@ class Session:
         # Timing shown to the analyst stops here: parsing, planning and the overlap check (public), never the
         # data read or the noise, whose duration could depend on the rows.
         seconds = time.perf_counter() - t0
+        released = False
         try:
             df = mechanism.release(self.backend)
             self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
+            released = True
         except Exception:
+            pass
+        if not released:
             # After the data was read, no exception text may leave (it could carry an exact aggregate), and the
             # message must not depend on the rows: one generic error, the budget stays charged, nothing released.
+            # Raised outside the handler, so that not even its __context__ holds the original exception.
             self._emit("failed", message=_POST_CHARGE_ERROR)
             raise DPMagicError(_POST_CHARGE_ERROR) from None
         return Released(entry_id, charge, df, seconds)

@@ -44,7 +44,6 @@ import pandas as pd
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.pandas import PandasBackend
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
-from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError, QueryError, UnsupportedQueryError
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
@@ -282,23 +281,19 @@ class StatisticalSession:
                 f"statistical privacy answers only one COUNT(*) per query, not {funcs}",
                 hint="SUM/AVG have no computable SP curve (Breutigam & Reischuk give none): use differential privacy",
             )
-        other = [c for c in q.where.constraints if c != self.column]
+        # the whole WHERE: its covering box and, when that is only a cover (an OR or NOT across columns), its exact
+        # filter — a column named only inside `smoker = 1 AND (age > 50 OR smoker = 0)` counts too
+        used = set(q.where.constraints) | (q.filter.columns if q.filter is not None else set())
+        other = sorted(c for c in used if c != self.column)
         if other:
             raise UnsupportedQueryError(
                 f"the WHERE clause constrains column {other[0]!r}; the prior describes only column {self.column!r}",
                 hint=f"statistical privacy here counts rows by their {self.column!r} value only",
             )
-        s = q.where.get(self.column)
-        if q.where.is_empty():
-            values: frozenset[object] = frozenset()
-        elif s is None:
-            values = frozenset(self._domain)
-        elif isinstance(s, CategorySet):
-            values = frozenset(s.values)
-        elif isinstance(s, IntervalSet):
-            values = frozenset(v for v in self._domain if s.contains(v))  # type: ignore[arg-type]
-        else:  # pragma: no cover - the parser only builds these two
-            raise UnsupportedQueryError(f"unsupported predicate on {self.column!r}")
+        # the prior-column values the query counts: its row predicate (the DP path's, PandasBackend.row_mask)
+        # applied to the public domain, one row per declared value
+        domain = PandasBackend(pd.DataFrame({self.column: list(self._domain)}), self.schema)
+        values = frozenset(v for v, hit in zip(self._domain, domain.row_mask(q).tolist(), strict=True) if hit)
         if not values or len(values) == len(self._domain):
             raise UnsupportedQueryError(
                 f"the WHERE clause selects {'no' if not values else 'every'} value of column {self.column!r}: the "
@@ -361,11 +356,10 @@ class StatisticalSession:
             )
         charge = self.accountant.charge(values)
         assert charge == planned  # same state, same computation
-        where = q.where
         backend = self.backend
 
         def count(idx: Any) -> int:
-            return int(backend.mask(where)[idx].sum())
+            return int(backend.row_mask(q)[idx].sum())  # the whole WHERE, exactly as the DP path applies it
 
         try:
             estimate = self.accountant.answer_part(charge, count)
