@@ -661,3 +661,67 @@ def test_a_keyed_ledger_from_before_the_genesis_is_upgraded_only_by_the_custodia
     again = Session(pums_frame(), pums_spec(), "epsilon=1", ledger=path)
     assert again.spent == pytest.approx(0.3)
     assert [e.id for e in again.accountant.entries()] == ids
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# audit issue 24, finding 4 (the ledger's part): nothing recorded after a data read carries a clock
+
+_TIME_LIKE = {"time", "times", "seconds", "elapsed", "duration", "created", "released_at", "timestamp", "at"}
+
+
+def _keys(obj: Any) -> set[str]:
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in _keys(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in _keys(v)}
+    return set()
+
+
+def test_no_event_recorded_after_a_read_carries_a_clock(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The release time minus the charge time timed the data read (600,000 rows in a MEDIAN's box against none,
+    6 of 6).  With a clock that moves at every reading, every event written after a charge — the release of a
+    query, of a MEDIAN, of a batch, the later phases of a decision query charged after the earlier ones read —
+    carries the time of the charge taken before the first read; bodies hold no time, ``show`` prints none and
+    ``export`` prints only the charges' times."""
+    import itertools
+    import re
+    import time as time_mod
+
+    from dpmagic.reports import export_ledger
+
+    ticks = itertools.count()
+    monkeypatch.setattr(time_mod, "time", lambda: 1_700_000_000.0 + next(ticks))
+    path = tmp_path / "l.sqlite"
+    s = Session(pums_frame(), pums_spec(), "epsilon=5", ledger=path)
+    s.query("SELECT COUNT(*), SUM(income) FROM pums WHERE age < 30", epsilon=0.5)
+    s.query("SELECT MEDIAN(income) FROM pums WHERE age >= 30", epsilon=0.5)
+    s.batch("SELECT COUNT(*) FROM pums WHERE age < 40; SELECT COUNT(*) FROM pums WHERE age >= 40", epsilon=0.5)
+    groups = {"g": {"type": "categorical", "values": ["A", "B"]}, "x": {"type": "int", "lower": 0, "upper": 10}}
+    frame = pd.DataFrame({"g": ["A"] * 1000 + ["B"] * 10, "x": [9] * 1010})
+    d = Session(frame, {"dataset": "decision-toy", "table": "t", "columns": groups}, "epsilon=5", ledger=path)
+    ans = d.decide(
+        "SELECT g, COUNT(*) FROM t GROUP BY g HAVING COUNT(*) > 500 AND SUM(x) > 4000",
+        fnr=1e-12,
+        fpr=0.1,
+        max_group_size=1000,
+    )
+    assert len(ans.reads) >= 2  # phase two is charged after phase one read the data
+    s.ledger.close()
+    d.ledger.close()
+    events = Ledger(path).events()
+    charges = {e.seq: e for e in events if e.kind == "charge"}
+    releases = [e for e in events if e.kind == "release"]
+    assert len(releases) == len(charges) == 3 + len(ans.reads)
+    for r in releases:
+        assert r.created == charges[r.body["entry"]].created, "a release carries a clock read after the data read"
+    decision = [e for e in charges.values() if "decision" in e.body["details"]]
+    assert len(decision) == len(ans.reads) and len({e.created for e in decision}) == 1
+    assert not _keys([e.body for e in events]) & _TIME_LIKE
+    rows = json.loads(export_ledger(Ledger(path), "json"))
+    assert len(rows) == len(charges)
+    for row in rows:
+        assert row["time"] == time_mod.strftime("%Y-%m-%d %H:%M:%S", time_mod.gmtime(charges[row["id"]].created))
+        assert not set(row) & (_TIME_LIKE - {"time"})
+    capsys.readouterr()
+    assert cli_main(["ledger", "show", str(path)]) == 0
+    assert not re.search(r"\d:\d\d|\b1700000", capsys.readouterr().out)
