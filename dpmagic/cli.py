@@ -217,8 +217,31 @@ def _keyed_summary(path: str) -> str:
     return (
         f"ledger id {genesis.get('ledger')}, "
         + (f"for data set(s) {', '.join(named)}, " if named else "for any data set, ")
-        + f"head: event {(head or {}).get('seq')} {str((head or {}).get('hash'))[:16]}"
+        + f"head: event {(head or {}).get('seq')} {str((head or {}).get('hash'))[:16]} "
+        + f"(note it; later: verify --expect-head {(head or {}).get('seq')}:{str((head or {}).get('hash'))[:16]})"
     )
+
+
+def _noted_head(noted: str) -> tuple[int, str]:
+    """``--expect-head SEQ:HASH`` as ``verify`` printed it (one clear error otherwise)."""
+    seq_text, _, prefix = noted.partition(":")
+    if not seq_text.isdigit() or len(prefix) < 16 or any(c not in "0123456789abcdef" for c in prefix):
+        raise ValueError(f"--expect-head is SEQ:HASH as verify prints it (16 or more hex digits), got {noted!r}")
+    return int(seq_text), prefix
+
+
+def _check_noted_head(path: str, seq: int, prefix: str) -> list[str]:
+    """The ledger must still hold the noted event with that hash, i.e. extend the state the custodian noted: an
+    earlier copy restored (a rollback), or another ledger, fails."""
+    from dpmagic.accountant.chain import read_chain
+
+    rows, _, _ = read_chain(path)
+    held = {int(r[0]): str(r[6]) for r in rows}
+    if seq not in held:
+        return [f"event {seq} of the noted head is not in this ledger: an earlier copy was restored (rollback)"]
+    if not held[seq].startswith(prefix):
+        return [f"event {seq} differs from the noted head: this is another ledger, or a rewritten one"]
+    return []
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
@@ -272,7 +295,11 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             )
             return 0
         if args.action == "verify":
+            noted = _noted_head(args.expect_head) if args.expect_head else None
             ok, problems = lg.verify(args.path, key)
+            if ok and noted is not None:
+                problems = _check_noted_head(args.path, *noted)
+                ok = not problems
             if ok:
                 if key is not None:
                     note = "HMAC chain intact under the custodian key; " + _keyed_summary(args.path)
@@ -404,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     key_help = "custodian key file (default: $DPMAGIC_LEDGER_KEY_FILE or $DPMAGIC_LEDGER_KEY)"
     v = lsub.add_parser("verify", help="check the chain (exit 1 if broken); with --key-file, the HMAC chain")
     v.add_argument("path")
+    v.add_argument(
+        "--expect-head",
+        default=None,
+        metavar="SEQ:HASH",
+        help="a head noted earlier (as verify printed it): exit 1 unless the ledger still holds it (no rollback)",
+    )
     sh = lsub.add_parser("show", help="list keys, budgets and charged queries")
     sh.add_argument("path")
     ex = lsub.add_parser("export", help="export all charges as csv, json or a self-contained html report")

@@ -578,7 +578,7 @@ def test_a_keyed_ledger_named_for_a_data_set_opens_no_other(tmp_path: Path, monk
 def test_a_running_kernel_refuses_a_ledger_that_went_backwards(tmp_path: Path, monkeypatch, capsys) -> None:
     """The tail truncated *and* the head record of that earlier moment restored is, in the file alone, a valid
     ledger of the past (a rollback, documented); a kernel that has seen the later events refuses it, and the head
-    that `verify` prints differs from the one the custodian noted."""
+    that `verify` prints differs from the one the custodian noted: ``verify --expect-head`` with it fails."""
     path, keyfile, _ = _keyed_setup(tmp_path, monkeypatch)
     monkeypatch.setenv("DPMAGIC_LEDGER_KEY_FILE", str(keyfile))
     s = Session(pums_frame(), pums_spec(), "epsilon=1", ledger=path)
@@ -587,7 +587,11 @@ def test_a_running_kernel_refuses_a_ledger_that_went_backwards(tmp_path: Path, m
     noted = capsys.readouterr().out
     early_head = _head(path)
     (last_before,) = [e.seq for e in s.ledger.events()][-1:]
+    earlier = noted.split("--expect-head ")[1].split(")")[0]
     s.query("SELECT COUNT(*) FROM pums WHERE age >= 30 AND sex = 1 AND educ = 9", epsilon=0.05)
+    capsys.readouterr()
+    assert cli_main(["ledger", "verify", str(path), "--key-file", str(keyfile)]) == 0
+    later = capsys.readouterr().out.split("--expect-head ")[1].split(")")[0]
     _sql(
         path,
         f"DELETE FROM events WHERE seq > {last_before}; UPDATE meta SET value = '{early_head}' WHERE key = 'head';",
@@ -597,7 +601,11 @@ def test_a_running_kernel_refuses_a_ledger_that_went_backwards(tmp_path: Path, m
     capsys.readouterr()
     cli_main(["ledger", "verify", str(path), "--key-file", str(keyfile)])
     assert "head: event" in noted and noted == capsys.readouterr().out  # the rollback is the earlier state …
-    assert str(last_before) in noted  # … and the custodian's note of the later head would not match it
+    # … and the head the custodian noted after the last query is not in it
+    assert cli_main(["ledger", "verify", str(path), "--key-file", str(keyfile), "--expect-head", later]) == 1
+    assert "rollback" in capsys.readouterr().out
+    assert cli_main(["ledger", "verify", str(path), "--key-file", str(keyfile), "--expect-head", earlier]) == 0
+    assert cli_main(["ledger", "verify", str(path), "--expect-head", "3:abc"]) == 2  # one clear error
 
 
 def _to_format1(path: Path, key: bytes) -> None:
