@@ -20,13 +20,22 @@ only colours); the others are shown as proven bounds computed within a small dis
 :meth:`Accountant.preview` returns a :class:`Charge` carrying the engine's admission, and
 :meth:`Accountant.charge` commits it when no charge was appended since (otherwise it recomputes).  The charge is committed to the :class:`~dpmagic.accountant.ledger.Ledger`
 before the caller may read any data.
+
+Threads: one accountant may be used from several threads.  Every method that reads or changes its state (the
+engine, the fold of the ledger's events, the charged value) holds :attr:`Accountant.lock`, a re-entrant lock
+taken before the ledger's own; a charge — sync with the ledger, admission, the durable append and the
+engine's commit — is one critical section under it, so two threads are never admitted on the same remaining
+budget and the engine always holds exactly the ledger's charges, in ledger order.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -62,6 +71,20 @@ MAX_PAIR_QUERIES = 2000
 #: Relative slack in the budget comparison, so that ten queries of ε = 0.1 fit a budget of ε = 1 despite
 #: binary floating point (0.1 * 10 = 1.0000000000000002).  The overshoot it allows is at most 1e-9 · budget.
 BUDGET_RTOL = 1e-9
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _locked(method: _F) -> _F:
+    """Run ``method`` under its accountant's :attr:`~Accountant.lock`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Accountant, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,9 @@ class Accountant:
             raise ConfigurationError(f"unknown bound {bound!r}: choose one of {', '.join(CHARGE_BOUNDS)}")
         if neighbors not in NEIGHBORS:
             raise ConfigurationError(f"unknown neighbouring relation {neighbors!r}: use 'add-remove' or 'replace'")
+        #: held by every method that reads or changes the accountant's state (re-entrant; taken before the
+        #: ledger's lock, never after it)
+        self.lock = threading.RLock()
         self.budget = budget
         self.schema = schema
         self.bound: ChargeBound = bound
@@ -128,6 +154,8 @@ class Accountant:
         self.time_limit = time_limit
         self.engine = self._new_engine()
         self._entry_ids: list[int] = []
+        #: the recorded time of each charge this accountant made and has not released yet
+        self._charge_times: dict[int, float] = {}
         self._fold = EntryFold()
         self._seen = 0
         self._charged = 0.0
@@ -138,6 +166,7 @@ class Accountant:
         # under the replace-one relation the pair search needs no γ, but the fallback 2×bound does
         return OverlapEngine(self.schema, time_limit=self.time_limit, charged=self.bound)
 
+    @_locked
     def _sync(self) -> None:
         """Fold in every event of this key appended since the last look (by this or another process).
 
@@ -179,16 +208,19 @@ class Accountant:
     def currency(self):  # type: ignore[no-untyped-def]
         return self.budget.currency
 
+    @_locked
     def bounds(self) -> Bounds:
         """The four bounds on the current maximum load (additive weights)."""
         return self.engine.bounds()
 
+    @_locked
     def summary(self) -> BoundsSummary:
         """The four bounds, the charged value and the saving, in the session's parameter (for reports)."""
         if len(self.engine) == 0:
             return BoundsSummary()
         return BoundsSummary.of(self.engine.bounds(), charged=self._charged, unit=self.budget.currency.cost)
 
+    @_locked
     def graph(self) -> QueryGraph:
         """The charged queries as a graph, for display (read-only; nodes in charging order)."""
         from dpmagic.overlap import overlap_adjacency
@@ -247,6 +279,7 @@ class Accountant:
     def _fits(self, weight: float) -> bool:
         return weight <= self.budget.total_weight * (1.0 + BUDGET_RTOL)
 
+    @_locked
     def preview(self, box: Box, cost: float) -> Charge:
         """What admitting a query with this coverage and cost would charge; changes nothing.
 
@@ -277,6 +310,7 @@ class Accountant:
             admission=adm,
         )
 
+    @_locked
     def charge(
         self,
         box: Box,
@@ -286,6 +320,7 @@ class Accountant:
         canonical: str,
         details: dict[str, Any] | None = None,
         preview: Charge | None = None,
+        created: float | None = None,
     ) -> tuple[int, Charge]:
         """Admit and durably record a query, or raise :class:`BudgetExceededError` and change nothing.
 
@@ -293,6 +328,8 @@ class Accountant:
         processes have made on this ledger key, so concurrent kernels can never together overspend.
         ``preview``: a :meth:`preview` of this very (box, cost), computed before the transaction; it is reused
         when the engine did not change since (no charge was appended by anyone), else recomputed inside.
+        ``created``: the charge's recorded time (default: now; a release that reads several times passes the time
+        it was asked, taken before its first read).  Under :attr:`lock` from the sync to the engine's commit.
         """
         with self.ledger.transaction():
             self._sync()
@@ -321,8 +358,10 @@ class Accountant:
                     "charged_after": ch.after,
                     "details": {"bounds": BoundsSummary.of(ch.bounds).to_dict(session=False), **(details or {})},
                 },
+                created=created,
             )
         entry_id = event.seq
+        self._charge_times[entry_id] = event.created
         self._fold.apply(event)
         assert ch.admission is not None
         self.engine.commit(ch.admission)  # recomputes only if the engine changed since the admission
@@ -341,6 +380,7 @@ class Accountant:
         total = self.budget.total_weight  # a budget event changes no engine state: re-check the fit
         return replace(preview, before=self.charged_weight, total=total, admissible=self._fits(preview.after))
 
+    @_locked
     def affordable(self, box: Box) -> float:
         """The largest cost a query on ``box`` could be given now (budget minus max current load on it).
 
@@ -358,22 +398,31 @@ class Accountant:
         return self.currency.cost(max(0.0, left))
 
     def record_release(self, entry_id: int, answer: Any) -> None:
-        """Append the released answer of a charged entry."""
-        self.ledger.append(self.key, "release", {"entry": entry_id, "answer": answer})
+        """Append the released answer of a charged entry, with its charge's time: no clock is read after the data
+        was (the release's time minus the charge's would time the read, issue 24).  Not under :attr:`lock`
+        (the ledger has its own): a release never holds up another thread's admission."""
+        created = self._charge_times.pop(entry_id, None)
+        if created is None:
+            raise ConfigurationError(f"entry {entry_id} was not charged by this accountant: nothing to release")
+        self.ledger.append(self.key, "release", {"entry": entry_id, "answer": answer}, created=created)
 
+    @_locked
     def entries(self) -> list[LedgerEntry]:
         """This key's charges that count toward the budget now, with their releases (kept incrementally)."""
         self._sync()
         return list(self._fold.entries.values())
 
+    @_locked
     def entry(self, entry_id: int) -> LedgerEntry | None:
         return self._fold.entries.get(entry_id)
 
+    @_locked
     def released_entry(self, cache_key: str) -> LedgerEntry | None:
         """The released entry of an identical earlier query (same cache key), if any."""
         self._sync()
         return self._fold.released(cache_key)
 
+    @_locked
     def load_map(self, first: str, second: str) -> tuple[list[Any], list[Any], list[list[float]]]:
         """Current maximum load of every (first, second) cell, maximised over the other columns.
 

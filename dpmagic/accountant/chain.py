@@ -3,6 +3,11 @@
 Unkeyed, ``hash = sha256(prev | seq | key | kind | created | body)`` (detects accidents only: anyone can
 recompute it); keyed, an HMAC-SHA256 under the custodian key, with a MAC on the head record (detects any change
 by someone without the key).  See :mod:`dpmagic.accountant.ledger` for the file and its guarantees.
+
+A keyed ledger begins with a MAC'd *genesis* event (seq 0, kind ``genesis``, written by ``dpmagic ledger init``
+with the key): without it an emptied file, or a file swapped for an empty database or for one holding only the
+tables, cannot be told apart from a fresh ledger, since every check of an empty chain passes.  With it, a valid
+keyed ledger holds at least one event only the key holder can write, and a MAC'd head that names the last one.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from dpmagic.errors import ConfigurationError
 
 __all__ = [
     "GENESIS",
+    "GENESIS_KEY",
+    "GENESIS_KIND",
+    "LEDGER_FORMAT",
     "KEY_ENV",
     "KEY_FILE_ENV",
     "MIN_KEY_BYTES",
@@ -30,10 +38,17 @@ __all__ = [
     "key_check_value",
     "key_from_env",
     "load_key",
+    "read_chain",
     "verify",
 ]
 
+#: the ``prev`` of a chain's first event
 GENESIS = "0" * 64
+#: the kind and the ledger key of a keyed ledger's first event (seq 0); no data set's key is this string
+GENESIS_KIND = "genesis"
+GENESIS_KEY = "ledger"
+#: the ``format`` of a genesis written by this version (a keyed ledger without a genesis is format 1)
+LEDGER_FORMAT = 2
 
 #: the custodian key itself (text, at least :data:`MIN_KEY_BYTES` bytes) …
 KEY_ENV = "DPMAGIC_LEDGER_KEY"
@@ -90,9 +105,19 @@ def head_mac(mac_key: bytes, seq: int, digest: str) -> str:
 
 
 def check_chain(
-    rows: list[tuple[Any, ...]], head: dict[str, Any] | None, auth: dict[str, Any] | None, key: bytes | None
+    rows: list[tuple[Any, ...]],
+    head: dict[str, Any] | None,
+    auth: dict[str, Any] | None,
+    key: bytes | None,
+    *,
+    require_genesis: bool = True,
 ) -> list[str]:
-    """Problems of a chain of event rows against its head record (empty if intact).  O(events)."""
+    """Problems of a chain of event rows against its head record (empty if intact).  O(events).
+
+    With ``key`` the ledger must be keyed under it and (unless ``require_genesis`` is false: only to check a
+    format-1 ledger before :func:`~dpmagic.accountant.ledger.upgrade` adds its genesis) begin with a MAC'd
+    genesis event and end at a MAC'd head.  An unkeyed chain starts at seq 1 (or at a genesis, seq 0).
+    """
     problems: list[str] = []
     mac_key: bytes | None = None
     if key is not None:
@@ -104,9 +129,22 @@ def check_chain(
         if not hmac.compare_digest(str(auth.get("check", "")), key_check_value(key)):
             return ["the given key is not this ledger's custodian key"]
         mac_key = key
+        if require_genesis and not rows:
+            return [
+                "this keyed ledger holds no event, not even the genesis that 'dpmagic ledger init' writes: it was "
+                "emptied or replaced by someone without the key (a keyed ledger is never empty)"
+            ]
+        if require_genesis and (rows[0][0] != 0 or rows[0][2] != GENESIS_KIND):
+            problems.append(
+                "this keyed ledger has no genesis event (seq 0): it was emptied, truncated at its start or replaced "
+                "by someone without the key, or it was made by a dpmagic older than the genesis; only in that last "
+                "case the custodian upgrades it once, after checking it: dpmagic ledger upgrade PATH --key-file KEY"
+            )
     prev = GENESIS
-    expected_seq = 1
+    expected_seq = 0 if rows and rows[0][0] == 0 else 1
     for seq, lkey, kind, created, body, prev_stored, digest in rows:
+        if (seq == 0) != (kind == GENESIS_KIND) or (seq == 0 and lkey != GENESIS_KEY):
+            problems.append(f"event {seq} ({kind}): only the first event (seq 0) is the ledger's genesis")
         if seq != expected_seq:
             problems.append(f"event {expected_seq} is missing (next is {seq}): deleted or reordered")
         if prev_stored != prev:
@@ -129,32 +167,45 @@ def check_chain(
         ):
             problems.append("the ledger's head record does not carry the custodian's MAC: events were removed")
     elif rows:
-        problems.append("the ledger's head record is missing")
+        problems.append("the ledger's head record is missing (removed, with events after it, or edited)")
     return problems
+
+
+def read_chain(path: str | Path) -> tuple[list[tuple[Any, ...]], dict[str, Any] | None, dict[str, Any] | None]:
+    """The event rows, head and key record of a ledger file, read without changing it (``mode=ro``).
+
+    Raises :class:`sqlite3.DatabaseError` if it is not a readable dpmagic ledger (e.g. no ``events`` table).
+    """
+    conn = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
+        ).fetchall()
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    finally:
+        conn.close()
+    head = json.loads(meta["head"]) if "head" in meta else None
+    auth = json.loads(meta["auth"]) if "auth" in meta else None
+    return rows, head, auth
 
 
 def verify(path: str | Path, key: bytes | None = None) -> tuple[bool, list[str]]:
     """Recompute the chain of a ledger file: (intact?, list of problems).
 
-    With ``key`` (the custodian key) the file must be a keyed ledger under that key and every MAC must match:
-    any deletion, edit, reordering, truncation or re-chaining by someone without the key is detected.  A keyed
-    ledger checked without the key reports that its MACs were not checked.  An unkeyed ledger's SHA-256 chain
-    only detects accidental changes (anyone can recompute it).
+    With ``key`` (the custodian key) the file must be a keyed ledger under that key, begin with its MAC'd genesis
+    and end at its MAC'd head, and every MAC must match: any deletion, edit, reordering, truncation or
+    re-chaining by someone without the key is detected, and so is an emptied file or one swapped for an empty
+    database.  (A whole earlier state of the file — a rollback — is a valid ledger of the past: compare the head
+    that ``dpmagic ledger verify`` prints.)  A keyed ledger checked without the key reports that its MACs were
+    not checked.  An unkeyed ledger's SHA-256 chain only detects accidental changes (anyone can recompute it).
     """
     p = Path(path)
     if not p.is_file():
         return False, [f"{p} does not exist"]
     try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        rows = conn.execute(
-            "SELECT seq, ledger_key, kind, created, body, prev, hash FROM events ORDER BY seq"
-        ).fetchall()
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        conn.close()
+        rows, head, auth = read_chain(p)
     except sqlite3.DatabaseError as exc:
         return False, [f"not a readable dpmagic ledger: {exc}"]
-    head = json.loads(meta["head"]) if "head" in meta else None
-    auth = json.loads(meta["auth"]) if "auth" in meta else None
     if key is not None:
         key = check_key(key, "the custodian key")
     problems = check_chain(rows, head, auth, key)

@@ -18,6 +18,7 @@ outputs — a target, not a worst-case theorem.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -179,6 +180,9 @@ def decide(
 
     reads: list[dict[str, Any]] = []
     weight = session.currency.weight
+    # every phase's charge records the time the query was asked: a later phase is charged after an earlier one
+    # read the data, and its own clock time would time that read (issue 24)
+    asked_at = time.time()
 
     def afford(epsilons: list[float]) -> bool:
         cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)  # type: ignore[arg-type]
@@ -197,6 +201,7 @@ def decide(
             sql=sql,
             canonical=f"{q.canonical} /* decision phase {req.phase}: {mech.condition} */",
             details={"decision": {"fnr": p.beta, "fpr": p.alpha}},
+            asked_at=asked_at,
         )
         reads.append(
             {

@@ -6,8 +6,8 @@ never the data, and reports the sequential sum, the maximum overlap (with a witn
 colouring bounds and the utility gain.  Exit status 0 on success; 2 with a one-line message on stderr for a
 bad schema or query.
 
-``dpmagic ledger show|verify|export|backup|keygen|init|set-budget|reset`` inspects and administers a ledger
-file (README, "The ledger" and "Threat model"); ``--key-file`` gives the custodian key of a keyed ledger.
+``dpmagic ledger show|verify|export|backup|keygen|init|upgrade|set-budget|reset`` inspects and administers a
+ledger file (README, "The ledger" and "Threat model"); ``--key-file`` gives the custodian key of a keyed ledger.
 
 One module (about 400 lines) because it is the command line's argument parsing and its small command bodies,
 each a few lines over the library's public API (bounds: :class:`~dpmagic.accountant.bounds.BoundsSummary`;
@@ -206,6 +206,44 @@ def _resolve_key(ledger: Any, name: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def _keyed_summary(path: str) -> str:
+    """A verified keyed ledger's identity for the custodian to note and compare later (a rollback or a swap for
+    another keyed ledger is a valid ledger too): its ledger id, data sets and head."""
+    from dpmagic.accountant.chain import read_chain
+
+    rows, head, _ = read_chain(path)
+    genesis = json.loads(rows[0][4])
+    named = genesis.get("datasets")
+    return (
+        f"ledger id {genesis.get('ledger')}, "
+        + (f"for data set(s) {', '.join(named)}, " if named else "for any data set, ")
+        + f"head: event {(head or {}).get('seq')} {str((head or {}).get('hash'))[:16]} "
+        + f"(note it; later: verify --expect-head {(head or {}).get('seq')}:{str((head or {}).get('hash'))[:16]})"
+    )
+
+
+def _noted_head(noted: str) -> tuple[int, str]:
+    """``--expect-head SEQ:HASH`` as ``verify`` printed it (one clear error otherwise)."""
+    seq_text, _, prefix = noted.partition(":")
+    if not seq_text.isdigit() or len(prefix) < 16 or any(c not in "0123456789abcdef" for c in prefix):
+        raise ValueError(f"--expect-head is SEQ:HASH as verify prints it (16 or more hex digits), got {noted!r}")
+    return int(seq_text), prefix
+
+
+def _check_noted_head(path: str, seq: int, prefix: str) -> list[str]:
+    """The ledger must still hold the noted event with that hash, i.e. extend the state the custodian noted: an
+    earlier copy restored (a rollback), or another ledger, fails."""
+    from dpmagic.accountant.chain import read_chain
+
+    rows, _, _ = read_chain(path)
+    held = {int(r[0]): str(r[6]) for r in rows}
+    if seq not in held:
+        return [f"event {seq} of the noted head is not in this ledger: an earlier copy was restored (rollback)"]
+    if not held[seq].startswith(prefix):
+        return [f"event {seq} differs from the noted head: this is another ledger, or a rewritten one"]
+    return []
+
+
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from dpmagic.accountant import ledger as lg
     from dpmagic.presentation.reports import dataset_label, export_ledger
@@ -234,14 +272,37 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                 raise ValueError("init needs the custodian key: --key-file FILE (see 'dpmagic ledger keygen')")
             if Path(args.path).exists():
                 raise FileExistsError(f"{args.path} already exists: init starts a new keyed ledger")
-            lg.Ledger(args.path, key=key, create=True).close()
-            print(f"{args.path}: a new keyed ledger (HMAC-SHA256 chain); appending to it needs the custodian key")
+            ledger = lg.Ledger(args.path, key=key, create=True, datasets=args.dataset)
+            genesis = ledger.genesis or {}
+            ledger.close()
+            print(
+                f"{args.path}: a new keyed ledger (HMAC-SHA256 chain, ledger id {genesis.get('ledger')}); appending "
+                "to it needs the custodian key; "
+                + (
+                    f"it is for data set(s) {', '.join(genesis['datasets'])} only"
+                    if genesis.get("datasets")
+                    else "any data set may be bound to it (name them with --dataset ID to refuse others)"
+                )
+            )
+            return 0
+        if args.action == "upgrade":
+            if key is None:
+                raise ValueError("upgrade needs the custodian key: --key-file FILE")
+            genesis = lg.upgrade(args.path, key, datasets=args.dataset)
+            print(
+                f"{args.path}: checked under the custodian key and given its genesis (ledger id "
+                f"{genesis['ledger']}); {genesis['upgraded']['events']} events kept, re-chained with the key"
+            )
             return 0
         if args.action == "verify":
+            noted = _noted_head(args.expect_head) if args.expect_head else None
             ok, problems = lg.verify(args.path, key)
+            if ok and noted is not None:
+                problems = _check_noted_head(args.path, *noted)
+                ok = not problems
             if ok:
                 if key is not None:
-                    note = "HMAC chain intact under the custodian key"
+                    note = "HMAC chain intact under the custodian key; " + _keyed_summary(args.path)
                 else:
                     note = (
                         "hash chain intact (unkeyed ledger: not tamper-evident, anyone who can write the file "
@@ -370,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     key_help = "custodian key file (default: $DPMAGIC_LEDGER_KEY_FILE or $DPMAGIC_LEDGER_KEY)"
     v = lsub.add_parser("verify", help="check the chain (exit 1 if broken); with --key-file, the HMAC chain")
     v.add_argument("path")
+    v.add_argument(
+        "--expect-head",
+        default=None,
+        metavar="SEQ:HASH",
+        help="a head noted earlier (as verify printed it): exit 1 unless the ledger still holds it (no rollback)",
+    )
     sh = lsub.add_parser("show", help="list keys, budgets and charged queries")
     sh.add_argument("path")
     ex = lsub.add_parser("export", help="export all charges as csv, json or a self-contained html report")
@@ -383,6 +450,17 @@ def build_parser() -> argparse.ArgumentParser:
     kg.add_argument("file")
     it = lsub.add_parser("init", help="custodian: start a new keyed (HMAC-chained) ledger file")
     it.add_argument("path")
+    up = lsub.add_parser(
+        "upgrade", help="custodian: give a keyed ledger made by an older dpmagic its genesis (checked first)"
+    )
+    up.add_argument("path")
+    for sp in (it, up):
+        sp.add_argument(
+            "--dataset",
+            action="append",
+            default=None,
+            help="a declared data-set id this ledger is for (repeatable); others are refused (default: any)",
+        )
     sb = lsub.add_parser("set-budget", help="custodian: raise or lower a key's budget (recorded in the ledger)")
     sb.add_argument("path")
     sb.add_argument("--key", required=True, help="the ledger key, or the data set's declared id")
@@ -393,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (sb, rs):
         sp.add_argument("--yes", action="store_true", help="confirm without a prompt")
         sp.add_argument("--reason", default="", help="why (kept in the ledger)")
-    for sp in (v, sh, ex, bk, it, sb, rs):
+    for sp in (v, sh, ex, bk, it, up, sb, rs):
         sp.add_argument("--key-file", default=None, help=key_help)
     lg.set_defaults(func=_cmd_ledger)
 

@@ -9,6 +9,16 @@ Order of operations for every query (invariant 2): parse and validate the SQL ag
 noise → check the cost against the budget and commit the charge to the ledger → only then read the rows →
 draw the noise → record the release.  Any error before the commit spends nothing and changes nothing.
 
+Threads: a session may be called from several threads (a server).  Admission and charge are one critical
+section under :attr:`Session.lock` (its accountant's re-entrant lock): two threads are never admitted on the
+same remaining budget, and the overlap engine holds exactly the ledger's charges.  The data reads happen
+outside it, one at a time (:attr:`Session._read_lock`: backends are not required to be thread-safe), so a
+long read never delays another query's admission nor the time it reports.
+
+Time: the ledger records a query's time when it is charged, before its data is read; its release carries that
+same time, and a release that reads several times (a decision query) records the time it was asked on every
+charge.  No clock read after a data read is recorded or shown (invariant 5; the README's threat model).
+
 Orchestration only (a little over 400 lines, most of them the public API's docstrings): parsing is
 :mod:`dpmagic.query`, costs :mod:`dpmagic.session.costs`, the re-run cache :mod:`dpmagic.session.cache`, events
 :mod:`dpmagic.session.events`, the ledger binding :mod:`dpmagic.accountant.binding`, releases :mod:`dpmagic.releases`.
@@ -16,6 +26,7 @@ Orchestration only (a little over 400 lines, most of them the public API's docst
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,6 +138,8 @@ class Session:
             neighbors=neighbors,
             key=self.ledger_key,
         )
+        #: backend reads, one at a time (outside :attr:`lock`: a read never delays an admission)
+        self._read_lock = threading.Lock()
         self.results: list[QueryResult] = []
         self.cache = ReleaseCache()
         self.events = EventBus()
@@ -143,6 +156,11 @@ class Session:
         self.events.emit(kind, **info)
 
     # -- properties ------------------------------------------------------------------------------------
+    @property
+    def lock(self) -> Any:
+        """The re-entrant lock of admission and charge (the accountant's): hold it to make several steps atomic."""
+        return self.accountant.lock
+
     @property
     def currency(self) -> Currency:
         return self.budget.currency
@@ -298,6 +316,7 @@ class Session:
         canonical: str,
         details: Mapping[str, Any] | None = None,
         started: float | None = None,
+        asked_at: float | None = None,
     ) -> Released:
         """Charge ``mechanism`` and release it: the one path every kind of release takes.
 
@@ -306,13 +325,22 @@ class Session:
         a refused or invalid charge raises and changes nothing.  After the charge, any failure reaches the
         caller as one fixed, data-independent :class:`~dpmagic.errors.DPMagicError` (the charge stays, nothing
         is released).  ``seconds`` of the result is the time from ``started`` to the data read: public work only.
+        ``asked_at``: the wall-clock time recorded with the charge (and its release); a caller that reads several
+        times passes the time it was asked, taken before its first read, so that no recorded time follows a
+        read (default: now, before this release's read).
+
+        Thread-safe: the preview and the charge are one critical section under :attr:`lock`; the read is
+        outside it, under the session's read lock.
         """
         t0 = time.perf_counter() if started is None else started
         computing = f"checking the maximum overlap with {len(self.accountant)} registered queries"
         tick = Ticker(lambda s: self._emit("progress", elapsed=s, message=computing, limit=self.accountant.time_limit))
         try:
-            with tick:  # accounting only (public): the data is read after it
-                # one overlap computation, outside the ledger's write lock; committed as is unless one was added since
+            # accounting only (public): the data is read after it; the lock is released before the ticker's thread
+            # is joined (a progress listener may read the session)
+            with tick, self.lock:
+                # one overlap computation, outside the ledger's write lock but under the session's: committed
+                # as is (no other thread can charge in between; another process may, then it is recomputed)
                 pre = self.accountant.preview(mechanism.coverage, mechanism.cost)
                 entry_id, charge = self.accountant.charge(
                     mechanism.coverage,
@@ -321,6 +349,7 @@ class Session:
                     canonical=canonical,
                     details={"kind": mechanism.kind, **mechanism.describe(), **(details or {})},
                     preview=pre,
+                    created=asked_at,
                 )
         except BudgetExceededError as exc:
             self._emit("refused", message=str(exc))
@@ -334,7 +363,8 @@ class Session:
         seconds = time.perf_counter() - t0
         released = False
         try:
-            df = mechanism.release(self.backend)
+            with self._read_lock:
+                df = mechanism.release(self.backend)
             self.accountant.record_release(entry_id, {"columns": list(df.columns), "data": df.to_numpy().tolist()})
             released = True
         except Exception:
