@@ -16,8 +16,6 @@ import dpmagic
 from dpmagic.accountant.currency import currency_for
 from dpmagic.batch.release import (
     BatchMechanism,
-    BatchPreview,
-    BatchResult,
     BoxBatchMechanism,
     candidate_strategies,
     noise_model,
@@ -28,6 +26,7 @@ from dpmagic.batch.spec import MAX_BATCH_CELLS, parse_workload
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.presentation.magics import current_session, split_batch_cell
+from dpmagic.session.batch import BatchPreview, BatchResult
 
 SCHEMA = Schema.from_dict(
     {

@@ -220,7 +220,7 @@ def test_replace_one_charges_twice_the_epsilon(data: pd.DataFrame, schema: Schem
 
 def test_mechanism_declares_before_reading(data: pd.DataFrame, schema: Schema) -> None:
     from dpmagic.decision.probe import MeasureRequest
-    from dpmagic.decision.runner import make_plan
+    from dpmagic.session.decide import make_plan
 
     s = Session(data, schema, "epsilon=5")
     q = s.parse(SQL.format(r="N"))

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from dpmagic.accountant import tables
-from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, ChargeBound, Neighbors
+from dpmagic.accountant.accountant import CHARGE_BOUNDS, Accountant, Charge, ChargeBound, Neighbors
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budget
@@ -216,7 +216,7 @@ class Session:
         cached = self.cache.get(cache_key(q, self.currency, spec, ci, min_rows), self) is not None
         c = session_cost(self, q, spec, ci=ci, min_rows=min_rows)
         mech = self._mechanism(q, c)
-        ch = self.accountant.preview(mech.coverage, mech.cost)
+        ch = self.dry_run(mech)
         noise = mech.noise
         return Preview(
             query=q,
@@ -299,7 +299,6 @@ class Session:
             number=len(self.accountant),
             default_cost=spec is None and ci is None,
         )
-        self._emit("charged", entry=entry_id, number=result.number, seconds=result.seconds)
         self.cache.put(key, result)
         self.results.append(result)
         return result
@@ -307,6 +306,11 @@ class Session:
     def _mechanism(self, q: Query, cost: float) -> QueryMechanism:
         """The release of ``q`` at ``cost``, its noise planned (no data read)."""
         return QueryMechanism(q, self.schema, self.currency, cost, replace_one=self.neighbors == "replace")
+
+    def dry_run(self, mechanism: Mechanism) -> Charge:
+        """:meth:`run` without the charge and the read: the exact :class:`Charge` that running ``mechanism`` now
+        would make (``admissible`` False when the run would be refused).  Reads no data, changes nothing."""
+        return self.accountant.preview(mechanism.coverage, mechanism.cost)
 
     def run(
         self,
@@ -375,6 +379,8 @@ class Session:
             # Raised outside the handler, so that not even its __context__ holds the original exception.
             self._emit("failed", message=_POST_CHARGE_ERROR)
             raise DPMagicError(_POST_CHARGE_ERROR) from None
+        # every kind of release (query, batch, decision read) tells the panel the same way
+        self._emit("charged", entry=entry_id, number=len(self.accountant), seconds=seconds)
         return Released(entry_id, charge, df, seconds)
 
     def batch(
@@ -396,10 +402,10 @@ class Session:
         their exact batch sensitivity.  One charge (coverage: the WHERE box), through :meth:`run`.  ``rmse``
         asks for the smallest cost whose expected RMSE is at most it; ``dry_run`` previews the strategies,
         their expected RMSE and the charge, reading nothing (:mod:`dpmagic.batch.release`)."""
-        from dpmagic.batch.release import session_batch
+        from dpmagic.session.batch import run_batch
 
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
-        return session_batch(
+        return run_batch(
             self, workload, where=where, strategy=strategy, cost_spec=spec, rmse_target=rmse, dry_run=dry_run
         )
 
@@ -419,9 +425,9 @@ class Session:
         ``max_group_size`` is a public bound on a group's size (default: the schema's ``max_group_size``);
         ``max_epsilon`` caps the pure-ε loss of a row; ``dry_run`` shows the planned Phase One cost and reads
         nothing.  Returns a
-        :class:`dpmagic.decision.runner.DecisionAnswer` (see ``docs/decision-queries.md``).
+        :class:`dpmagic.session.decide.DecisionAnswer` (see ``docs/decision-queries.md``).
         """
-        from dpmagic.decision.runner import decide
+        from dpmagic.session.decide import decide
 
         return decide(
             self, sql, fnr=fnr, fpr=fpr, max_epsilon=max_epsilon, dry_run=dry_run, max_group_size=max_group_size

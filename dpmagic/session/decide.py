@@ -83,10 +83,17 @@ class DecisionAnswer:
     def summary(self) -> str:
         if self.dry_run:
             p = self.plan
-            return (
-                f"dry run: Phase One would charge {self.parameter}={p['phase_one_cost']:.6g} "
+            verdict = "would charge" if p.get("phase_one_admissible", True) else "would be REFUSED: it needs"
+            text = (
+                f"dry run: Phase One {verdict} {self.parameter}={p['phase_one_cost']:.6g} "
                 f"(ε={p['phase_one_epsilon']:.6g} per row) over {p['groups']} groups; nothing was read"
             )
+            if p.get("phase_two_max_cost"):
+                text += (
+                    f"; Phase Two (the FPR target) reads again as the noisy answers require: its charge depends on "
+                    f"the data, at most {self.parameter}={p['phase_two_max_cost']:.6g} more"
+                )
+            return text
         head = (
             f"denied ({self.reason})"
             if self.denied
@@ -162,13 +169,25 @@ def decide(
     summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)  # type: ignore[arg-type]
     summary["neighbors"] = session.neighbors
     if dry_run:
+        # the pipeline without the charge: Phase One's reads all cover the WHERE box, so together they add their
+        # composed cost there (exactly what the exact bound charges for them one after another)
+        phase_one = summary["phase_one_cost"]
+        summary["phase_one_admissible"] = session.accountant.preview(q.coverage, phase_one).admissible
+        if p.alpha is None:
+            summary["phase_two_max_cost"] = 0.0
+        else:  # data-dependent rounds, each checked against max_epsilon and the budget left before it is charged
+            cur = session.currency
+            cap = cur.weight(session.affordable(q))  # a round beyond the budget left is denied, never charged
+            if max_epsilon is not None and definition != "gdp":  # Σρ(ε_i) ≤ ρ(Σε_i): an upper bound under zCDP too
+                cap = min(cap, cur.weight(cost_of_epsilon(float(max_epsilon), definition)))
+            summary["phase_two_max_cost"] = cur.cost(max(0.0, cap - cur.weight(phase_one)))
         return DecisionAnswer(
             sql=sql,
             groups=None,
             denied=False,
             reason=None,
             dry_run=True,
-            cost=0.0,
+            cost=phase_one,
             epsilon=0.0,
             fnr_target=p.beta,
             fnr_bound=math.fsum(c.beta for c in p.conditions),
