@@ -136,3 +136,15 @@ def test_dry_runs_leave_the_ledger_untouched() -> None:
     s.decide(SQL.format(r="S"), fnr=0.05, fpr=None, dry_run=True)
     assert len(s.ledger.events()) == events and s.spent == 0.0
     assert isinstance(s.ledger_frame(), pd.DataFrame)
+
+
+def test_a_batch_at_max_with_nothing_left_is_refused_like_a_query() -> None:
+    s = _session("epsilon=1")
+    s.query("SELECT COUNT(*) FROM t WHERE r = 'N'", epsilon="max")
+    for ask in (
+        lambda: s.query("SELECT COUNT(*) FROM t WHERE r = 'N'", epsilon="max", fresh=True),
+        lambda: s.batch("identity(g)", where="r = 'N'", epsilon="max"),
+    ):
+        with pytest.raises(Exception, match="no budget is left"):
+            ask()
+    assert s.spent == pytest.approx(1.0)

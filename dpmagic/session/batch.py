@@ -22,6 +22,7 @@ from dpmagic.batch.release import (
 )
 from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
+from dpmagic.session.costs import plain_cost
 
 if TYPE_CHECKING:
     from dpmagic.session.session import Session
@@ -127,11 +128,12 @@ def run_batch(
     def resolve(coverage: Box, unit_rmse: float) -> float:
         if rmse_target is not None:
             return cost_for_rmse(unit_rmse, cur, float(rmse_target))
-        if cost_spec is None:
-            return float(session.default_cost)
-        if cost_spec == "max":
-            return float(session.accountant.affordable(coverage))
-        return float(cost_spec)
+        return plain_cost(
+            cost_spec,
+            budget=session.budget,
+            default_cost=session.default_cost,
+            affordable=lambda: session.accountant.affordable(coverage),
+        )
 
     mech: BatchMechanism | BoxBatchMechanism
     plan: BatchPlan | None = None

@@ -20,7 +20,7 @@ from dpmagic.releases.plan import cost_for_target
 if TYPE_CHECKING:
     from dpmagic.session.session import Session
 
-__all__ = ["CostSpec", "parse_cost", "resolve_cost", "session_cost"]
+__all__ = ["CostSpec", "parse_cost", "plain_cost", "resolve_cost", "session_cost"]
 
 #: a cost as given: a number, ``"max"`` or None (the session's default)
 CostSpec = float | str | None
@@ -83,11 +83,18 @@ def resolve_cost(
                 hint="accept a wider interval, or ask about a region with more budget left",
             )
         return need
+    return plain_cost(spec, budget=budget, default_cost=default_cost, affordable=affordable)
+
+
+def plain_cost(spec: CostSpec, *, budget: Budget, default_cost: float, affordable: Callable[[], float]) -> float:
+    """A cost as the analyst gave it: a number, the default (None), or ``max`` — everything ``affordable()`` on
+    the release's region, refused (:class:`BudgetExceededError`) when nothing is left there.  Every kind of
+    release (query, batch) resolves its cost here."""
     if spec == "max":
         left = affordable()
         if left <= budget.total * 1e-12:
             raise BudgetExceededError(
-                f"refused: no budget is left on this query's region ({cur.parameter} affordable: 0)",
+                f"refused: no budget is left on this query's region ({budget.currency.parameter} affordable: 0)",
                 hint="ask about a part of the domain where the budget is not yet spent",
             )
         return left
