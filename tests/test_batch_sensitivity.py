@@ -44,7 +44,7 @@ def test_batch_sensitivity_matches_brute_force(boxes):
     assert res.replace_l1 == replace
     assert res.replace_l2 == math.sqrt(replace)
     # Inan et al. 2017's bounds are upper bounds of the exact replace-one value, never below it
-    assert replace <= res.seed001_b2 <= res.seed001_b1  # |C1 ∪ C2| ≤ min(k, 2·MCS)
+    assert replace <= res.inan_clique_pair_bound <= res.inan_clique_bound  # |C1 ∪ C2| ≤ min(k, 2·MCS)
     assert replace <= 2 * add_remove
 
 
@@ -52,9 +52,9 @@ def test_single_box_and_identical_boxes():
     b = Box({"c": CategorySet.of_values(SCHEMA["c"], ["a"])})
     res = batch_sensitivity(SCHEMA, [b])
     assert (res.add_remove_l1, res.replace_l1) == (1, 1)
-    assert res.seed001_b2 == 1  # pairing the clique with itself: never 0
+    assert res.inan_clique_pair_bound == 1  # pairing the clique with itself: never 0
     res = batch_sensitivity(SCHEMA, [b, b, b])
-    assert (res.add_remove_l1, res.replace_l1, res.seed001_b1) == (3, 3, 3)
+    assert (res.add_remove_l1, res.replace_l1, res.inan_clique_bound) == (3, 3, 3)
     # two disjoint boxes: a row moving from one to the other changes both counts
     b2 = Box({"c": CategorySet.of_values(SCHEMA["c"], ["b"])})
     res = batch_sensitivity(SCHEMA, [b, b2])
@@ -118,7 +118,7 @@ def test_batch_sensitivity_beyond_2_53_and_near_double_max_matches_brute_force(b
     add_remove, replace = brute_batch_sensitivity(boxes, oracle_rows(BIG, boxes))
     assert (res.add_remove_l1, res.replace_l1) == (add_remove, replace)
     assert (res.add_remove_l2, res.replace_l2) == (math.sqrt(add_remove), math.sqrt(replace))
-    assert replace <= res.seed001_b2 <= res.seed001_b1 and replace <= 2 * add_remove
+    assert replace <= res.inan_clique_pair_bound <= res.inan_clique_bound and replace <= 2 * add_remove
 
 
 def _audit_int_batch() -> tuple[Schema, list[str]]:

@@ -427,8 +427,8 @@ class BoxBatchMechanism(Mechanism):
             "batch_sensitivity": {
                 "add_remove_l1": bs.add_remove_l1,
                 "replace_l1": bs.replace_l1,
-                "seed001_b1": bs.seed001_b1,
-                "seed001_b2": bs.seed001_b2,
+                "inan_clique_bound": bs.inan_clique_bound,
+                "inan_clique_pair_bound": bs.inan_clique_pair_bound,
             },
         }
 

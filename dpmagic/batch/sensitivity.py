@@ -112,12 +112,12 @@ class BatchSensitivity:
     add_remove_l2: float
     replace_l1: float
     replace_l2: float
-    seed001_b1: float
-    seed001_b2: float
+    inan_clique_bound: float
+    inan_clique_pair_bound: float
     num_popsets: int
 
 
-def _seed001_bounds(schema: Schema, boxes: Sequence[Box]) -> tuple[float, float]:
+def _inan_bounds(schema: Schema, boxes: Sequence[Box]) -> tuple[float, float]:
     import networkx as nx
 
     k = len(boxes)
@@ -161,7 +161,7 @@ def batch_sensitivity(
     res = max_overlap(boxes, None, schema, time_limit=time_limit)
     if not res.lower <= omega <= res.upper:
         raise ConfigurationError("batch sensitivity: overlap engine and atom enumeration disagree")  # pragma: no cover
-    b1, b2 = _seed001_bounds(schema, boxes)
+    b1, b2 = _inan_bounds(schema, boxes)
     return BatchSensitivity(omega, math.sqrt(omega), replace, math.sqrt(replace), b1, b2, len(masks))
 
 
@@ -203,7 +203,7 @@ def sensitivity_report(schema: Schema, statements: Sequence[str], *, time_limit:
             "add_remove": {"used": "B4", "B4": z, "exact": True},
             "replace": {"used": "exact", "exact": z},
         }
-    b1, b2 = _seed001_bounds(schema, boxes)
+    b1, b2 = _inan_bounds(schema, boxes)
     try:
         bs = batch_sensitivity(schema, boxes, time_limit=time_limit)
         omega, exact, omega_exact = bs.add_remove_l1, bs.replace_l1, True
