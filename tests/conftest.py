@@ -5,11 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from tests_support import DATA
 
 from dpmagic import load_adult
 from dpmagic.domain.schema import Schema
-
-DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 
 
 @pytest.fixture(autouse=True)

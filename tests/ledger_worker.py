@@ -8,19 +8,18 @@ from __future__ import annotations
 import json
 import random
 import sys
-from pathlib import Path
 
 import pandas as pd
+from tests_support import load_table
 
 from dpmagic import BudgetExceededError, Session
 from dpmagic.domain.schema import Schema
 
-DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 BUDGET = "epsilon=3.0"
 
 
 def pums() -> tuple[pd.DataFrame, Schema]:
-    return pd.read_csv(DATA / "pums.csv"), Schema.from_json(DATA / "pums.schema.json")
+    return load_table("pums")
 
 
 def random_query(rng: random.Random) -> tuple[str, float]:

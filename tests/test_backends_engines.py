@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 from test_sql_corpus import CASES
+from tests_support import DATA
 
 import dpmagic
 from dpmagic.accountant.currency import parse_budget
@@ -30,7 +31,6 @@ from dpmagic.query.sql import parse_query
 from dpmagic.releases.plan import units_of
 from dpmagic.releases.query import QueryMechanism
 
-DATA = Path(dpmagic.__file__).parent / "data"
 CURRENCY = parse_budget("epsilon=1e6").currency
 
 

@@ -7,7 +7,6 @@ assertions are deterministic; the production path uses OpenDP (tests/test_decisi
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,14 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binom
+from tests_support import DATA
 
 from dpmagic.decision import And, Or, avg, count, plan, run
 from dpmagic.decision.local import FrameMeasure
 from dpmagic.decision.mechanism import statistic_for
 from dpmagic.decision.probe import MeasureRequest
 from dpmagic.noise.calibration import quantise
-
-DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 
 
 class SeededMeasure:

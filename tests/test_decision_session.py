@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
+from tests_support import DECISION_GROUPS, DECISION_SCHEMA, DECISION_SPEC, DECISION_SQL, decision_frame
 
 from dpmagic.decision.having import decision_tree
 from dpmagic.decision.release import DecisionPhaseMechanism
@@ -21,24 +22,7 @@ from dpmagic.presentation.magics import current_session
 from dpmagic.query.sql import parse_query
 from dpmagic.session.session import Session
 
-GROUPS = ["A", "B", "C", "D", "E"]
-SCHEMA = {
-    "table": "t",
-    "columns": {
-        "g": {"type": "categorical", "values": GROUPS},
-        "r": {"type": "categorical", "values": ["N", "S"]},
-        "x": {"type": "int", "lower": 0, "upper": 10},
-        "f": {"type": "float", "lower": 0.0, "upper": 1.0},
-    },
-}
-# per region: A (1000 rows, x=9) satisfies; B (1000, x=0) fails SUM; C (100, x=9) fails COUNT; D none; E (1000, x=10)
-SPEC = {"A": (1000, 9), "B": (1000, 0), "C": (100, 9), "E": (1000, 10)}
-SQL = "SELECT g, COUNT(*) FROM t WHERE r = '{r}' GROUP BY g HAVING (COUNT(*) > 700 AND SUM(x) > 6000) OR SUM(x) > 9500"
-
-
-def frame() -> pd.DataFrame:
-    rows = [(g, r, x, 0.5) for r in ("N", "S") for g, (n, x) in SPEC.items() for _ in range(n)]
-    return pd.DataFrame(rows, columns=["g", "r", "x", "f"])
+GROUPS, SCHEMA, SPEC, SQL, frame = DECISION_GROUPS, DECISION_SCHEMA, DECISION_SPEC, DECISION_SQL, decision_frame
 
 
 @pytest.fixture(scope="module")

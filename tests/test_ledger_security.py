@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from tests_support import DATA, load_table
 
 import dpmagic
 from dpmagic import Session
@@ -22,12 +23,11 @@ from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.cli import main as cli_main
 
-DATA = Path(dpmagic.__file__).resolve().parent / "data"
 QUERIES = ["SELECT COUNT(*) FROM pums WHERE age < 30", "SELECT COUNT(*) FROM pums WHERE age >= 30 AND sex = 1"]
 
 
 def pums_frame() -> pd.DataFrame:
-    return pd.read_csv(DATA / "pums.csv")
+    return load_table("pums")[0]
 
 
 def pums_spec() -> dict[str, Any]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from test_decision_session import SCHEMA, SQL, frame
+from tests_support import DECISION_SCHEMA as SCHEMA
+from tests_support import DECISION_SQL as SQL
+from tests_support import decision_frame as frame
 
 from dpmagic.domain.schema import Schema
 from dpmagic.presentation.widgets import BudgetWidget

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from tests_support import DATA
 
 import dpmagic
 
-DATA = Path(dpmagic.__file__).parent / "data"
 EPS = 1e9
 
 # (dataset, dpmagic SQL, SQLite SQL or None when identical)

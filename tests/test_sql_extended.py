@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pandas as pd
 import pytest
+from tests_support import DATA, load_table
 
 import dpmagic
 from dpmagic.domain.schema import Schema
@@ -13,7 +11,6 @@ from dpmagic.domain.sets import Box
 from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query import parse_query
 
-DATA = Path(dpmagic.__file__).parent / "data"
 PUMS = Schema.from_json(DATA / "pums.schema.json")
 
 
@@ -80,7 +77,7 @@ def test_or_across_columns_is_charged_over_a_covering_box() -> None:
 
 
 def test_cost_split_and_gdp_quantile_refusal() -> None:
-    df = pd.read_csv(DATA / "pums.csv")
+    df, _ = load_table("pums")
     s = dpmagic.Session(df, DATA / "pums.schema.json", "epsilon=10")
     r = s.query("SELECT sex, VAR(age) AS v FROM PUMS GROUP BY sex HAVING COUNT(*) > 2", epsilon=1.0)
     assert r.query.releases_per_cell == 4  # VAR's three releases and the hidden COUNT of HAVING

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
+from tests_support import load_table
 from tests_support import run_cell as run
 
 import dpmagic
@@ -32,8 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pums() -> tuple[pd.DataFrame, dpmagic.Schema]:
-    base = Path(dpmagic.__file__).parent / "data"
-    return pd.read_csv(base / "pums.csv"), dpmagic.Schema.from_json(base / "pums.schema.json")
+    return load_table("pums")
 
 
 @pytest.fixture

@@ -16,12 +16,18 @@ from dpmagic import Session
 from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 
+#: the shipped data sets (adult, pums): the one path every test uses
 DATA = Path(__file__).resolve().parents[1] / "dpmagic" / "data"
 
 
+def load_table(name: str) -> tuple[pd.DataFrame, Schema]:
+    """A shipped table (``adult`` or ``pums``): a fresh DataFrame and its declared schema."""
+    return pd.read_csv(DATA / f"{name}.csv"), Schema.from_json(DATA / f"{name}.schema.json")
+
+
 def pums_session(budget: str, **kwargs) -> Session:
-    df = pd.read_csv(DATA / "pums.csv")
-    return Session(df, Schema.from_json(DATA / "pums.schema.json"), budget, **kwargs)
+    df, schema = load_table("pums")
+    return Session(df, schema, budget, **kwargs)
 
 
 def uniform_boxes(t: int, m: int = 10, kmin: int = 2, kmax: int = 4, seed: int = 0) -> tuple[Schema, list[Box]]:
@@ -123,3 +129,26 @@ def audit_gap_batch(table: str = "t") -> tuple[dict[str, Any], list[str]]:
     box = f"SELECT COUNT(*) FROM {table} WHERE x NOT BETWEEN {off} AND {off + 20}"
     p1, p2 = (f"SELECT COUNT(*) FROM {table} WHERE x = {off + d}" for d in (10, 15))
     return schema, [box] * 5 + [p1] * 5 + [p2] * 5
+
+
+DECISION_GROUPS = ["A", "B", "C", "D", "E"]
+#: a decision-query fixture (tests/test_decision_session.py, tests/test_release_path.py)
+DECISION_SCHEMA = {
+    "table": "t",
+    "columns": {
+        "g": {"type": "categorical", "values": DECISION_GROUPS},
+        "r": {"type": "categorical", "values": ["N", "S"]},
+        "x": {"type": "int", "lower": 0, "upper": 10},
+        "f": {"type": "float", "lower": 0.0, "upper": 1.0},
+    },
+}
+# per region: A (1000 rows, x=9) satisfies; B (1000, x=0) fails SUM; C (100, x=9) fails COUNT; D none; E (1000, x=10)
+DECISION_SPEC = {"A": (1000, 9), "B": (1000, 0), "C": (100, 9), "E": (1000, 10)}
+DECISION_SQL = (
+    "SELECT g, COUNT(*) FROM t WHERE r = '{r}' GROUP BY g HAVING (COUNT(*) > 700 AND SUM(x) > 6000) OR SUM(x) > 9500"
+)
+
+
+def decision_frame() -> pd.DataFrame:
+    rows = [(g, r, x, 0.5) for r in ("N", "S") for g, (n, x) in DECISION_SPEC.items() for _ in range(n)]
+    return pd.DataFrame(rows, columns=["g", "r", "x", "f"])
