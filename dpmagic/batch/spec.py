@@ -135,7 +135,7 @@ class _Parser:
         self.take("op", "(")
         if fn == "marginals":
             self.take("op", "[")
-            cols = [self.column()]
+            cols: list[str] = [self.column()]
             while self.peek() == ("op", ","):
                 self.i += 1
                 cols.append(self.column())
@@ -150,7 +150,7 @@ class _Parser:
                 for r in range(min(k, len(cols)) + 1)
                 for sub in itertools.combinations(cols, r)
             ]
-        cols: list[str] = []
+        cols = []
         width = None
         while self.peek() != ("op", ")"):
             if cols:

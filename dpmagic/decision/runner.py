@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dpmagic.accountant.currency import Definition as CurrencyDefinition
 from dpmagic.decision.having import decision_tree, group_keys, public_bounds
-from dpmagic.decision.mechanism import cost_of_epsilon
+from dpmagic.decision.mechanism import Definition, cost_of_epsilon
 from dpmagic.decision.probe import DecisionPlan, MeasureRequest, _compose, plan, run
 from dpmagic.decision.release import DecisionPhaseMechanism
 from dpmagic.errors import BudgetError, QueryError
@@ -102,8 +103,15 @@ class DecisionAnswer:
         return f"<div><p>{html.escape(self.summary())}</p><ul>{rows}</ul></div>"
 
 
-def _definition(session: Session) -> str:
-    return str(session.currency.definition.value)
+_DEFINITIONS: dict[CurrencyDefinition, Definition] = {
+    CurrencyDefinition.PURE: "pure",
+    CurrencyDefinition.ZCDP: "zcdp",
+    CurrencyDefinition.GDP: "gdp",
+}
+
+
+def _definition(session: Session) -> Definition:
+    return _DEFINITIONS[session.currency.definition]
 
 
 def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_group_size: int | None) -> DecisionPlan:
@@ -129,7 +137,7 @@ def make_plan(session: Session, q: Query, *, fnr: float, fpr: float | None, max_
         alpha=fpr,
         bounds=bounds,
         integer_columns=ints,
-        definition=_definition(session),  # type: ignore[arg-type]
+        definition=_definition(session),
     )
 
 
@@ -157,7 +165,7 @@ def decide(
     parameter = session.currency.parameter
     parameter = getattr(parameter, "value", parameter)
     summary = p.summary()
-    summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)  # type: ignore[arg-type]
+    summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)
     summary["neighbors"] = session.neighbors
     if dry_run:
         return DecisionAnswer(
@@ -180,7 +188,7 @@ def decide(
     weight = session.currency.weight
 
     def afford(epsilons: list[float]) -> bool:
-        cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)  # type: ignore[arg-type]
+        cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)
         return weight(cost) <= weight(session.affordable(q))
 
     def step(i: int, req: MeasureRequest, coverage: dict[str, Any]) -> dict[Any, float]:
@@ -189,7 +197,7 @@ def decide(
             req,
             str(p.by_index(i).condition),
             definition=definition,
-            replace_one=replace,  # type: ignore[arg-type]
+            replace_one=replace,
         )
         released = session.run(
             mech,
@@ -217,7 +225,7 @@ def decide(
         denied=res.denied,
         reason=res.reason,
         dry_run=False,
-        cost=_compose([r["cost"] for r in reads], definition),  # type: ignore[arg-type]
+        cost=_compose([r["cost"] for r in reads], definition),
         epsilon=math.fsum(r["epsilon"] for r in reads),
         fnr_target=p.beta,
         fnr_bound=res.fnr_bound,

@@ -400,7 +400,7 @@ class BoxStore:
                 st.set_many(qs, vss)
             else:
                 for q, vs in zip(qs, vss):
-                    st.set(q, vs)  # type: ignore[arg-type]
+                    st.set(q, vs)
         self.n = start + len(boxes)
         return np.arange(start, self.n)
 

@@ -218,7 +218,7 @@ class DPMagic(Magics, Configurable):
             data,
             schema,
             self._budget_spec(args.budget),
-            bound=args.bound or self.default_bound,  # type: ignore[arg-type]
+            bound=args.bound or self.default_bound,
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
             ledger=ledger,

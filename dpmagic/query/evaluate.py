@@ -31,7 +31,7 @@ class EvalError(UnsupportedQueryError):
     """An expression uses a construct the evaluator does not support."""
 
 
-def columns_of(node: exp.Expression) -> set[str]:
+def columns_of(node: exp.Expr) -> set[str]:
     """Names of the columns an expression mentions."""
     return {c.name for c in node.find_all(exp.Column)}
 
@@ -111,12 +111,10 @@ _FUNCS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def evaluate(
-    node: exp.Expression, env: Mapping[str, np.ndarray], n: int, resolve: Callable[[exp.Column], str]
-) -> np.ndarray:
+def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Callable[[exp.Column], str]) -> np.ndarray:
     """Evaluate ``node`` on ``n`` rows of ``env`` (arrays by name; ``resolve`` maps a Column node to a key)."""
 
-    def ev(e: exp.Expression) -> np.ndarray:
+    def ev(e: exp.Expr) -> np.ndarray:
         return evaluate(e, env, n, resolve)
 
     if isinstance(node, exp.Paren):
@@ -302,7 +300,7 @@ def _compare(op: type, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=bool) & ~nulls
 
 
-def _case(node: exp.Expression, ev: Callable[[exp.Expression], np.ndarray], n: int) -> np.ndarray:
+def _case(node: exp.Expr, ev: Callable[[exp.Expr], np.ndarray], n: int) -> np.ndarray:
     if isinstance(node, exp.If):
         branches = [(node.this, node.args.get("true"))]
         default = node.args.get("false")

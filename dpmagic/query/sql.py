@@ -53,7 +53,7 @@ __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX
 
 
 # Constructs refused with their name in the message (checked anywhere in the tree).
-_REFUSED: list[tuple[type[exp.Expression], str]] = [
+_REFUSED: list[tuple[type[exp.Expr], str]] = [
     (exp.Join, "JOIN (dpmagic answers questions about one bound table; joins would change the privacy unit)"),
     (exp.Subquery, "a subquery (each query is one aggregate over the bound table)"),
     (exp.Union, "UNION (ask one query per part)"),
@@ -88,7 +88,7 @@ def _node_kind(t: type) -> str | None:
     return kind
 
 
-def _parse_statements(text: str) -> list[exp.Expression]:
+def _parse_statements(text: str) -> list[exp.Expr]:
     """Parse with the default dialect; T-SQL (``SELECT TOP n``) as a fallback."""
     try:
         return [s for s in sqlglot.parse(text) if s is not None and not isinstance(s, exp.Semicolon)]
@@ -256,7 +256,7 @@ def _limit(tree: exp.Select) -> int | None:
     return int(node.this)
 
 
-def _select_aliases(tree: exp.Select) -> dict[str, exp.Expression]:
+def _select_aliases(tree: exp.Select) -> dict[str, exp.Expr]:
     return {item.alias.lower(): item.this for item in tree.expressions if isinstance(item, exp.Alias)}
 
 
@@ -289,7 +289,7 @@ class _Context:
             self.hidden.append(name)
         return name
 
-    def key_for(self, node: exp.Expression) -> str | None:
+    def key_for(self, node: exp.Expr) -> str | None:
         """The group key an expression (a column or the GROUP BY expression itself) refers to."""
         if not self.groups:
             return None
@@ -303,7 +303,7 @@ class _Context:
                     return g.name
         return None
 
-    def rewrite(self, node: exp.Expression, where: str, outputs: list[Output] | None = None) -> exp.Expression:
+    def rewrite(self, node: exp.Expr, where: str, outputs: list[Output] | None = None) -> exp.Expr:
         """Replace aggregates and group keys by references to released columns; refuse row-level columns."""
         node = node.copy()
         key = self.key_for(node)
@@ -313,7 +313,7 @@ class _Context:
             agg = base_aggregate(node, self.schema)
             return _ref(self.add(agg, None, hidden=True))
 
-        def visit(e: exp.Expression) -> exp.Expression:
+        def visit(e: exp.Expr) -> exp.Expr:
             k = self.key_for(e)
             if k is not None:
                 return _ref(k)
@@ -333,7 +333,7 @@ class _Context:
 
         return node.transform(visit, copy=False)
 
-    def post_expr(self, node: exp.Expression, where: str, outputs: list[Output]) -> exp.Expression:
+    def post_expr(self, node: exp.Expr, where: str, outputs: list[Output]) -> exp.Expr:
         # an output name (alias) or position in ORDER BY
         if isinstance(node, exp.Column) and not node.table:
             for o in outputs:
@@ -358,7 +358,7 @@ def _ref_sql(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _check_evaluable(e: exp.Expression) -> None:
+def _check_evaluable(e: exp.Expr) -> None:
     """Refuse now (before any budget) what post-processing could not evaluate: try it on a dummy row."""
     env = {c.name: np.ones(1) for c in e.find_all(exp.Column)}
     try:
