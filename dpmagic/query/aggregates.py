@@ -29,7 +29,7 @@ _INF = math.inf
 AGG_CLASSES: tuple[type[exp.Expr], ...] = (exp.AggFunc, exp.WithinGroup)
 
 
-ANON_AGGS = {
+ANON_AGGS: dict[str, tuple[AggregateFunction, float | None]] = {
     "VAR": ("var", 1.0),
     "VARP": ("var", 0.0),
     "STD": ("stddev", 1.0),
@@ -106,7 +106,7 @@ def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
         if arg is None or isinstance(arg, exp.Star):
             raise UnsupportedQueryError(f"{node.key.upper()} takes one column name, not '*'")
     elif isinstance(node, exp.Anonymous) and str(node.this).upper() in ANON_AGGS:
-        func, param = ANON_AGGS[str(node.this).upper()]  # type: ignore[assignment]
+        func, param = ANON_AGGS[str(node.this).upper()]
         args = node.expressions
         if func == "quantile":
             if len(args) != 2:

@@ -178,17 +178,13 @@ def check_value_type(value: Any, column: Column) -> None:
 
 def int_set(col: NumericColumn, members: list[Any]) -> ValueSet:
     """A set of declared integers as a union of closed intervals (runs merged)."""
-    ivs: list[Interval] = []
-    start = prev = None
+    runs: list[list[Any]] = []  # [first, last] of each run of consecutive members
     for v in members:
-        if prev is not None and v == prev + 1:
-            prev = v
-            continue
-        if start is not None:
-            ivs.append(Interval(float(start), float(prev)))
-        start = prev = v
-    if start is not None:
-        ivs.append(Interval(float(start), float(prev)))
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    ivs = [Interval(float(first), float(last)) for first, last in runs]
     return IntervalSet.of(col, ivs) if ivs else empty_set(col)
 
 

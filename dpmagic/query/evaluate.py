@@ -274,7 +274,7 @@ def _truth(a: np.ndarray) -> np.ndarray:
     return (x != 0) & ~np.isnan(x)
 
 
-_OPS = {
+_OPS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.EQ: np.equal,
     exp.NEQ: np.not_equal,
     exp.LT: np.less,
@@ -284,7 +284,7 @@ _OPS = {
 }
 
 
-def _compare(op: type, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _compare(op: type[exp.Expr], a: np.ndarray, b: np.ndarray) -> np.ndarray:
     nulls = _null_mask(a) | _null_mask(b)
     if a.dtype.kind == "O" or b.dtype.kind == "O":
         if (a.dtype.kind == "O") != (b.dtype.kind == "O"):
@@ -312,6 +312,7 @@ def _case(node: exp.Expr, ev: Callable[[exp.Expr], np.ndarray], n: int) -> np.nd
     taken = np.zeros(n, dtype=bool)
     values: list[tuple[np.ndarray, np.ndarray]] = []
     for cond, then in branches:
+        assert then is not None  # the parser gives every WHEN its THEN
         c = _compare(exp.EQ, ev(subject), ev(cond)) if subject is not None else _truth(ev(cond))
         c = c & ~taken
         values.append((c, ev(then)))

@@ -148,7 +148,8 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         if kind is None:
             continue
         if kind == "sub":
-            subs.append(node)  # type: ignore[arg-type]
+            assert isinstance(node, exp.Sub)
+            subs.append(node)
         elif kind != "select":
             label = kind
             raise UnsupportedQueryError(

@@ -46,7 +46,14 @@ __all__ = [
 ]
 
 
-COMPARISONS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+COMPARISONS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "!=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
 
 
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -260,4 +267,5 @@ def comparison_box(node: exp.Expr, op: str, schema: Schema) -> tuple[Box, frozen
             f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
             hint="use = or IN (...) on categorical columns",
         )
-    return Box({name: comparison_set(col, op, type(value), value)}), frozenset([name])
+    kind: type = type(value)
+    return Box({name: comparison_set(col, op, kind, value)}), frozenset([name])

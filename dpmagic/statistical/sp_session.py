@@ -296,7 +296,8 @@ class StatisticalSession:
         elif isinstance(s, CategorySet):
             values = frozenset(s.values)
         elif isinstance(s, IntervalSet):
-            values = frozenset(v for v in self._domain if s.contains(v))  # type: ignore[arg-type]
+            # an int column's domain: range(lower, upper + 1)
+            values = frozenset(v for v in self._domain if isinstance(v, int) and s.contains(v))
         else:  # pragma: no cover - the parser only builds these two
             raise UnsupportedQueryError(f"unsupported predicate on {self.column!r}")
         if not values or len(values) == len(self._domain):
