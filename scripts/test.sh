@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install dpmagic with its test dependencies, lint, and run the whole test suite:
-#   1. ruff lint and format check;
+#   1. ruff lint and format check, mypy on dpmagic/ ([tool.mypy] in pyproject.toml) and the layer contract
+#      (import-linter, [tool.importlinter] in pyproject.toml);
 #   2. pytest (everything but the fuzz run; extra pytest arguments pass through "$@");
 #   3. the dedicated bad-input fuzz run (10,000 hypothesis cases; DPMAGIC_FUZZ_EXAMPLES changes that).
 set -euo pipefail
@@ -21,6 +22,9 @@ if [ "${DPMAGIC_SKIP_SYSTEM_SETUP:-}" != "1" ]; then
 fi
 "$PY" -m ruff check dpmagic tests benchmarks scripts
 "$PY" -m ruff format --check dpmagic tests benchmarks scripts
+"$PY" -m mypy dpmagic
+# import-linter's `lint-imports` script, run by this Python (the package has no __main__)
+"$PY" -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
 # The browser test needs Debian's Chromium and the playwright package; without them it is skipped — say so loudly.
 browser_missing=""

@@ -152,6 +152,19 @@ def test_rerun_cache_survives_rebinding_a_durable_ledger(adult, tmp_path) -> Non
     pd.testing.assert_frame_equal(a.df, b.df, check_dtype=False)
 
 
+def test_rerun_cache_refuses_a_ledger_release_without_its_answer(adult, tmp_path) -> None:
+    """A release event of the ledger without its answer (an edited file) is one clear error that charges nothing."""
+    df, schema = adult
+    path = tmp_path / "ledger.sqlite"
+    s1 = Session(df, schema, "epsilon=1", ledger=path)
+    a = s1.query("SELECT race, COUNT(*) FROM adult GROUP BY race", epsilon=0.2)
+    s1.accountant.ledger.append(s1.accountant.key, "release", {"entry": a.entry_id})  # no "answer"
+    s2 = Session(df, schema, "epsilon=1", ledger=path)
+    with pytest.raises(ConfigurationError, match=f"release of entry {a.entry_id} without its answer"):
+        s2.query("SELECT race, COUNT(*) FROM adult GROUP BY race", epsilon=0.2)
+    assert s2.spent == pytest.approx(0.2) and len(s2.accountant.ledger) == len(s1.accountant.ledger)
+
+
 def test_budget_map(session: Session) -> None:
     session.query("SELECT COUNT(*) FROM adult WHERE sex = 'Male' AND race = 'White'", epsilon=0.3)
     session.query("SELECT COUNT(*) FROM adult WHERE race IN ('White', 'Black')", epsilon=0.2)

@@ -40,7 +40,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from dpmagic.accountant.bounds import BoundsSummary
-from dpmagic.accountant.currency import Budget, check_cost
+from dpmagic.accountant.currency import Budget, Currency, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.domain.sets import Box, box_from_json, box_to_json
@@ -205,7 +205,7 @@ class Accountant:
 
     # -- state -----------------------------------------------------------------------------------------
     @property
-    def currency(self):  # type: ignore[no-untyped-def]
+    def currency(self) -> Currency:
         return self.budget.currency
 
     @_locked
@@ -470,11 +470,11 @@ def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], l
             pieces.append(Interval(v, points[i + 1], False, False))
     sets = [t for iv in pieces if not (t := IntervalSet.of(col, [iv])).is_empty()]
     # merge neighbouring pieces that no registered query tells apart
-    constraining = [b.get(name) for b in boxes if isinstance(b.get(name), IntervalSet)]
+    constraining = [vs for b in boxes if isinstance(vs := b.get(name), IntervalSet)]
     merged: list[IntervalSet] = []
     last_sig: tuple[bool, ...] | None = None
     for piece in sets:
-        sig = tuple(c.contains(piece.some_value()) for c in constraining)  # type: ignore[union-attr]
+        sig = tuple(c.contains(piece.some_value()) for c in constraining)
         if merged and sig == last_sig:
             merged[-1] = merged[-1].union(piece)
         else:

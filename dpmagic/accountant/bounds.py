@@ -84,9 +84,10 @@ class BoundsSummary:
 
     def rounded(self, clean: Callable[[float], float]) -> BoundsSummary:
         """Every amount passed through ``clean`` (display rounding; :func:`dpmagic.session.rendering.clean`)."""
-        return replace(
-            self, **{f.name: clean(v) for f in fields(self) if isinstance(v := getattr(self, f.name), float)}
-        )
+        amounts: dict[str, Any] = {
+            f.name: clean(v) for f in fields(self) if isinstance(v := getattr(self, f.name), float)
+        }
+        return replace(self, **amounts)
 
     # -- the one serialisation ----------------------------------------------------------------------------
     def to_dict(self, *, session: bool = True) -> dict[str, Any]:

@@ -74,7 +74,9 @@ CURRENCIES: dict[Definition, Currency] = {
     Definition.ZCDP: Currency(Definition.ZCDP, Parameter.RHO, "ρ"),
     Definition.GDP: Currency(Definition.GDP, Parameter.MU, "μ"),
 }
-_BY_PARAMETER = {c.parameter: c for c in CURRENCIES.values()}
+# keyed by the plain strings (a StrEnum member hashes and compares as its value)
+_BY_PARAMETER: dict[str, Currency] = {str(c.parameter): c for c in CURRENCIES.values()}
+_BY_DEFINITION: dict[str, Currency] = {str(d): c for d, c in CURRENCIES.items()}
 
 
 def currency_for(parameter_or_definition: str) -> Currency:
@@ -83,8 +85,8 @@ def currency_for(parameter_or_definition: str) -> Currency:
     key = aliases.get(key, key)
     if key in _BY_PARAMETER:
         return _BY_PARAMETER[key]
-    if key in CURRENCIES:
-        return CURRENCIES[key]  # type: ignore[index]
+    if key in _BY_DEFINITION:
+        return _BY_DEFINITION[key]
     raise BudgetError(
         f"unknown privacy parameter {parameter_or_definition!r}: use epsilon (pure DP), rho (zCDP) or mu (GDP)"
     )
@@ -166,6 +168,6 @@ def parse_budget(spec: str | Budget | dict[str, float], *, delta: float = 1e-6) 
         delta = float(named.pop("delta"))
     if len(named) != 1:
         raise BudgetError(f"budget {spec!r}: give exactly one of epsilon, rho or mu")
-    ((k, v),) = named.items()
-    currency = currency_for(k)
-    return Budget(currency, check_cost(v, f"the {currency.parameter} budget"), delta)
+    ((parameter, total),) = named.items()
+    currency = currency_for(parameter)
+    return Budget(currency, check_cost(total, f"the {currency.parameter} budget"), delta)

@@ -100,7 +100,7 @@ def col(name: str) -> exp.Column:
     return exp.column(exp.to_identifier(name, quoted=True))
 
 
-def lit(v: Any) -> exp.Expression:
+def lit(v: Any) -> exp.Expr:
     """A literal: strings quoted by sqlglot, ints exact, floats as CAST('<repr>' AS DOUBLE) (exact round trip)."""
     if isinstance(v, str):
         return exp.Literal.string(v)
@@ -114,7 +114,7 @@ def lit(v: Any) -> exp.Expression:
     return exp.cast(exp.Literal.string(repr(f)), "DOUBLE")
 
 
-def _and(parts: Sequence[exp.Expression]) -> exp.Expression:
+def _and(parts: Sequence[exp.Expr]) -> exp.Expr:
     parts = list(parts)
     if not parts:
         return exp.true()
@@ -124,7 +124,7 @@ def _and(parts: Sequence[exp.Expression]) -> exp.Expression:
     return exp.paren(out) if len(parts) > 1 else out
 
 
-def _or(parts: Sequence[exp.Expression]) -> exp.Expression:
+def _or(parts: Sequence[exp.Expr]) -> exp.Expr:
     parts = list(parts)
     if not parts:
         return exp.false()
@@ -134,14 +134,14 @@ def _or(parts: Sequence[exp.Expression]) -> exp.Expression:
     return exp.paren(out) if len(parts) > 1 else out
 
 
-def _case(whens: Sequence[tuple[exp.Expression, exp.Expression]], default: exp.Expression) -> exp.Expression:
+def _case(whens: Sequence[tuple[exp.Expr, exp.Expr]], default: exp.Expr) -> exp.Expr:
     c = exp.Case()
     for cond, then in whens:
         c = c.when(cond, then)
     return c.else_(default)
 
 
-def clip(x: exp.Expression, lo: Any, hi: Any) -> exp.Expression:
+def clip(x: exp.Expr, lo: Any, hi: Any) -> exp.Expr:
     """``np.clip(x, lo, hi)`` as a CASE (no NULL or NaN reaches it: validated data; a CASE rather than
     GREATEST / LEAST, which some dialects wrap in NULL guards)."""
     return _case(
@@ -150,7 +150,7 @@ def clip(x: exp.Expression, lo: Any, hi: Any) -> exp.Expression:
     )
 
 
-def as_double(x: exp.Expression) -> exp.Expression:
+def as_double(x: exp.Expr) -> exp.Expr:
     return exp.cast(x, "DOUBLE")
 
 
@@ -175,11 +175,11 @@ class Quantised:
     bound of the rounded value's magnitude (``unit`` is a power of two, so ``|y| ≤ max(|lo|, |hi|) / unit``
     exactly, and rounding adds at most one)."""
 
-    y: exp.Expression
+    y: exp.Expr
     bound: int
 
 
-def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
+def rint(y: exp.Expr, r: exp.Expr) -> exp.Expr:
     """numpy's ``rint`` (round half to even) of the double ``y`` as BIGINT, given r = CAST(FLOOR(y) AS BIGINT),
     in IEEE arithmetic every engine does alike: d = y − r is exact; r + 1 when d > ½, or d = ½ and r is odd."""
     d = exp.paren(exp.Sub(this=y, expression=as_double(r.copy())))
@@ -192,7 +192,7 @@ def rint(y: exp.Expression, r: exp.Expression) -> exp.Expression:
     return exp.Add(this=r.copy(), expression=_case([(up, lit(1))], lit(0)))
 
 
-def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quantised:
+def quantise_sql(x: exp.Expr, unit: float, lo: float, hi: float) -> Quantised:
     """:func:`dpmagic.noise.calibration.quantise` of one row: rint(clip(x, lo, hi) / unit) (``unit`` a power of two)."""
     y = exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit)))
     m = max(abs(float(lo)), abs(float(hi))) / float(unit)
@@ -208,13 +208,13 @@ LIMB_SHIFTS: dict[int, tuple[int, ...]] = {1: (0,), 2: (0, 30), 3: (0, 21, 42)}
 _UNBOUNDED = 1 << 63
 
 
-def _limb(x: exp.Expression, shift: int, width: int | None) -> exp.Expression:
+def _limb(x: exp.Expr, shift: int, width: int | None) -> exp.Expr:
     """``(x >> shift) & (2^width - 1)`` (``width`` None: the arithmetic shift alone, the signed top limb)."""
     y = x.copy() if shift == 0 else exp.paren(exp.BitwiseRightShift(this=x.copy(), expression=lit(shift)))
     return y if width is None else exp.BitwiseAnd(this=y, expression=lit((1 << width) - 1))
 
 
-def exact_sum(x: exp.Expression, dialect: str, bound: int = _UNBOUNDED) -> list[exp.Expression]:
+def exact_sum(x: exp.Expr, dialect: str, bound: int = _UNBOUNDED) -> list[exp.Expr]:
     """The exact Σ of a BIGINT per-row value, as the aggregates whose values recombine into it (:func:`combine`).
 
     DuckDB sums BIGINT into a HUGEINT (int128) natively: one aggregate.  Other engines (Spark, whose
@@ -240,7 +240,7 @@ def combine(parts: Sequence[Any]) -> int:
     return sum(int(v or 0) << s for v, s in zip(parts, LIMB_SHIFTS[len(parts)], strict=True))
 
 
-def count_if(cond: exp.Expression) -> exp.Expression:
+def count_if(cond: exp.Expr) -> exp.Expr:
     return exp.Sum(this=_case([(cond, lit(1))], lit(0)))
 
 
@@ -251,7 +251,7 @@ class Compiler:
     def __init__(
         self,
         schema: Schema,
-        source: exp.Expression,
+        source: exp.Expr,
         columns: Mapping[str, SourceColumn],
         *,
         coded_keys: bool = False,
@@ -279,8 +279,9 @@ class Compiler:
         """SELECT of every declared column with each categorical one replaced by its declared position
         (:meth:`category_position`), each numeric one clamped and typed (:meth:`clamped_number`): the source of
         a compiler with ``coded`` and ``clamped``."""
-        sel: list[exp.Expression] = []
+        sel: list[exp.Expr] = []
         for name, c in self.schema.columns.items():
+            x: exp.Expr
             if isinstance(c, CategoricalColumn):
                 x = exp.cast(self.category_position(name), "INT")
             else:
@@ -288,7 +289,7 @@ class Compiler:
             sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
 
-    def clamped_number(self, name: str) -> exp.Expression:
+    def clamped_number(self, name: str) -> exp.Expr:
         """The numeric column ``name`` clamped to its declared bounds, as BIGINT (integer) or DOUBLE.
 
         An integer column held as floating point is compared with :func:`double_bounds` (exact) and takes the
@@ -315,7 +316,7 @@ class Compiler:
         """SELECT of every declared column as the pandas path's validated frame holds it."""
         sel = []
         for name, c in self.schema.columns.items():
-            x: exp.Expression = col(name)
+            x: exp.Expr = col(name)
             # clamped under both policies: a no-op on the validated data (in bounds, or refused at binding), but a
             # file rewritten after binding can hold anything, and every sensitivity assumes the bounds (a
             # ``clamped`` source was clamped by the statement that made it, which Spark re-runs if it recomputes it)
@@ -325,7 +326,7 @@ class Compiler:
         return exp.select(*sel).from_(self.source.copy())
 
     # ---- rows inside the declared domain ----
-    def declared(self, name: str, x: exp.Expression | None = None) -> exp.Expression:
+    def declared(self, name: str, x: exp.Expr | None = None) -> exp.Expr:
         """``x`` (default: the column) is one of the declared categories of ``name`` (compared exactly, as
         ``index_of``: :meth:`category_literal`); FALSE when no declared value can equal a source value."""
         c = self.schema[name]
@@ -337,7 +338,7 @@ class Compiler:
             return exp.false()
         return exp.In(this=col(name) if x is None else x, expressions=lits)
 
-    def category_literal(self, name: str, value: Any) -> exp.Expression | None:
+    def category_literal(self, name: str, value: Any) -> exp.Expr | None:
         """The literal the engine's ``=`` compares *exactly* with the source column ``name`` to test for the declared
         category ``value`` — Python's equality, as ``index_of`` and the pandas path — or None when no value of the
         source's kind equals it.  Strings match strings and numbers numbers; on an integer column a declared
@@ -359,14 +360,14 @@ class Compiler:
             return lit(float(value)) if exact else None
         return lit(value)
 
-    def valid(self, names: Sequence[str]) -> exp.Expression:
+    def valid(self, names: Sequence[str]) -> exp.Expr:
         """The row holds a value of the declared domain in each of ``names``: not NULL, and a declared category.
 
         Always true on the data validated at binding, but files can change after it: a row with a missing or
         undeclared value is then discarded (``dp_in`` = 0) in the same statement, never counted in a box it is
         not in, never reported (numbers are clamped by the view).
         """
-        parts: list[exp.Expression] = []
+        parts: list[exp.Expr] = []
         for name in names:
             parts.append(exp.Not(this=exp.Is(this=col(name), expression=exp.Null())))
             if isinstance(self.schema[name], CategoricalColumn):
@@ -374,7 +375,7 @@ class Compiler:
         return _and(parts)
 
     # ---- predicates ----
-    def value_set(self, name: str, s: ValueSet) -> exp.Expression:
+    def value_set(self, name: str, s: ValueSet) -> exp.Expr:
         if isinstance(s, CategorySet):
             mask = s.to_mask()
             values = [v for v, m in zip(s.column.values, mask, strict=True) if m]
@@ -391,7 +392,7 @@ class Compiler:
         assert isinstance(c, NumericColumn)
         parts = []
         for iv in s.intervals:
-            sides = []
+            sides: list[exp.Expr] = []
             if not (isinstance(iv.lo, float) and math.isinf(iv.lo)):
                 lo = int(iv.lo) if c.is_int else float(iv.lo)
                 sides.append((exp.GTE if iv.lo_closed else exp.GT)(this=col(name), expression=lit(lo)))
@@ -401,12 +402,12 @@ class Compiler:
             parts.append(_and(sides))
         return _or(parts)
 
-    def box(self, box: Box) -> exp.Expression:
+    def box(self, box: Box) -> exp.Expr:
         if box.is_empty():
             return exp.false()
         return _and([self.value_set(n, s) for n, s in box.constraints.items()])
 
-    def filter(self, f: Filter) -> exp.Expression:
+    def filter(self, f: Filter) -> exp.Expr:
         if f.op == "box":
             assert f.box is not None
             return self.box(f.box)
@@ -417,13 +418,13 @@ class Compiler:
             return _or(parts)
         return exp.Not(this=exp.paren(parts[0]))
 
-    def group_code(self, g: GroupKey) -> exp.Expression:
+    def group_code(self, g: GroupKey) -> exp.Expr:
         """The row's bin index along ``g`` (−1: in no bin; impossible on validated data, but discarded)."""
         if g.sets is None:
             return self.category_position(g.column)
         return _case([(self.value_set(g.column, s), lit(i)) for i, s in enumerate(g.sets)], lit(-1))
 
-    def category_position(self, name: str) -> exp.Expression:
+    def category_position(self, name: str) -> exp.Expr:
         """The declared position of the row's value of the categorical column ``name``, a CASE of exact
         comparisons (:meth:`category_literal`); −1 for any other value, NULL included."""
         c = self.schema[name]
@@ -437,7 +438,7 @@ class Compiler:
 
     # ---- the per-cell aggregates of one query ----
     def rows(
-        self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select
+        self, query: Query, values: Mapping[str, exp.Expr | Quantised], view: exp.Select
     ) -> tuple[exp.Select, list[str]]:
         """SELECT <keys>, <per-row values> FROM data, and the key columns' names.
 
@@ -454,7 +455,7 @@ class Compiler:
         if query.filter is not None:
             cond.append(self.filter(query.filter))
         keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
-        first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
+        first: list[exp.Expr] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
             raw = g.sets is None and (g.column in self.coded or not self.coded_keys)
             first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
@@ -465,8 +466,8 @@ class Compiler:
         )
         cond.insert(0, self.valid(list(used)))
         first[0] = exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")
-        second: list[exp.Expression] = [exp.column(k) for k in keys]
-        third: list[exp.Expression] = [exp.column(k) for k in keys]
+        second: list[exp.Expr] = [exp.column(k) for k in keys]
+        third: list[exp.Expr] = [exp.column(k) for k in keys]
         for k, v in values.items():
             second.append(exp.column(k))
             if isinstance(v, Quantised) and self.native_rint:
@@ -522,7 +523,7 @@ class EngineBackend(ABC):
     schema: Schema
 
     def _init(
-        self, schema: Schema, source: exp.Expression, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
+        self, schema: Schema, source: exp.Expr, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
     ) -> None:
         if out_of_range not in ("error", "clamp"):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
@@ -544,14 +545,14 @@ class EngineBackend(ABC):
         self._view = self.compiler.view(out_of_range)
 
     @abstractmethod
-    def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+    def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
         """Run one SELECT (of aggregates) and return its rows."""
 
-    def _position(self) -> exp.Expression:
+    def _position(self) -> exp.Expr:
         """A per-row scan position (only to list undeclared categories in order of first appearance)."""
         return exp.Window(this=exp.RowNumber())
 
-    def sql(self, statement: exp.Expression) -> str:
+    def sql(self, statement: exp.Expr) -> str:
         return statement.sql(dialect=self.dialect)
 
     # ---- binding: the domain checked by aggregate queries ----
@@ -571,11 +572,11 @@ class EngineBackend(ABC):
         if undeclared:
             raise undeclared_columns_error(undeclared)
         src = {c.name: c for c in columns}
-        aggs: dict[str, exp.Expression] = {"n_rows": exp.Count(this=exp.Star())}
+        aggs: dict[str, exp.Expr] = {"n_rows": exp.Count(this=exp.Star())}
         for i, (name, c) in enumerate(self.schema.columns.items()):
             s = src[name]
             x = col(name)
-            null: exp.Expression = exp.Is(this=x, expression=exp.Null())
+            null: exp.Expr = exp.Is(this=x, expression=exp.Null())
             if s.kind == "float":
                 null = exp.Or(this=null, expression=exp.IsNan(this=x.copy()))
             aggs[f"null_{i}"] = count_if(null)
@@ -654,13 +655,15 @@ class EngineBackend(ABC):
         """Exact per-cell COUNT and SUMs (and the inputs of :mod:`dpmagic.aggregates`), as the pandas backend's."""
         comp = self.compiler
         n_cells = query.n_cells
-        keys = list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
-        values: dict[str, exp.Expression | Quantised] = {}
-        aggs: dict[str, exp.Expression] = {"n": exp.Count(this=exp.Star())}
+        keys: list[tuple[Any, ...]] = (
+            list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
+        )
+        values: dict[str, exp.Expr | Quantised] = {}
+        aggs: dict[str, exp.Expr] = {"n": exp.Count(this=exp.Star())}
         sum_keys: dict[str, str] = {}
         sum_parts: dict[str, list[str]] = {}  # an exact sum -> the names of its aggregates
 
-        def add_sum(name: str, x: exp.Expression, bound: int) -> None:
+        def add_sum(name: str, x: exp.Expr, bound: int) -> None:
             parts = exact_sum(x, self.dialect, bound)
             sum_parts[name] = [name] if len(parts) == 1 else [f"{name}_p{j}" for j in range(len(parts))]
             aggs.update(zip(sum_parts[name], parts, strict=True))
@@ -671,20 +674,21 @@ class EngineBackend(ABC):
             c = self.schema[agg.column]
             assert isinstance(c, NumericColumn)
             lo, hi = clamp_bounds(c, agg.clamp)
-            x: exp.Expression | Quantised = col(agg.column)
+            x = col(agg.column)
+            value: exp.Expr | Quantised = x
             bound = _UNBOUNDED
             if c.is_int:
                 bound = max(abs(int(lo)), abs(int(hi)))  # the view clamps to the declared bounds, the SQL clamp inside
                 if agg.clamp is not None:
-                    x = clip(x, int(lo), int(hi))
+                    value = clip(x, int(lo), int(hi))
             else:
                 unit = (units or {}).get(agg.sum_key)
                 if unit is None:
                     raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
-                x = quantise_sql(x, unit, float(lo), float(hi))
-                bound = x.bound
+                quantised = quantise_sql(x, unit, float(lo), float(hi))
+                value, bound = quantised, quantised.bound
             k = f"v{len(values)}"
-            values[k] = x
+            values[k] = value
             sum_keys[agg.sum_key] = k
             add_sum(f"s_{k}", exp.column(k), bound)
         plans = dict(extended or {})
@@ -765,7 +769,7 @@ class EngineBackend(ABC):
 
     def _variance_values(
         self, name: str, p: Any
-    ) -> tuple[tuple[exp.Expression | Quantised, int], tuple[exp.Expression | Quantised, int]]:
+    ) -> tuple[tuple[exp.Expr | Quantised, int], tuple[exp.Expr | Quantised, int]]:
         """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units),
         each with a proven bound of its magnitude (:func:`exact_sum`)."""
         x = col(name)
@@ -774,8 +778,8 @@ class EngineBackend(ABC):
             c = int(p.c)
             dev = max(abs(int(p.lo) - c), abs(int(p.hi) - c))  # |y - c|
             yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
-            s: tuple[exp.Expression | Quantised, int]
-            q: tuple[exp.Expression | Quantised, int]
+            s: tuple[exp.Expr | Quantised, int]
+            q: tuple[exp.Expr | Quantised, int]
             if p.total.quantised:
                 qs = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
                 s = (qs, qs.bound)

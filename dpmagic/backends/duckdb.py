@@ -144,16 +144,23 @@ class DuckDBBackend(EngineBackend):
     def _check_collation(self) -> None:
         """Refuse a connection with a default collation (e.g. ``nocase``): categories are compared and grouped as
         exact strings, so 'f' and 'F' would merge into one engine group and a declared cell would read 0."""
-        ((collation,),) = self._rel.query(_SOURCE, "SELECT current_setting('default_collation')").fetchall()
+        ((collation,),) = self._select("SELECT current_setting('default_collation')")
         if collation:
             raise ConfigurationError(
                 f"the DuckDB connection sets default_collation={collation!r}: dpmagic compares categories exactly",
                 hint="SET default_collation = '' on that connection (or bind a file: dpmagic opens its own)",
             )
 
-    def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+    def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
         self._check_collation()
-        return self._rel.query(_SOURCE, self.sql(statement)).fetchall()
+        return self._select(self.sql(statement))
+
+    def _select(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of one SELECT over the source relation (named ``_SOURCE`` in it)."""
+        result = self._rel.query(_SOURCE, sql)
+        if result is None:  # DuckDB returns no relation only for a statement without a result set
+            raise RuntimeError("a DuckDB statement of dpmagic returned no result set")
+        return result.fetchall()
 
     def __repr__(self) -> str:
         where = f"{len(self.files)} file(s)" if self.files else "a DuckDB relation"

@@ -134,7 +134,7 @@ class SparkBackend(EngineBackend):
         if self.cached is not None:
             self.cached.unpersist()
 
-    def _position(self) -> exp.Expression:
+    def _position(self) -> exp.Expr:
         return exp.Anonymous(this="monotonically_increasing_id", expressions=[])
 
     def _check_parser(self) -> None:
@@ -148,7 +148,7 @@ class SparkBackend(EngineBackend):
                 hint='spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")',
             )
 
-    def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
+    def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
         self._check_parser()
         return [tuple(r) for r in self.spark.sql(self.sql(statement)).collect()]
 

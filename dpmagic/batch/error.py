@@ -57,8 +57,8 @@ def svd_bound(workload: Workload, noise: NoiseFamily) -> float:
         c, t = u.terms[0]
         return c * c * svd_bound(t, noise)
     if all(f.kind in ("identity", "total") for _, t in u.terms for f in t.factors):
-        _, t, dim = marginal_workload_spectrum(u)
-        return noise.unit_variance * float(np.sum(np.sqrt(np.clip(t * dim, 0.0, None)))) ** 2 / u.n
+        _, eig, dim = marginal_workload_spectrum(u)
+        return noise.unit_variance * float(np.sum(np.sqrt(np.clip(eig * dim, 0.0, None)))) ** 2 / u.n
     if u.n <= 4096:
         return noise.unit_variance * _sum_sqrt_eig(u.gram()) ** 2 / u.n
     raise ConfigurationError("svd_bound: only for one product, marginal workloads or small domains")

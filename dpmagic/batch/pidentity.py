@@ -236,6 +236,7 @@ def opt_p_identity(
                 starts.append((label, pp, sc * float(m)))
         pilot = init is None and time_limit is not None and n >= pilot_min_n and len(starts) > 1
         if pilot:  # short runs from several starts, then the rest of the time on the best (docstring)
+            assert time_limit is not None and deadline is not None  # a pilot needs a time limit (above)
             each = float(pilot_share) * float(time_limit) / len(starts)
             runs = []
             for label, pp, scl in starts:
@@ -243,7 +244,7 @@ def opt_p_identity(
                     x0 = _coarse_start(rmul0, n, p, norm, rng, coarse_share * each, clock)
                 else:
                     x0 = rng.random((pp, n)) * scl
-                stop = min(clock() + each, deadline)  # type: ignore[type-var]
+                stop = min(clock() + each, deadline)
                 up = (MAX_SCALE - 1.0) / pp
                 x, f = projected_lbfgs(fun_p(pp), x0.reshape(-1), maxiter=maxiter, deadline=stop, upper=up, clock=clock)
                 # a run that stopped before its time at Identity's value has collapsed to B = 0: not continued
@@ -260,7 +261,7 @@ def opt_p_identity(
                     trace.append((f"continued {label}", f))
                 if np.isfinite(f) and f < best_f:
                     best_f, best_b = f, x.reshape(pp, n)
-                if clock() > deadline:  # type: ignore[operator]
+                if clock() > deadline:
                     break
         for r in range(0 if pilot else max(1, int(restarts))):
             if init is not None and r == 0:

@@ -329,7 +329,7 @@ class BatchMechanism(QueryBoxMechanism):
         }
 
     def release(self, backend: Backend) -> pd.DataFrame:
-        cells = backend.evaluate(self.query, {}, extended=None)  # type: ignore[call-arg]
+        cells = backend.evaluate(self.query, {}, extended=None)
         x = np.asarray(cells.counts, dtype=float)
         if x.shape[0] != self.spec.n:  # pragma: no cover - declared cells by construction
             raise RuntimeError("cell count mismatch")
@@ -355,7 +355,7 @@ def bounding_box(boxes: list[Box]) -> Box:
     for c in cols:
         s = boxes[0].constraints[c]
         for b in boxes[1:]:
-            s = s.union(b.constraints[c])  # type: ignore[arg-type]
+            s = s.union(b.constraints[c])
         out[c] = s
     return Box(out)
 
@@ -434,8 +434,8 @@ class BoxBatchMechanism(Mechanism):
 
     def release(self, backend: Backend) -> pd.DataFrame:
         x = np.array(
-            [float(backend.evaluate(q, {}, extended=None).counts[0]) for q in self.queries],  # type: ignore[call-arg]
-            dtype=float,
+            [float(backend.evaluate(q, {}, extended=None).counts[0]) for q in self.queries],
+            dtype=np.float64,
         )
         y = _sample(self.noise_model.kind, self.scale, x)
         return _frame(self.labels, y, np.full(len(y), self.variance))

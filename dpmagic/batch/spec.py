@@ -72,8 +72,8 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             raise ConfigurationError(f"workload: cannot read {text[pos : pos + 20]!r}", hint=_HINT)
         pos = m.end()
         kind = m.lastgroup
-        val = m.group(kind)  # type: ignore[arg-type]
-        out.append(("name" if kind in ("dq", "bq") else kind, val))  # type: ignore[arg-type]
+        assert kind is not None  # every alternative of _TOKEN is a named group
+        out.append(("name" if kind in ("dq", "bq") else kind, m.group(kind)))
     return out
 
 
@@ -135,7 +135,7 @@ class _Parser:
         self.take("op", "(")
         if fn == "marginals":
             self.take("op", "[")
-            cols = [self.column()]
+            cols: list[str] = [self.column()]
             while self.peek() == ("op", ","):
                 self.i += 1
                 cols.append(self.column())
@@ -150,7 +150,7 @@ class _Parser:
                 for r in range(min(k, len(cols)) + 1)
                 for sub in itertools.combinations(cols, r)
             ]
-        cols: list[str] = []
+        cols = []
         width = None
         while self.peek() != ("op", ")"):
             if cols:
@@ -278,8 +278,8 @@ def parse_workload(text: str, schema: Schema) -> WorkloadSpec:
         raise ConfigurationError("workload: empty workload", hint=_HINT)
     p = _Parser(text, schema)
     terms = p.workload()
-    if p.peek() is not None:
-        raise ConfigurationError(f"workload: unexpected {p.peek()[1]!r}", hint=_HINT)  # type: ignore[index]
+    if (extra := p.peek()) is not None:
+        raise ConfigurationError(f"workload: unexpected {extra[1]!r}", hint=_HINT)
     columns = tuple(dict.fromkeys(b.column for t in terms for b in t))
     if not columns:
         raise ConfigurationError("workload: name at least one column", hint=_HINT)

@@ -24,7 +24,7 @@ Size: one module (a little over 400 lines) because the implicit workloads share 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -73,9 +73,9 @@ class Dense:
     m: int
     name: str
     kind: str = "explicit"
-    gram_fn: object = None
-    matrix_fn: object = None
-    rmul_fn: object = None
+    gram_fn: Callable[[], np.ndarray] | None = None
+    matrix_fn: Callable[[], np.ndarray] | None = None
+    rmul_fn: Callable[[np.ndarray], np.ndarray] | None = None
     _matrix: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -89,7 +89,7 @@ class Dense:
     @cached_property
     def _gram(self) -> np.ndarray:
         if self.gram_fn is not None:
-            g = np.asarray(self.gram_fn(), dtype=float)
+            g = np.asarray(self.gram_fn(), dtype=np.float64)
         else:
             a = self.matrix()
             g = a.T @ a
@@ -102,7 +102,7 @@ class Dense:
 
     def gram_rmul(self, v: np.ndarray) -> np.ndarray:
         """v·WᵀW for a k × n array v: O(kn) by prefix sums for ranges (exact formulas, no n × n Gram)."""
-        v = np.asarray(v, dtype=float)
+        v = np.asarray(v, dtype=np.float64)
         return self.rmul_fn(v) if self.rmul_fn is not None else v @ self.gram()
 
     @property
@@ -120,7 +120,7 @@ class Dense:
                     f"{self.name}: the explicit matrix would have {self.m * self.n:,} entries",
                     hint="use the implicit Gram matrix (all error formulas need only WᵀW)",
                 )
-            mat = np.asarray(self.matrix_fn(), dtype=float)
+            mat = np.asarray(self.matrix_fn(), dtype=np.float64)
             mat.setflags(write=False)
             self._matrix = mat
         return self._matrix
@@ -344,7 +344,11 @@ class Stack(WeightedTerms):
             raise ConfigurationError("union: weights must be positive and finite")
 
     def gram(self) -> np.ndarray:
-        return sum(c * c * t.gram() for c, t in self.terms)
+        (c, t), *rest = self.terms  # never empty (__post_init__)
+        g = c * c * t.gram()
+        for c, t in rest:
+            g = g + c * c * t.gram()
+        return g
 
     def matrix(self) -> np.ndarray:
         return np.vstack([c * t.matrix() for c, t in self.terms])

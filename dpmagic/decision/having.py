@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import sqlglot
 from sqlglot import exp
 
-from dpmagic.decision.tree import And, Condition, Node, Or
+from dpmagic.decision.tree import And, Condition, Node, Op, Or
+from dpmagic.domain.columns import NumericColumn
 from dpmagic.errors import QueryError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def _refuse(what: str) -> QueryError:
     return QueryError(f"a decision query cannot use {what}", hint=_HINT)
 
 
-def _number(node: exp.Expression) -> float | None:
+def _number(node: exp.Expr) -> float | None:
     if isinstance(node, exp.Paren):
         return _number(node.this)
     if isinstance(node, exp.Neg):
@@ -49,7 +50,7 @@ def _number(node: exp.Expression) -> float | None:
     return None
 
 
-def _aggregate(node: exp.Expression, by_alias: dict[str, Aggregate]) -> Aggregate | None:
+def _aggregate(node: exp.Expr, by_alias: dict[str, Aggregate]) -> Aggregate | None:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Column) and not node.table:
@@ -57,14 +58,14 @@ def _aggregate(node: exp.Expression, by_alias: dict[str, Aggregate]) -> Aggregat
     return None
 
 
-def _condition(node: exp.Expression, by_alias: dict[str, Aggregate], schema: Schema) -> Condition:
+def _condition(node: exp.Expr, by_alias: dict[str, Aggregate], schema: Schema) -> Condition:
     if isinstance(node, (exp.GTE, exp.LTE)):
         raise _refuse(f"'{node.sql()}' (>= / <=): compare with > or <")
     if isinstance(node, (exp.EQ, exp.NEQ)):
         raise _refuse(f"'{node.sql()}' (= / <>): compare with > or <")
     if not isinstance(node, (exp.GT, exp.LT)):
         raise _refuse(f"'{node.sql()}' in HAVING")
-    op = ">" if isinstance(node, exp.GT) else "<"
+    op: Op = ">" if isinstance(node, exp.GT) else "<"
     left, right = node.this, node.expression
     agg, c = _aggregate(left, by_alias), _number(right)
     if agg is None or c is None:
@@ -78,15 +79,15 @@ def _condition(node: exp.Expression, by_alias: dict[str, Aggregate], schema: Sch
         if agg.column is not None:
             raise _refuse(f"{agg} in HAVING: use COUNT(*)")
         return Condition("count", None, op, c)
-    if agg.func not in ("sum", "avg"):
+    if agg.func != "sum" and agg.func != "avg":
         raise _refuse(f"{agg} in HAVING: use COUNT(*), SUM or AVG")
     col = schema[str(agg.column)]
     if getattr(col, "is_int", False) and agg.func == "avg" and c != math.floor(c):
         raise _refuse(f"'{agg} {op} {c:g}': AVG on an int column needs a whole-number threshold")
-    return Condition(agg.func, str(agg.column), op, c)  # type: ignore[arg-type]
+    return Condition(agg.func, str(agg.column), op, c)
 
 
-def _tree(node: exp.Expression, by_alias: dict[str, Aggregate], schema: Schema) -> Node:
+def _tree(node: exp.Expr, by_alias: dict[str, Aggregate], schema: Schema) -> Node:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, (exp.And, exp.Or)):
@@ -123,8 +124,9 @@ def public_bounds(schema: Schema, tree: Node) -> tuple[dict[str, tuple[float, fl
         if cond.column is None:
             continue
         col = schema[cond.column]
-        bounds[cond.column] = (float(col.lower), float(col.upper))  # type: ignore[union-attr]
-        if col.is_int:  # type: ignore[union-attr]
+        assert isinstance(col, NumericColumn)  # SUM / AVG of a categorical column is refused when the query is parsed
+        bounds[cond.column] = (float(col.lower), float(col.upper))
+        if col.is_int:
             ints.add(cond.column)
     return bounds, frozenset(ints)
 
@@ -133,5 +135,5 @@ def group_keys(query: Query) -> list[object]:
     """The public groups: the declared GROUP BY cells (a label, or a tuple of labels for several keys)."""
     import itertools
 
-    keys = list(itertools.product(*[g.labels for g in query.groups]))
-    return [k[0] for k in keys] if len(query.groups) == 1 else keys
+    keys: list[tuple[object, ...]] = list(itertools.product(*[g.labels for g in query.groups]))
+    return [k[0] for k in keys] if len(query.groups) == 1 else list(keys)

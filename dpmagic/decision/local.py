@@ -40,6 +40,7 @@ class FrameMeasure:
                 s = df.groupby(self.by, observed=True).size()
             else:
                 if st.unit is not None:  # float column: exact integer sums of quantised values
+                    assert st.lower is not None and st.upper is not None  # a SUM's statistic has the declared bounds
                     q = quantise(df[st.column].to_numpy(), st.unit, st.lower, st.upper) - int(st.shift)
                     vals = pd.Series(q, index=df.index)
                 else:

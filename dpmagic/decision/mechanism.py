@@ -147,6 +147,7 @@ def statistic_for(
     is_int = col in integer_columns
     if not is_int:
         return _float_statistic(cond, col, lo, hi, n, sign)
+    integer: bool
     if cond.aggregate == "sum":
         delta = max(abs(lo), abs(hi))
         shift, thr, text = 0.0, float(cond.threshold), f"SUM({col})"

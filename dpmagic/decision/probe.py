@@ -69,7 +69,7 @@ from dpmagic.decision.planning import (
     _round_u,
     plan,
 )
-from dpmagic.decision.tree import And, Leaf, Node, Or
+from dpmagic.decision.tree import And, Leaf, Node, Or, children_of
 from dpmagic.errors import BudgetError, BudgetExceededError, QueryError
 
 __all__ = ["ConditionPlan", "DecisionPlan", "DecisionResult", "MeasureRequest", "plan", "run"]
@@ -201,7 +201,7 @@ class _Executor:
     def kleene(self, node: Node, g: Group) -> int:
         if isinstance(node, Leaf):
             return self.state(node.index, g)
-        vals = [self.kleene(c, g) for c in node.children]
+        vals = [self.kleene(c, g) for c in children_of(node)]
         return min(vals) if isinstance(node, And) else max(vals)
 
     def uncertain(self, node: Node, g: Group, out: set[int]) -> None:
@@ -210,14 +210,15 @@ class _Executor:
             if g in self.last[node.index] and self.state(node.index, g) == U:
                 out.add(node.index)
             return
-        for c in node.children:
+        for c in children_of(node):
             if self.kleene(c, g) == U:
                 self.uncertain(c, g, out)
 
     def estimate(self, answer: list[Group]) -> tuple[float, float, dict[int, list[Group]]]:
         """FP̂, N̂ (module docstring) and, per atom, the uncertain reported groups to re-read."""
         tree = self.plan.minimised.tree
-        fp, todo = 0.0, {}
+        fp = 0.0
+        todo: dict[int, list[Group]] = {}
         for g in answer:
             if self.kleene(tree, g) == T:
                 fp += math.fsum(self.false_certain(i, self.last[i][g][1]) for i in self.last if g in self.last[i])

@@ -100,7 +100,7 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
         q = self.measurement_query()
         # int columns sum in units of 1; float columns in the statistic's power-of-two quantum (exact integers)
         units = {st.column: (st.unit or 1.0)} if st.column is not None else None
-        cells = backend.evaluate(q, units, extended=None)  # type: ignore[call-arg]
+        cells = backend.evaluate(q, units, extended=None)
         single = len(q.groups) == 1
         index = {(k[0] if single else k): j for j, k in enumerate(cells.keys)}
         exact: list[int] = []

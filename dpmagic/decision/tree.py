@@ -46,6 +46,7 @@ __all__ = [
     "Or",
     "count",
     "avg",
+    "children_of",
     "sum_",
     "evaluate",
     "minimise",
@@ -138,6 +139,13 @@ class Or:
 Node = Leaf | And | Or | Condition
 
 
+def children_of(node: Node) -> tuple[Node, ...]:
+    """The children of an AND / OR node (a leaf or a condition has none: refused)."""
+    if isinstance(node, (And, Or)):
+        return node.children
+    raise TypeError(f"not an AND/OR node: {node!r}")
+
+
 # --------------------------------------------------------------------------------------------------
 # normalisation
 
@@ -173,8 +181,8 @@ def index_conditions(tree: Node) -> tuple[Node, tuple[Condition, ...]]:
     return out, tuple(conds)
 
 
-def evaluate(tree: Node, values: Sequence[bool] | Mapping[int, bool]) -> bool:
-    """The truth value of an indexed tree given the truth value of each condition (by index)."""
+def evaluate(tree: Node, values: Sequence[bool] | Sequence[int] | Mapping[int, bool]) -> bool:
+    """The truth value of an indexed tree given the truth value of each condition (by index; 0/1 or bool)."""
     if isinstance(tree, Leaf):
         return bool(values[tree.index])
     if isinstance(tree, And):
@@ -192,7 +200,7 @@ def occurrences(tree: Node, n: int) -> list[int]:
         if isinstance(node, Leaf):
             o[node.index] += 1
         else:
-            for c in node.children:  # type: ignore[union-attr]
+            for c in children_of(node):
                 walk(c)
 
     walk(tree)
@@ -204,7 +212,7 @@ def to_text(tree: Node, conditions: Sequence[Condition]) -> str:
         return str(conditions[tree.index])
     op = " AND " if isinstance(tree, And) else " OR "
     parts = []
-    for c in tree.children:  # type: ignore[union-attr]
+    for c in children_of(tree):
         s = to_text(c, conditions)
         parts.append(f"({s})" if isinstance(c, (And, Or)) and type(c) is not type(tree) else s)
     return op.join(parts)
@@ -280,7 +288,7 @@ class MinimisedTree:
 def _leaves(tree: Node) -> int:
     if isinstance(tree, Leaf):
         return 1
-    return sum(_leaves(c) for c in tree.children)  # type: ignore[union-attr]
+    return sum(_leaves(c) for c in children_of(tree))
 
 
 def _from_sympy(expr: Any, symbols: Sequence[Any]) -> Node | None:
@@ -290,19 +298,19 @@ def _from_sympy(expr: Any, symbols: Sequence[Any]) -> Node | None:
     index = {s: i for i, s in enumerate(symbols)}
     if isinstance(expr, sympy.Symbol):
         return Leaf(index[expr])
-    if isinstance(expr, sympy.And):
-        kids = [_from_sympy(a, symbols) for a in expr.args]
-        return None if any(k is None for k in kids) else And(*sorted(kids, key=_sort_key))  # type: ignore[arg-type]
-    if isinstance(expr, sympy.Or):
-        kids = [_from_sympy(a, symbols) for a in expr.args]
-        return None if any(k is None for k in kids) else Or(*sorted(kids, key=_sort_key))  # type: ignore[arg-type]
+    if isinstance(expr, (sympy.And, sympy.Or)):
+        kids = [k for a in expr.args if (k := _from_sympy(a, symbols)) is not None]
+        if len(kids) < len(expr.args):
+            return None
+        kids.sort(key=_sort_key)
+        return And(*kids) if isinstance(expr, sympy.And) else Or(*kids)
     return None  # Not, true, false
 
 
-def _sort_key(node: Node | None) -> tuple[int, int]:
+def _sort_key(node: Node) -> tuple[int, int]:
     if isinstance(node, Leaf):
         return (0, node.index)
-    return (1, min(_sort_key(c)[1] for c in node.children))  # type: ignore[union-attr]
+    return (1, min(_sort_key(c)[1] for c in children_of(node)))
 
 
 def minimise(tree: Node, *, use_implications: bool = True) -> MinimisedTree:

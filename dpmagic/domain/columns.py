@@ -83,7 +83,7 @@ class CategoricalColumn:
             # int categories beyond 2^53 (or beyond float range) stay distinct; the declared values are
             # pairwise unequal (checked on construction), so no two keys collide.
             strs: dict[str, int] = {v: i for i, v in enumerate(vals) if isinstance(v, str)}
-            nums: dict[float | int, int] = {v: i for i, v in enumerate(vals) if not isinstance(v, str)}
+            nums: dict[object, int] = {v: i for i, v in enumerate(vals) if not isinstance(v, str)}
             lookup = self.__dict__["_lookup"] = (strs, nums)
         if isinstance(value, str):
             return lookup[0].get(str(value))
@@ -170,7 +170,7 @@ def _float_up(x: float | int) -> float:
     return math.nextafter(f, math.inf) if f < x else f
 
 
-def _number_key(value: Any) -> float | int | None:
+def _number_key(value: Any) -> numbers.Real | None:
     """A number's identity for category lookup: the Python number itself (numpy scalars unwrapped), which
     dict lookup compares exactly by value (``3 == 3.0``; ints beyond 2^53 or beyond float range stay
     exact); None for anything that is not a real number (booleans included)."""
@@ -178,7 +178,7 @@ def _number_key(value: Any) -> float | int | None:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    return value  # type: ignore[return-value]
+    return value
 
 
 def canonical_number(v: Any) -> str:
@@ -268,7 +268,11 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
     if bad:
         raise categories_error(col.name, bad)
     # Normalise to the declared values (e.g. 1.0 -> 1) so that comparisons with literals are exact.
-    mapping = {v: col.values[col.index_of(py_value(v))] for v in present}  # type: ignore[index]
+    mapping: dict[Any, Any] = {}
+    for v in present:
+        i = col.index_of(py_value(v))
+        assert i is not None  # every present value is declared (checked above)
+        mapping[v] = col.values[i]
     return values.map(mapping).astype(object)
 
 

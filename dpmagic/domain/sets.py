@@ -112,9 +112,10 @@ class IntervalSet:
         for iv in intervals:
             if not column.is_int:
                 iv = Interval(_as_float(iv.lo), _as_float(iv.hi), iv.lo_closed, iv.hi_closed)
-            iv = _intersect(iv, dom)
-            if iv is None:
+            clipped = _intersect(iv, dom)
+            if clipped is None:
                 continue
+            iv = clipped
             if column.is_int:
                 lo = math.ceil(iv.lo) if iv.lo_closed else math.floor(iv.lo) + 1
                 hi = math.floor(iv.hi) if iv.hi_closed else math.ceil(iv.hi) - 1
@@ -146,11 +147,14 @@ class IntervalSet:
             return self.intervals == IntervalSet.of(self.column, [dom]).intervals
         return len(self.intervals) == 1 and self.intervals[0] == dom
 
-    def intersect(self, other: IntervalSet) -> IntervalSet:
+    # ``other`` is a set of the same column (a column's value sets are all of its kind: asserted)
+    def intersect(self, other: ValueSet) -> IntervalSet:
+        assert isinstance(other, IntervalSet)
         out = [iv for a in self.intervals for b in other.intervals if (iv := _intersect(a, b)) is not None]
         return IntervalSet.of(self.column, out)
 
-    def union(self, other: IntervalSet) -> IntervalSet:
+    def union(self, other: ValueSet) -> IntervalSet:
+        assert isinstance(other, IntervalSet)
         return IntervalSet.of(self.column, self.intervals + other.intervals)
 
     def complement(self) -> IntervalSet:
@@ -164,7 +168,8 @@ class IntervalSet:
         out.append(Interval(lo, dom.hi, lo_closed, True))
         return IntervalSet.of(c, out)
 
-    def overlaps(self, other: IntervalSet) -> bool:
+    def overlaps(self, other: ValueSet) -> bool:
+        assert isinstance(other, IntervalSet)
         return any(_intersect(a, b) is not None for a in self.intervals for b in other.intervals)
 
     def contains(self, x: float | int) -> bool:
@@ -282,16 +287,20 @@ class CategorySet:
     def is_full(self) -> bool:
         return self.bits == (1 << self.column.size) - 1
 
-    def intersect(self, other: CategorySet) -> CategorySet:
+    # ``other`` is a set of the same column (a column's value sets are all of its kind: asserted)
+    def intersect(self, other: ValueSet) -> CategorySet:
+        assert isinstance(other, CategorySet)
         return CategorySet(self.column, self.bits & other.bits)
 
-    def union(self, other: CategorySet) -> CategorySet:
+    def union(self, other: ValueSet) -> CategorySet:
+        assert isinstance(other, CategorySet)
         return CategorySet(self.column, self.bits | other.bits)
 
     def complement(self) -> CategorySet:
         return CategorySet(self.column, self.bits ^ ((1 << self.column.size) - 1))
 
-    def overlaps(self, other: CategorySet) -> bool:
+    def overlaps(self, other: ValueSet) -> bool:
+        assert isinstance(other, CategorySet)
         return (self.bits & other.bits) != 0
 
     def contains(self, value: Any) -> bool:
@@ -362,7 +371,7 @@ class Box:
     def intersect(self, other: Box) -> Box:
         out = dict(self.constraints)
         for c, s in other.constraints.items():
-            out[c] = out[c].intersect(s) if c in out else s  # type: ignore[arg-type]
+            out[c] = out[c].intersect(s) if c in out else s
         return Box(out)
 
     def overlaps(self, other: Box) -> bool:
@@ -371,7 +380,7 @@ class Box:
             return False
         for c, s in self.constraints.items():
             t = other.constraints.get(c)
-            if t is not None and not s.overlaps(t):  # type: ignore[arg-type]
+            if t is not None and not s.overlaps(t):
                 return False
         return True
 

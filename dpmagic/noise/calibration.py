@@ -190,10 +190,6 @@ def quantise(values: np.ndarray, unit: float, lower: float, upper: float) -> np.
     return np.rint(x / unit).astype(np.int64)
 
 
-def _to_units(unit: float):  # type: ignore[no-untyped-def]
-    return lambda v: int(np.rint(float(v) / unit))
-
-
 def _grid_factor(definition: Definition, delta: float, cost: float, cells: int) -> int:
     """The coarse grid k (in units) a release of sensitivity ``delta`` (in units) is rounded to."""
     if definition == "gdp":
@@ -222,6 +218,7 @@ def calibrate(definition: Definition, cost: float, sens: Sensitivity, *, unit: f
     delta = sens.delta(definition)
     k = _grid_factor(definition, float(delta), cost, cells)
     dk = sens.coarsen(k).delta(definition)
+    kind: NoiseKind
     if definition == "pure":
         kind, scale = "discrete_laplace", dk / cost
     elif definition == "zcdp":
@@ -229,7 +226,7 @@ def calibrate(definition: Definition, cost: float, sens: Sensitivity, *, unit: f
     else:
         kind, scale = "discrete_gaussian", discrete_gaussian_gdp_sigma(cost / math.sqrt(cells), int(dk))
     rounding = (k * unit / 2.0 if k > 1 else 0.0) + bias
-    noise = Noise(kind, scale, float(delta) * unit, k * unit, unit, k, rounding, cells, float(dk))  # type: ignore[arg-type]
+    noise = Noise(kind, scale, float(delta) * unit, k * unit, unit, k, rounding, cells, float(dk))
     return _check_scale(noise, cost)
 
 
@@ -286,4 +283,4 @@ def gdp_noise(mu: float, sensitivity: float, *, integer_values: bool = True) -> 
     calibrated (:func:`calibrate`; σ_continuous = Δ/μ > 300 is released on a grid g ≈ σ_continuous / 200)."""
     if not integer_values:
         raise ValueError("dpmagic releases integers: float sums are quantised first (dpmagic.releases.plan.plan_noise)")
-    return calibrate("gdp", mu, Sensitivity(((sensitivity,),)))
+    return calibrate(Definition.GDP, mu, Sensitivity(((sensitivity,),)))

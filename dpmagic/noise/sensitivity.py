@@ -138,7 +138,7 @@ def coverage_of(query: Query, schema: Schema) -> Coverage:
         elif s is None:
             cells *= len(g.sets)
         else:
-            cells *= sum(1 for b in g.sets if b.overlaps(s))  # type: ignore[arg-type]
+            cells *= sum(1 for b in g.sets if b.overlaps(s))
     # A Box drops tautologies on construction: it covers the whole domain iff it constrains nothing (and no
     # exact filter narrows it further).
     return Coverage(False, not box.constraints and query.filter is None, cells)

@@ -135,7 +135,7 @@ def max_weight_clique(
     time_limit: float = 10.0,
     *,
     upper_hint: float = math.inf,
-    initial: Sequence[int] | None = None,
+    initial: Sequence[int] | np.ndarray | None = None,
 ) -> OverlapResult:
     """Maximum weight clique of the graph ``adjacency`` (sparse/dense matrix or networkx graph).
 

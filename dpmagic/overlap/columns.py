@@ -61,11 +61,11 @@ def _components(
             if x is not None:
                 blk &= words_intersect(x[s0:s1], x)
             else:
-                rs, re = c.rs, c.re
+                rs, re = c.runs()
                 hit = np.zeros((s1 - s0, n), dtype=bool)
-                for i in range(rs.shape[1]):  # type: ignore[union-attr]
-                    for j in range(rs.shape[1]):  # type: ignore[union-attr]
-                        hit |= (rs[s0:s1, i, None] < re[None, :, j]) & (rs[None, :, j] < re[s0:s1, i, None])  # type: ignore[index]
+                for i in range(rs.shape[1]):
+                    for j in range(rs.shape[1]):
+                        hit |= (rs[s0:s1, i, None] < re[None, :, j]) & (rs[None, :, j] < re[s0:s1, i, None])
                 blk &= hit
     return _dense_components(adj, deadline)
 

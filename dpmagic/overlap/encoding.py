@@ -44,12 +44,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
-from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet, ValueSet
 
 __all__ = [
     "BoxStore",
@@ -92,7 +92,7 @@ class _CatStore:
         )
         if self.bdtype is not None:
             self.full_bits = self.bdtype((1 << self.k) - 1) if self.k < 64 else self.bdtype(2**64 - 1)
-            self.bits = np.full(cap, self.full_bits, dtype=self.bdtype)
+            self.bits: np.ndarray = np.full(cap, self.full_bits, dtype=self.bdtype)
 
     def resize(self, cap: int) -> None:
         self.mask = _grow(self.mask, cap, 1, True)
@@ -121,15 +121,16 @@ class _CatStore:
         if self.bdtype is not None:
             self.bits[q] = np.array([vs.bits for vs in vss], dtype=np.uint64).astype(self.bdtype)
 
-    def overlap(self, vs: CategorySet, n: int) -> np.ndarray:
+    def overlap(self, vs: ValueSet, n: int) -> np.ndarray:
+        assert isinstance(vs, CategorySet)  # a categorical column's sets
         if vs.is_empty():
             return np.zeros(n, dtype=bool)
         if self.bdtype is not None:
-            return (self.bits[:n] & self.bdtype(vs.bits)) != 0
+            return np.asarray((self.bits[:n] & self.bdtype(vs.bits)) != 0)
         idx = vs.indices
         if len(idx) == 1:
             return self.mask[idx[0], :n].copy()
-        return self.mask[list(idx), :n].any(axis=0)
+        return np.asarray(self.mask[list(idx), :n].any(axis=0))
 
     def contains(self, value: Any, n: int) -> np.ndarray:
         i = self.column.index_of(value)
@@ -235,20 +236,20 @@ class _NumStore:
         self.constrained[q] = True
         self.single[q] = m <= 1
 
-    def overlap(self, vs: IntervalSet, n: int) -> np.ndarray:
+    def overlap(self, vs: ValueSet, n: int) -> np.ndarray:
+        assert isinstance(vs, IntervalSet)  # a numeric column's sets
         s, e = self.set_keys(vs)
         if len(s) == 0:
             return np.zeros(n, dtype=bool)
         S = self.start[:n]
         E = self.end[:n]
-        out = None
+        out = np.zeros(n, dtype=bool)
         for j in range(len(s)):
             if self.K == 1:
-                hit = (S[:, 0] < e[j]) & (s[j] < E[:, 0])
+                out |= (S[:, 0] < e[j]) & (s[j] < E[:, 0])
             else:
-                hit = ((e[j] > S) & (s[j] < E)).any(axis=1)
-            out = hit if out is None else (out | hit)
-        return out  # type: ignore[return-value]
+                out |= ((e[j] > S) & (s[j] < E)).any(axis=1)
+        return out
 
     def point_key(self, x: float | int) -> tuple[Any, Any]:
         if self.is_int:
@@ -400,7 +401,7 @@ class BoxStore:
                 st.set_many(qs, vss)
             else:
                 for q, vs in zip(qs, vss):
-                    st.set(q, vs)  # type: ignore[arg-type]
+                    st.set(q, vs)
         self.n = start + len(boxes)
         return np.arange(start, self.n)
 
@@ -415,7 +416,7 @@ class BoxStore:
             st = self.cols.get(name)
             if st is None:
                 continue  # nobody constrains it: every registered set is the full column
-            out &= st.overlap(vs, n)  # type: ignore[arg-type]
+            out &= st.overlap(vs, n)
         return out
 
     def contains_mask(self, row: Mapping[str, Any], n: int | None = None) -> np.ndarray:
@@ -443,6 +444,14 @@ class BoxStore:
 # ---------------------------------------------------------------------------------------------------------
 # compressed sub-problems
 # ---------------------------------------------------------------------------------------------------------
+class AtomValues(Protocol):
+    """``values[i]``: a concrete declared value in atom i (a list, or computed on demand)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
 @dataclass
 class ProblemColumn:
     """One column of a compressed sub-problem over ``n`` queries and ``a`` atoms.
@@ -453,7 +462,7 @@ class ProblemColumn:
 
     name: str
     a: int
-    values: list[Any]
+    values: AtomValues
     M: np.ndarray | None = None
     rs: np.ndarray | None = None
     re: np.ndarray | None = None
@@ -462,33 +471,45 @@ class ProblemColumn:
     def is_runs(self) -> bool:
         return self.M is None
 
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rs, re)`` of a runs column (a dense column has none: refused)."""
+        if self.rs is None or self.re is None:
+            raise ValueError(f"column {self.name!r} of the sub-problem is dense, not runs")
+        return self.rs, self.re
+
     def sub(self, rows: np.ndarray) -> ProblemColumn:
         if self.M is not None:
             return ProblemColumn(self.name, self.a, self.values, M=self.M[rows])
-        return ProblemColumn(self.name, self.a, self.values, rs=self.rs[rows], re=self.re[rows])  # type: ignore[index]
+        rs, re = self.runs()
+        return ProblemColumn(self.name, self.a, self.values, rs=rs[rows], re=re[rows])
 
     def colsum(self, w: np.ndarray) -> np.ndarray:
         """Σ of ``w`` over the queries covering each atom.  ``O(n a)`` dense, ``O(n K + a)`` runs."""
         if self.M is not None:
             return w @ self.M
-        K = self.rs.shape[1]  # type: ignore[union-attr]
+        rs, re = self.runs()
+        K = rs.shape[1]
         ww = np.repeat(w, K) if K > 1 else w
-        d = np.bincount(self.rs.ravel(), ww, self.a + 1) - np.bincount(self.re.ravel(), ww, self.a + 1)  # type: ignore[union-attr]
-        return np.cumsum(d[:-1])
+        # weighted bincounts are float64
+        starts = np.asarray(np.bincount(rs.ravel(), ww, self.a + 1), dtype=np.float64)
+        ends = np.asarray(np.bincount(re.ravel(), ww, self.a + 1), dtype=np.float64)
+        return np.cumsum((starts - ends)[:-1])
 
     def covers(self, atom: int) -> np.ndarray:
         if self.M is not None:
             return self.M[:, atom]
-        return ((self.rs <= atom) & (atom < self.re)).any(axis=1)  # type: ignore[operator]
+        rs, re = self.runs()
+        return np.asarray(((rs <= atom) & (re > atom)).any(axis=1))
 
     def dense(self) -> np.ndarray:
         if self.M is not None:
             return self.M
-        n = self.rs.shape[0]  # type: ignore[union-attr]
+        rs, re = self.runs()
+        n = rs.shape[0]
         d = np.zeros((n, self.a + 1), dtype=np.int32)
-        rows = np.repeat(np.arange(n), self.rs.shape[1])  # type: ignore[union-attr]
-        np.add.at(d, (rows, self.rs.ravel()), 1)  # type: ignore[union-attr]
-        np.add.at(d, (rows, self.re.ravel()), -1)  # type: ignore[union-attr]
+        rows = np.repeat(np.arange(n), rs.shape[1])
+        np.add.at(d, (rows, rs.ravel()), 1)
+        np.add.at(d, (rows, re.ravel()), -1)
         return np.cumsum(d[:, :-1], axis=1) > 0
 
 
@@ -579,12 +600,14 @@ def build_problem(
             continue
         col = st.column if st is not None else store.column_of(name, rvs)
         if isinstance(col, CategoricalColumn):
-            allowed = list(rvs.indices) if rvs is not None else None  # type: ignore[union-attr]
+            # a categorical column's store and sets
+            assert (st is None or isinstance(st, _CatStore)) and (rvs is None or isinstance(rvs, CategorySet))
+            allowed = list(rvs.indices) if rvs is not None else None
             if st is not None and n:
                 if allowed is None:
-                    M = np.ascontiguousarray(st.mask[:, ids].T)  # type: ignore[union-attr]
+                    M = np.ascontiguousarray(st.mask[:, ids].T)
                 else:
-                    M = np.ascontiguousarray(st.mask[np.ix_(allowed, ids)].T)  # type: ignore[union-attr]
+                    M = np.ascontiguousarray(st.mask[np.ix_(np.asarray(allowed, dtype=np.intp), ids)].T)
             else:
                 M = np.ones((n, col.size if allowed is None else len(allowed)), dtype=bool)
             keep = np.arange(M.shape[1])
@@ -594,7 +617,9 @@ def build_problem(
             values = [col.values[i] for i in src]
             cols.append(ProblemColumn(name, M.shape[1], values, M=M))
         else:
-            cols.append(_numeric_problem_column(name, col, st, ids, rvs))  # type: ignore[arg-type]
+            # a numeric column's store and sets
+            assert (st is None or isinstance(st, _NumStore)) and (rvs is None or isinstance(rvs, IntervalSet))
+            cols.append(_numeric_problem_column(name, col, st, ids, rvs))
     return Problem(ids, weights, cols, defaults)
 
 
@@ -659,7 +684,7 @@ def _numeric_problem_column(
     rs = np.where(nonempty, rs, 0)
     re = np.where(nonempty, re, 0)
     values = _LazyNumericValues(col, cuts, atom_index)
-    return ProblemColumn(name, a, values, rs=rs.astype(np.int64), re=re.astype(np.int64))  # type: ignore[arg-type]
+    return ProblemColumn(name, a, values, rs=rs.astype(np.int64), re=re.astype(np.int64))
 
 
 class _LazyNumericValues:

@@ -465,11 +465,11 @@ class OverlapEngine:
             self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
         c = self._current_clique()
         if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
-            g = self._gamma
-            assert g is not None
+            gamma = self._gamma
+            assert gamma is not None
             ids = np.flatnonzero(st.alive[:n])
             A = adjacency_graph(st, ids=ids)
-            pos = np.searchsorted(ids, np.array(g.members, dtype=np.int64))
+            pos = np.searchsorted(ids, np.array(gamma.members, dtype=np.int64))
             chi = sum_up(self._cm.tolist())
             cr = max_weight_clique(A, st.weights[ids], limit, upper_hint=min(chi, c.upper), initial=pos)
             if cr.lower >= c.lower:
@@ -512,7 +512,8 @@ class OverlapEngine:
         hint = min(old.upper if old is not None else math.inf, sum_up(self._cm.tolist()))
         # known heavy rows (the pool), moved into the box column by column (the value of largest load with the
         # other columns fixed): the best one's exact load is a lower bound of R; when it reaches γ_old, R is exact
-        best_row, best, members = None, -math.inf, ()
+        best_row, best = None, -math.inf
+        members: tuple[int, ...] = ()
         tried = 0
         for row, load in self._pool:
             if load <= best:

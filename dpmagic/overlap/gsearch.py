@@ -82,7 +82,7 @@ def graph_data(prob: Problem, deadline: float = math.inf) -> GraphData:
             raise SearchTimeout
         M = c.dense()
         a = c.a
-        constrained = ~M.all(axis=1)
+        constrained = ~np.asarray(M.all(axis=1))
         R = np.flatnonzero(constrained)
         if len(R) == 0:
             continue

@@ -164,5 +164,6 @@ def milp_size(prob: Problem) -> tuple[int, float]:
         if c.M is not None:
             nnz += float(c.M.sum())
         else:
-            nnz += float(np.sum(c.re - c.rs))  # type: ignore[operator]
+            rs, re = c.runs()
+            nnz += float(np.sum(re - rs))
     return nvar, nnz

@@ -376,7 +376,8 @@ def _first_witness(prob: Problem) -> dict[str, int]:
             inside = c.M[q0]
         else:
             inside = np.zeros(c.a, dtype=bool)
-            for a0, b0 in zip(c.rs[q0].tolist(), c.re[q0].tolist()):  # type: ignore[index]
+            rs, re = c.runs()
+            for a0, b0 in zip(rs[q0].tolist(), re[q0].tolist()):
                 inside[a0:b0] = True
         first[c.name] = int(np.argmax(np.where(inside, c.colsum(prob.weights) + 1.0, 0.0)))
     return first

@@ -85,15 +85,15 @@ def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
     Kw = K * w[:, None]
     cb = cols[b]
     if cb.is_runs:
-        rs, re = cb.rs, cb.re
-        slots = rs.shape[1]  # type: ignore[union-attr]
+        rs, re = cb.runs()
+        slots = rs.shape[1]
         qi = np.repeat(np.arange(n), slots)
-        keep = (rs < re).ravel()  # type: ignore[operator]
+        keep = (rs < re).ravel()
         qi = qi[keep]
-        r = np.concatenate([rs.ravel()[keep], re.ravel()[keep]])  # type: ignore[union-attr]
+        r = np.concatenate([rs.ravel()[keep], re.ravel()[keep]])
         L = np.cumsum(_difference_rows(r, qi, Kw, cb.a + 1), axis=0)[:-1]
     else:
-        L = cb.M.T.astype(np.float64) @ Kw  # type: ignore[union-attr]
+        L = cb.dense().T.astype(np.float64) @ Kw
     flat = int(np.argmax(L))
     value = float(L.flat[flat])
     ib, ia = divmod(flat, cells_a)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 from IPython.core.error import UsageError
@@ -40,9 +41,13 @@ from dpmagic.session.session import Session
 # budget_summary and split_batch_cell are re-exported (their homes: dpmagic.presentation.budget_report, dpmagic.presentation.magic_cells)
 __all__ = ["DPMagic", "current_session", "budget_summary", "split_batch_cell"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _STATE: dict[str, Any] = {"session": None}
+
+#: the sessions that already print a progress line in a terminal (subscribed once each)
+_TERMINAL_PROGRESS: weakref.WeakSet[Session] = weakref.WeakSet()
 
 
 def current_session() -> Any:
@@ -56,11 +61,11 @@ def current_session() -> Any:
     return s
 
 
-def _friendly(func: F) -> F:
+def _friendly(func: Callable[Concatenate[DPMagic, P], R]) -> Callable[Concatenate[DPMagic, P], R]:
     """Turn dpmagic errors into one readable message (no traceback) unless DPMagic.debug is set."""
 
     @functools.wraps(func)
-    def wrapper(self: DPMagic, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: DPMagic, *args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(self, *args, **kwargs)
         except DPMagicError as exc:
@@ -69,7 +74,7 @@ def _friendly(func: F) -> F:
             hint = f"\n  hint: {exc.hint}" if getattr(exc, "hint", None) else ""
             raise UsageError(f"{type(exc).__name__}: {exc}{hint}") from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 @magics_class
@@ -218,7 +223,7 @@ class DPMagic(Magics, Configurable):
             data,
             schema,
             self._budget_spec(args.budget),
-            bound=args.bound or self.default_bound,  # type: ignore[arg-type]
+            bound=args.bound or self.default_bound,
             default_cost=args.default_cost,
             out_of_range="clamp" if args.clamp else "error",
             ledger=ledger,
@@ -284,11 +289,11 @@ class DPMagic(Magics, Configurable):
         view = panel_view(session)
         if getattr(self.shell, "kernel", None) is None:  # terminal IPython: no widget frontend
             print(view)
-            if not getattr(session, "_terminal_progress", False):  # a line while the accountant works > 0.5 s
+            if session not in _TERMINAL_PROGRESS:  # a line while the accountant works > 0.5 s
                 from dpmagic.session.progress import terminal_progress
 
                 session.subscribe(terminal_progress())
-                session._terminal_progress = True  # type: ignore[attr-defined]
+                _TERMINAL_PROGRESS.add(session)
             return
         if where == "side":
             try:

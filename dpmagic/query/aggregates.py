@@ -26,10 +26,10 @@ __all__ = [
 _INF = math.inf
 
 
-AGG_CLASSES: tuple[type[exp.Expression], ...] = (exp.AggFunc, exp.WithinGroup)
+AGG_CLASSES: tuple[type[exp.Expr], ...] = (exp.AggFunc, exp.WithinGroup)
 
 
-ANON_AGGS = {
+ANON_AGGS: dict[str, tuple[AggregateFunction, float | None]] = {
     "VAR": ("var", 1.0),
     "VARP": ("var", 0.0),
     "STD": ("stddev", 1.0),
@@ -40,17 +40,17 @@ ANON_AGGS = {
 }
 
 
-def is_aggregate(node: exp.Expression) -> bool:
+def is_aggregate(node: exp.Expr) -> bool:
     if isinstance(node, AGG_CLASSES):
         return True
     return isinstance(node, exp.Anonymous) and str(node.this).upper() in ANON_AGGS
 
 
-def base_aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
+def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
     """One aggregate call → a base :class:`Aggregate` (alias filled in by the caller)."""
     func: AggregateFunction
     param: float | None = None
-    arg: exp.Expression | None
+    arg: exp.Expr | None
     if isinstance(node, exp.WithinGroup):
         inner, order = node.this, node.expression
         if not isinstance(inner, (exp.PercentileCont, exp.PercentileDisc)):
@@ -106,7 +106,7 @@ def base_aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
         if arg is None or isinstance(arg, exp.Star):
             raise UnsupportedQueryError(f"{node.key.upper()} takes one column name, not '*'")
     elif isinstance(node, exp.Anonymous) and str(node.this).upper() in ANON_AGGS:
-        func, param = ANON_AGGS[str(node.this).upper()]  # type: ignore[assignment]
+        func, param = ANON_AGGS[str(node.this).upper()]
         args = node.expressions
         if func == "quantile":
             if len(args) != 2:
@@ -143,7 +143,7 @@ def base_aggregate(node: exp.Expression, schema: Schema) -> Aggregate:
     return Aggregate(func, name, "", clamp, param)
 
 
-def fraction_value(node: exp.Expression | None, where: str) -> float:
+def fraction_value(node: exp.Expr | None, where: str) -> float:
     if node is None:
         raise UnsupportedQueryError(f"{where} needs a fraction p in [0, 1]")
     try:
@@ -155,7 +155,7 @@ def fraction_value(node: exp.Expression | None, where: str) -> float:
     return float(v)
 
 
-def number_value(node: exp.Expression) -> float:
+def number_value(node: exp.Expr) -> float:
     neg = False
     while isinstance(node, (exp.Paren, exp.Neg)):
         if isinstance(node, exp.Neg):
@@ -169,7 +169,7 @@ def number_value(node: exp.Expression) -> float:
     return -v if neg else v
 
 
-def clamped_column(arg: exp.Expression, schema: Schema, func: str) -> tuple[str, tuple[float, float] | None]:
+def clamped_column(arg: exp.Expr, schema: Schema, func: str) -> tuple[str, tuple[float, float] | None]:
     """``col``, ``CLAMP(col, lo, hi)``, ``LEAST(GREATEST(col, lo), hi)`` (either order) → (column, clamp)."""
     while isinstance(arg, exp.Paren):
         arg = arg.this

@@ -71,7 +71,7 @@ def set_of_values(col: Column, members: list[Any]) -> ValueSet:
     return IntervalSet.of(col, [Interval(float(v), float(v)) for v in members]) if members else empty_set(col)
 
 
-def enumerate_domain(expr: exp.Expression, col: Column, schema: Schema) -> tuple[list[Any], np.ndarray] | None:
+def enumerate_domain(expr: exp.Expr, col: Column, schema: Schema) -> tuple[list[Any], np.ndarray] | None:
     values = domain_values(col)
     if values is None:
         return None
@@ -86,7 +86,7 @@ def enumerate_domain(expr: exp.Expression, col: Column, schema: Schema) -> tuple
 def fix_dashed_columns(subs: list[exp.Sub], schema: Schema) -> None:
     """Rewrite ``marital - status`` (how unquoted ``marital-status`` parses) into the declared column."""
 
-    def dashed(e: exp.Expression) -> str | None:
+    def dashed(e: exp.Expr) -> str | None:
         if isinstance(e, exp.Column) and not e.table:
             return e.name
         if isinstance(e, exp.Sub):
@@ -118,7 +118,7 @@ def resolve_column(col: exp.Column, schema: Schema) -> str:
     raise UnknownColumnError(f"unknown column {name!r}", hint=hint)
 
 
-def literal_value(node: exp.Expression, column: Column) -> Any:
+def literal_value(node: exp.Expr, column: Column) -> Any:
     if isinstance(node, exp.Paren):
         return literal_value(node.this, column)
     negate = False
@@ -178,21 +178,17 @@ def check_value_type(value: Any, column: Column) -> None:
 
 def int_set(col: NumericColumn, members: list[Any]) -> ValueSet:
     """A set of declared integers as a union of closed intervals (runs merged)."""
-    ivs: list[Interval] = []
-    start = prev = None
+    runs: list[list[Any]] = []  # [first, last] of each run of consecutive members
     for v in members:
-        if prev is not None and v == prev + 1:
-            prev = v
-            continue
-        if start is not None:
-            ivs.append(Interval(float(start), float(prev)))
-        start = prev = v
-    if start is not None:
-        ivs.append(Interval(float(start), float(prev)))
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    ivs = [Interval(float(first), float(last)) for first, last in runs]
     return IntervalSet.of(col, ivs) if ivs else empty_set(col)
 
 
-def is_literal(node: exp.Expression) -> bool:
+def is_literal(node: exp.Expr) -> bool:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Neg):
@@ -200,13 +196,13 @@ def is_literal(node: exp.Expression) -> bool:
     return isinstance(node, (exp.Literal, exp.Null))
 
 
-def is_column(node: exp.Expression) -> bool:
+def is_column(node: exp.Expr) -> bool:
     while isinstance(node, exp.Paren):
         node = node.this
     return isinstance(node, exp.Column)
 
 
-def column_of(node: exp.Expression, schema: Schema, where: str) -> tuple[str, Column]:
+def column_of(node: exp.Expr, schema: Schema, where: str) -> tuple[str, Column]:
     if isinstance(node, exp.Paren):
         return column_of(node.this, schema, where)
     if not isinstance(node, exp.Column):

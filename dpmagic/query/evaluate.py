@@ -31,7 +31,7 @@ class EvalError(UnsupportedQueryError):
     """An expression uses a construct the evaluator does not support."""
 
 
-def columns_of(node: exp.Expression) -> set[str]:
+def columns_of(node: exp.Expr) -> set[str]:
     """Names of the columns an expression mentions."""
     return {c.name for c in node.find_all(exp.Column)}
 
@@ -111,12 +111,10 @@ _FUNCS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
-def evaluate(
-    node: exp.Expression, env: Mapping[str, np.ndarray], n: int, resolve: Callable[[exp.Column], str]
-) -> np.ndarray:
+def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Callable[[exp.Column], str]) -> np.ndarray:
     """Evaluate ``node`` on ``n`` rows of ``env`` (arrays by name; ``resolve`` maps a Column node to a key)."""
 
-    def ev(e: exp.Expression) -> np.ndarray:
+    def ev(e: exp.Expr) -> np.ndarray:
         return evaluate(e, env, n, resolve)
 
     if isinstance(node, exp.Paren):
@@ -276,7 +274,7 @@ def _truth(a: np.ndarray) -> np.ndarray:
     return (x != 0) & ~np.isnan(x)
 
 
-_OPS = {
+_OPS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.EQ: np.equal,
     exp.NEQ: np.not_equal,
     exp.LT: np.less,
@@ -286,7 +284,7 @@ _OPS = {
 }
 
 
-def _compare(op: type, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _compare(op: type[exp.Expr], a: np.ndarray, b: np.ndarray) -> np.ndarray:
     nulls = _null_mask(a) | _null_mask(b)
     if a.dtype.kind == "O" or b.dtype.kind == "O":
         if (a.dtype.kind == "O") != (b.dtype.kind == "O"):
@@ -302,7 +300,7 @@ def _compare(op: type, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=bool) & ~nulls
 
 
-def _case(node: exp.Expression, ev: Callable[[exp.Expression], np.ndarray], n: int) -> np.ndarray:
+def _case(node: exp.Expr, ev: Callable[[exp.Expr], np.ndarray], n: int) -> np.ndarray:
     if isinstance(node, exp.If):
         branches = [(node.this, node.args.get("true"))]
         default = node.args.get("false")
@@ -314,6 +312,7 @@ def _case(node: exp.Expression, ev: Callable[[exp.Expression], np.ndarray], n: i
     taken = np.zeros(n, dtype=bool)
     values: list[tuple[np.ndarray, np.ndarray]] = []
     for cond, then in branches:
+        assert then is not None  # the parser gives every WHEN its THEN
         c = _compare(exp.EQ, ev(subject), ev(cond)) if subject is not None else _truth(ev(cond))
         c = c & ~taken
         values.append((c, ev(then)))

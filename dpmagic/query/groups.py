@@ -35,9 +35,7 @@ _INF = math.inf
 MAX_CELLS = 10_000
 
 
-def group_by_keys(
-    tree: exp.Select, schema: Schema, aliases: dict[str, exp.Expression]
-) -> tuple[list[GroupKey], list[str]]:
+def group_by_keys(tree: exp.Select, schema: Schema, aliases: dict[str, exp.Expr]) -> tuple[list[GroupKey], list[str]]:
     group = tree.args.get("group")
     if group is None:
         return [], []
@@ -92,7 +90,7 @@ def group_by_keys(
     return keys, exprs
 
 
-def group_key(expr: exp.Expression, name: str, schema: Schema) -> GroupKey:
+def group_key(expr: exp.Expr, name: str, schema: Schema) -> GroupKey:
     if isinstance(expr, exp.Column):
         col_name = resolve_column(expr, schema)
         col = schema[col_name]
@@ -127,7 +125,7 @@ def group_key(expr: exp.Expression, name: str, schema: Schema) -> GroupKey:
     return GroupKey(name, col_name, labels, tuple(s for _, s in bins))
 
 
-def enumerated_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
+def enumerated_bins(expr: exp.Expr, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
     """The declared bins of a single-column expression: (output value, the column's values giving it)."""
     got = enumerate_domain(expr, col, schema)
     if got is None:
@@ -155,7 +153,7 @@ def enumerated_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[t
     return [(k, set_of_values(col, groups[k])) for k in labels]
 
 
-def case_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
+def case_bins(expr: exp.Expr, col: Column, schema: Schema) -> list[tuple[Any, ValueSet]]:
     """CASE WHEN cond THEN const ... over a float column: each condition a set of the column (first match wins)."""
     if isinstance(expr, exp.If):
         branches = [(expr.this, expr.args.get("true"))]
@@ -171,7 +169,7 @@ def case_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[A
 
     def add(label: Any, s: ValueSet) -> None:
         if label in out:
-            out[label] = out[label].union(s)  # type: ignore[arg-type]
+            out[label] = out[label].union(s)
         else:
             out[label] = s
             order.append(label)
@@ -181,13 +179,13 @@ def case_bins(expr: exp.Expression, col: Column, schema: Schema) -> list[tuple[A
         s = box.constraints.get(col.name, full_set(col)) if not box.is_empty() else empty_set(col)
         if set(box.constraints) - {col.name}:
             raise UnsupportedQueryError(f"GROUP BY {expr.sql()}: every condition must be on {col.name!r}")
-        add(case_constant(then), s.intersect(taken.complement()))  # type: ignore[arg-type]
-        taken = taken.union(s)  # type: ignore[arg-type]
+        add(case_constant(then), s.intersect(taken.complement()))
+        taken = taken.union(s)
     add(case_constant(default) if default is not None else None, taken.complement())
     return [(k, out[k]) for k in order if not out[k].is_empty()]
 
 
-def case_constant(node: exp.Expression | None) -> Any:
+def case_constant(node: exp.Expr | None) -> Any:
     if node is None or isinstance(node, exp.Null):
         return None
     if isinstance(node, exp.Literal):
@@ -200,7 +198,7 @@ def case_constant(node: exp.Expression | None) -> Any:
     raise UnsupportedQueryError(f"a CASE group key takes constant results, not {node.sql()!r}")
 
 
-def float_bins(expr: exp.Expression, col: NumericColumn, schema: Schema) -> list[tuple[Any, ValueSet]]:
+def float_bins(expr: exp.Expr, col: NumericColumn, schema: Schema) -> list[tuple[Any, ValueSet]]:
     """``FLOOR(col / w) [* w]``, ``WIDTH_BUCKET(col, lo, hi, k)`` and ``CAST(col AS INT)`` on a float column."""
     lo, hi = float(col.lower), float(col.upper)
     if isinstance(expr, exp.WidthBucket) and isinstance(expr.this, exp.Column):
@@ -249,5 +247,5 @@ def float_bins(expr: exp.Expression, col: NumericColumn, schema: Schema) -> list
     )
 
 
-def norm_sql(node: exp.Expression) -> str:
+def norm_sql(node: exp.Expr) -> str:
     return node.sql().lower()

@@ -70,7 +70,8 @@ class Aggregate:
         if self.func == "count_distinct":
             return f"COUNT(DISTINCT {inner})"
         if self.func == "quantile":
-            named = {0.0: "MIN", 1.0: "MAX", 0.5: "MEDIAN"}.get(self.param)  # type: ignore[arg-type]
+            assert self.param is not None  # a quantile has its p
+            named = {0.0: "MIN", 1.0: "MAX", 0.5: "MEDIAN"}.get(self.param)
             return f"{named}({inner})" if named else f"QUANTILE({inner}, {self.param:g})"
         return f"{self.func.upper()}({inner})"
 

@@ -54,7 +54,7 @@ __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX
 
 
 # Constructs refused with their name in the message (checked anywhere in the tree).
-_REFUSED: list[tuple[type[exp.Expression], str]] = [
+_REFUSED: list[tuple[type[exp.Expr], str]] = [
     (exp.Join, "JOIN (dpmagic answers questions about one bound table; joins would change the privacy unit)"),
     (exp.Subquery, "a subquery (each query is one aggregate over the bound table)"),
     (exp.Union, "UNION (ask one query per part)"),
@@ -89,7 +89,7 @@ def _node_kind(t: type) -> str | None:
     return kind
 
 
-def _parse_statements(text: str) -> list[exp.Expression]:
+def _parse_statements(text: str) -> list[exp.Expr]:
     """Parse with the default dialect; T-SQL (``SELECT TOP n``) as a fallback."""
     try:
         return [s for s in sqlglot.parse(text) if s is not None and not isinstance(s, exp.Semicolon)]
@@ -149,7 +149,8 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         if kind is None:
             continue
         if kind == "sub":
-            subs.append(node)  # type: ignore[arg-type]
+            assert isinstance(node, exp.Sub)
+            subs.append(node)
         elif kind != "select":
             label = kind
             raise UnsupportedQueryError(
@@ -257,7 +258,7 @@ def _limit(tree: exp.Select) -> int | None:
     return int(node.this)
 
 
-def _select_aliases(tree: exp.Select) -> dict[str, exp.Expression]:
+def _select_aliases(tree: exp.Select) -> dict[str, exp.Expr]:
     return {item.alias.lower(): item.this for item in tree.expressions if isinstance(item, exp.Alias)}
 
 
@@ -290,7 +291,7 @@ class _Context:
             self.hidden.append(name)
         return name
 
-    def key_for(self, node: exp.Expression) -> str | None:
+    def key_for(self, node: exp.Expr) -> str | None:
         """The group key an expression (a column or the GROUP BY expression itself) refers to."""
         if not self.groups:
             return None
@@ -304,7 +305,7 @@ class _Context:
                     return g.name
         return None
 
-    def rewrite(self, node: exp.Expression, where: str, outputs: list[Output] | None = None) -> exp.Expression:
+    def rewrite(self, node: exp.Expr, where: str, outputs: list[Output] | None = None) -> exp.Expr:
         """Replace aggregates and group keys by references to released columns; refuse row-level columns."""
         node = node.copy()
         key = self.key_for(node)
@@ -314,7 +315,7 @@ class _Context:
             agg = base_aggregate(node, self.schema)
             return _ref(self.add(agg, None, hidden=True))
 
-        def visit(e: exp.Expression) -> exp.Expression:
+        def visit(e: exp.Expr) -> exp.Expr:
             k = self.key_for(e)
             if k is not None:
                 return _ref(k)
@@ -334,7 +335,7 @@ class _Context:
 
         return node.transform(visit, copy=False)
 
-    def post_expr(self, node: exp.Expression, where: str, outputs: list[Output]) -> exp.Expression:
+    def post_expr(self, node: exp.Expr, where: str, outputs: list[Output]) -> exp.Expr:
         # an output name (alias) or position in ORDER BY
         if isinstance(node, exp.Column) and not node.table:
             for o in outputs:
@@ -359,7 +360,7 @@ def _ref_sql(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _check_evaluable(e: exp.Expression, groups: Sequence[GroupKey], shown: exp.Expression, where: str) -> None:
+def _check_evaluable(e: exp.Expr, groups: Sequence[GroupKey], shown: exp.Expr, where: str) -> None:
     """Refuse now (before any budget) what post-processing could not evaluate on a released answer.
 
     ``e`` (the rewritten ``shown``) is evaluated as :func:`dpmagic.query.outputs.finish` will evaluate it, on a

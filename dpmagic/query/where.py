@@ -46,24 +46,31 @@ __all__ = [
 ]
 
 
-COMPARISONS = {exp.EQ: "=", exp.NEQ: "!=", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
+COMPARISONS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "!=",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
 
 
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def where_clause(node: exp.Expression, schema: Schema) -> tuple[Box, Filter | None]:
+def where_clause(node: exp.Expr, schema: Schema) -> tuple[Box, Filter | None]:
     """The WHERE clause's covering box, and the exact filter when the box is only a cover (None: exact)."""
     f, box, exact = predicate(node, schema)
     return box, (None if exact else f)
 
 
-def where_box(node: exp.Expression, schema: Schema) -> Box:
+def where_box(node: exp.Expr, schema: Schema) -> Box:
     box, _ = exact_box(node, schema)
     return box
 
 
-def exact_box(node: exp.Expression, schema: Schema) -> tuple[Box, frozenset[str]]:
+def exact_box(node: exp.Expr, schema: Schema) -> tuple[Box, frozenset[str]]:
     """A sub-predicate that must be an exact box (CASE group conditions): its box and its columns."""
     _, box, exact = predicate(node, schema)
     if not exact:
@@ -71,9 +78,9 @@ def exact_box(node: exp.Expression, schema: Schema) -> tuple[Box, frozenset[str]
     return box, frozenset(box.constraints)
 
 
-def conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
     """The operands of a left-deep chain of ANDs (as sqlglot parses ``a AND b AND c``), left to right."""
-    out: list[exp.Expression] = []
+    out: list[exp.Expr] = []
     while isinstance(node, exp.And):
         out.append(node.expression)
         node = node.this
@@ -81,7 +88,7 @@ def conjuncts(node: exp.Expression) -> list[exp.Expression]:
     return out[::-1]
 
 
-def predicate(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
+def predicate(node: exp.Expr, schema: Schema) -> tuple[Filter, Box, bool]:
     """(exact filter, covering box, whether the box is exact)."""
     if isinstance(node, exp.Paren):
         return predicate(node.this, schema)
@@ -94,7 +101,7 @@ def predicate(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
             cons: dict[str, ValueSet] = {}
             for _, b, _ in done:
                 for c, vs in b.constraints.items():
-                    cons[c] = cons[c].intersect(vs) if c in cons else vs  # type: ignore[arg-type]
+                    cons[c] = cons[c].intersect(vs) if c in cons else vs
             box = Box(cons)
             return Filter("box", box), box, True
         for fb, b, eb in done[1:]:
@@ -120,7 +127,7 @@ def predicate(node: exp.Expression, schema: Schema) -> tuple[Filter, Box, bool]:
     return Filter("box", box), box, True
 
 
-def atom_box(node: exp.Expression, schema: Schema) -> Box:
+def atom_box(node: exp.Expr, schema: Schema) -> Box:
     if isinstance(node, exp.Boolean):
         return Box.everything() if node.this else empty_box(schema)
     if type(node) in COMPARISONS and simple_comparison(node):
@@ -180,7 +187,7 @@ def atom_box(node: exp.Expression, schema: Schema) -> Box:
     return Box({name: set_of_values(col, members)})
 
 
-def check_literal_types(node: exp.Expression, col: Column) -> None:
+def check_literal_types(node: exp.Expr, col: Column) -> None:
     """A string literal compared with a numeric column (or a number with a string one) is a typo: say so."""
     for cmp in [node, *node.find_all(exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE, exp.In)]:
         if type(cmp) not in COMPARISONS and not isinstance(cmp, exp.In):
@@ -198,7 +205,7 @@ def empty_box(schema: Schema) -> Box:
     return Box({name: empty_set(schema[name])})
 
 
-def simple_comparison(node: exp.Expression) -> bool:
+def simple_comparison(node: exp.Expr) -> bool:
     left, right = node.this, node.expression
     return (is_column(left) and is_literal(right)) or (is_column(right) and is_literal(left))
 
@@ -211,7 +218,7 @@ def bounding_union(a: Box, b: Box) -> Box:
         return a
     out: dict[str, ValueSet] = {}
     for c in set(a.constraints) & set(b.constraints):
-        u = a.constraints[c].union(b.constraints[c])  # type: ignore[arg-type]
+        u = a.constraints[c].union(b.constraints[c])
         if not u.is_full():
             out[c] = u
     return Box(out)
@@ -228,7 +235,7 @@ def union_box(a: Box, b: Box) -> Box | None:
     ka, kb = set(a.constraints), set(b.constraints)
     if len(ka) == 1 and ka == kb:
         (c,) = ka
-        return Box({c: a.constraints[c].union(b.constraints[c])})  # type: ignore[arg-type]
+        return Box({c: a.constraints[c].union(b.constraints[c])})
     return None
 
 
@@ -244,7 +251,7 @@ def complement_box(box: Box, schema: Schema) -> Box | None:
     return None
 
 
-def comparison_box(node: exp.Expression, op: str, schema: Schema) -> tuple[Box, frozenset[str]]:
+def comparison_box(node: exp.Expr, op: str, schema: Schema) -> tuple[Box, frozenset[str]]:
     left, right = node.this, node.expression
     for side in (left, right):
         if isinstance(side, exp.Func):
@@ -260,4 +267,5 @@ def comparison_box(node: exp.Expression, op: str, schema: Schema) -> tuple[Box, 
             f"ordering comparison {op!r} on categorical column {name!r} with string values is not supported",
             hint="use = or IN (...) on categorical columns",
         )
-    return Box({name: comparison_set(col, op, type(value), value)}), frozenset([name])
+    kind: type = type(value)
+    return Box({name: comparison_set(col, op, kind, value)}), frozenset([name])

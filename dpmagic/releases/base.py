@@ -43,13 +43,16 @@ class Backend(Protocol):
 
     ``evaluate`` returns, for every cell of the query's declared GROUP BY keys (zero-filled, in declared
     order), the exact count and the exact integer sums of the summed columns (float columns in the quantum
-    ``units[column]``).  Its work must not depend on how many rows fall in the box.  Implementations:
-    :class:`~dpmagic.backends.pandas.PandasBackend`.
+    ``units[column]``), with ``extended``'s plans of the non-basic aggregates answered in ``Cells.extra``.  Its
+    work must not depend on how many rows fall in the box.  Implementations:
+    :class:`~dpmagic.backends.pandas.PandasBackend` and the SQL engines of :mod:`dpmagic.backends`.
     """
 
     schema: Schema
 
-    def evaluate(self, query: Query, units: Mapping[str, float] | None = None) -> Cells: ...
+    def evaluate(
+        self, query: Query, units: Mapping[str, float] | None = None, *, extended: Mapping[str, Any] | None = None
+    ) -> Cells: ...
 
 
 class Mechanism(ABC):

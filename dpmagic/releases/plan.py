@@ -98,13 +98,12 @@ def plan_noise(
             real = release_sensitivity(query, schema, agg.column, replace_one=replace_one, clamp=clamp)
             lo, hi = effective_bounds(agg, schema)
             unit = float_unit(definition, share, real, max(abs(lo), abs(hi)))
+
+            def to_units(v: float, u: float = unit) -> int:
+                return int(np.rint(v / u))
+
             sens = release_sensitivity(
-                query,
-                schema,
-                agg.column,
-                replace_one=replace_one,
-                clamp=clamp,
-                to_units=lambda v, u=unit: int(np.rint(v / u)),
+                query, schema, agg.column, replace_one=replace_one, clamp=clamp, to_units=to_units
             )
             sums[agg.sum_key] = calibrate(definition, share, sens, unit=unit, bias=MAX_ROWS * unit / 2.0)
     extra = plan_extended(query, schema, definition, share, replace_one=replace_one)

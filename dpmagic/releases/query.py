@@ -56,6 +56,6 @@ class QueryMechanism(QueryBoxMechanism):
     def release(self, backend: Backend) -> pd.DataFrame:
         from dpmagic.query.outputs import finish
 
-        cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)  # type: ignore[call-arg]
+        cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)
         df = release(self.query, cells, self.plan, self.schema)
         return finish(self.query, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values

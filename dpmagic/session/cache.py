@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from dpmagic.errors import ConfigurationError
 from dpmagic.session.results import QueryResult
 
 if TYPE_CHECKING:
@@ -45,10 +46,16 @@ class ReleaseCache:
         if hit is None:
             e = session.accountant.released_entry(key)  # answered before a restart, or by another kernel
             if e is not None:
+                answer = e.answer
+                if not isinstance(answer, dict) or "data" not in answer or "columns" not in answer:
+                    raise ConfigurationError(
+                        f"the ledger records the release of entry {e.id} without its answer (data and columns)",
+                        hint="was the ledger file edited? check it with `dpmagic ledger verify PATH`",
+                    )
                 q = session.parse(e.sql)
                 hit = QueryResult(
                     query=q,
-                    df=pd.DataFrame(e.answer["data"], columns=e.answer["columns"]),
+                    df=pd.DataFrame(answer["data"], columns=answer["columns"]),
                     cost=e.cost,
                     currency=session.currency,
                     charge=session.accountant.preview(q.coverage, e.cost),

@@ -166,7 +166,7 @@ def decide(
     parameter = session.currency.parameter
     parameter = getattr(parameter, "value", parameter)
     summary = p.summary()
-    summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)  # type: ignore[arg-type]
+    summary["phase_one_cost"] = _compose([cost_of_epsilon(k * c.epsilon, definition) for c in p.conditions], definition)
     summary["neighbors"] = session.neighbors
     if dry_run:
         # the pipeline without the charge: Phase One's reads all cover the WHERE box, so together they add their
@@ -204,7 +204,7 @@ def decide(
     asked_at = time.time()
 
     def afford(epsilons: list[float]) -> bool:
-        cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)  # type: ignore[arg-type]
+        cost = _compose([cost_of_epsilon(k * e, definition) for e in epsilons], definition)
         return weight(cost) <= weight(session.affordable(q))
 
     def step(i: int, req: MeasureRequest, coverage: dict[str, Any]) -> dict[Any, float]:
@@ -213,7 +213,7 @@ def decide(
             req,
             str(p.by_index(i).condition),
             definition=definition,
-            replace_one=replace,  # type: ignore[arg-type]
+            replace_one=replace,
         )
         released = session.run(
             mech,
@@ -242,7 +242,7 @@ def decide(
         denied=res.denied,
         reason=res.reason,
         dry_run=False,
-        cost=_compose([r["cost"] for r in reads], definition),  # type: ignore[arg-type]
+        cost=_compose([r["cost"] for r in reads], definition),
         epsilon=math.fsum(r["epsilon"] for r in reads),
         fnr_target=p.beta,
         fnr_bound=res.fnr_bound,

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -42,7 +42,7 @@ from dpmagic.accountant.currency import Budget, Currency, check_cost, parse_budg
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.bind import backend_for
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
-from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
+from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.sql import parse_query
@@ -53,6 +53,10 @@ from dpmagic.session.costs import CostSpec, parse_cost, session_cost
 from dpmagic.session.events import EventBus, Listener
 from dpmagic.session.progress import Ticker
 from dpmagic.session.results import Preview, QueryResult, Released
+
+if TYPE_CHECKING:
+    from dpmagic.session.batch import BatchPreview, BatchResult
+    from dpmagic.session.decide import DecisionAnswer
 
 # re-exported: their homes are dpmagic.query.regions and dpmagic.accountant.binding
 __all__ = ["Session", "QueryResult", "Preview", "EmptyRegionWarning", "empty_region_message", "ledger_key"]
@@ -108,7 +112,9 @@ class Session:
         table_names: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         self.schema = Schema.of(schema)
-        if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        if isinstance(budget, bool):
+            raise BudgetError(f"a budget must be like 'epsilon=1.0', got {budget!r}")
+        if isinstance(budget, (int, float)):
             budget = {"epsilon": budget}  # a bare number is ε of pure DP, as `%dpsession --budget 1`
         self.budget = parse_budget(budget, delta=delta)
         if bound not in CHARGE_BOUNDS:
@@ -395,7 +401,7 @@ class Session:
         mu: CostSpec = None,
         rmse: float | None = None,
         dry_run: bool = False,
-    ) -> Any:
+    ) -> BatchPreview | BatchResult:
         """Answer a whole workload at once (issue 15): ``prefix(age) * identity(sex)``, ``marginals([a, b], 2)``
         ... (:mod:`dpmagic.batch.spec`) within ``where``, by the matrix mechanism with the strategy of smallest
         expected RMSE (or ``strategy``), or several ``SELECT COUNT(*) ... WHERE <box>`` measured with noise of
@@ -418,7 +424,7 @@ class Session:
         max_epsilon: float | None = None,
         dry_run: bool = False,
         max_group_size: int | None = None,
-    ) -> Any:
+    ) -> DecisionAnswer:
         """Answer a GROUP BY … HAVING decision query with false-negative target ``fnr`` (proven) and
         false-positive target ``fpr`` (ProBE's estimate), each read charged through :meth:`run`.
 

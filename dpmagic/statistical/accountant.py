@@ -108,9 +108,12 @@ class StatisticalPrivacyAccountant:
     ) -> None:
         self._prior = check_prior(prior)
         self._n = _check_size(n, "n")
-        if (parts is None) == (sizes is None):
+        if parts is not None and sizes is None:
+            self._sizes = equal_part_sizes(self._n, parts)
+        elif parts is None and sizes is not None:
+            self._sizes = check_part_sizes(self._n, sizes)
+        else:
             raise ConfigurationError("give exactly one of parts= (m equal parts) or sizes= (fixed part sizes)")
-        self._sizes = equal_part_sizes(self._n, parts) if parts is not None else check_part_sizes(self._n, sizes)
         self._epsilon = _check_epsilon(epsilon)
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (0.0 < float(delta) <= 1.0):
             raise BudgetError(f"the δ target must be a number in (0, 1], got {delta!r}")

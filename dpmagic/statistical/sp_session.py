@@ -122,7 +122,7 @@ class StatisticalSession:
         if column not in self.schema:
             raise ConfigurationError(f"column {column!r} is not declared in the schema")
         self.column = column
-        self.prior = parse_prior(prior, self.schema[column])  # type: ignore[arg-type]
+        self.prior = parse_prior(prior, self.schema[column])
         self.assumption = prior_text(self.prior, column)
         self._domain = column_domain(self.schema[column])
         self.data = self.schema.validate(data, out_of_range=out_of_range)
