@@ -31,8 +31,9 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   so the integer units equal :func:`dpmagic.mechanisms.quantise`'s;
 * the inputs of the aggregates of :mod:`dpmagic.aggregates`: COUNT(DISTINCT) per cell; VAR / STDDEV's three
   exact sums (:func:`dpmagic.aggregates.variance.exact`, same per-row formulas and quantisation); a quantile's
-  per-cell *histogram* (value, count) — the kernel expands it into the cell's multiset of values, which is
-  all OpenDP's quantile score depends on (the pandas backend passes the same multiset in row order).
+  per-cell *histogram over its public candidate grid* (2K + 1 bins: :func:`dpmagic.aggregates.quantile.bins`,
+  computed per row exactly by :func:`bin_sql`), all OpenDP's quantile score depends on, of a size fixed before
+  the charge (the pandas backend computes the same array with ``searchsorted`` and ``bincount``).
 
 Only these aggregates cross from the engine to the kernel; binding validates the domain with aggregate queries
 (counts of missing, non-finite, fractional, out-of-range values; the distinct undeclared categories, which the
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpmagic.aggregates.quantile import Grid, histogram_bins
 from dpmagic.backends.pandas import too_many_rows_error
 from dpmagic.cells import Cells
 from dpmagic.columns import (
@@ -197,6 +199,70 @@ def quantise_sql(x: exp.Expression, unit: float, lo: float, hi: float) -> Quanti
     y = exp.Div(this=exp.paren(clip(as_double(x), float(lo), float(hi))), expression=lit(float(unit)))
     m = max(abs(float(lo)), abs(float(hi))) / float(unit)
     return Quantised(y, int(math.ceil(m)) + 1 if math.isfinite(m) else _UNBOUNDED)
+
+
+@dataclass(frozen=True)
+class Binned:
+    """A per-row bin on a quantile's public candidate grid (:func:`dpmagic.aggregates.quantile.bins`): ``y`` =
+    the value as a double clamped into [lo, hi], computed once per row in the first projection of
+    :meth:`Compiler.rows`; on an affine grid a = ⌊(y − lo)·inv⌋ in the second; the bin (:func:`bin_sql`) in the
+    third."""
+
+    y: exp.Expression
+    grid: Grid
+
+
+def quantile_bin(x: exp.Expression, lo: float, hi: float, grid: Grid) -> Binned:
+    """The bin of ``x`` (a column of the normalised view) on ``grid``, its value first converted to a double and
+    clamped into [lo, hi] — the values OpenDP's scorer sees (the pandas path's ``np.clip(values.astype(float),
+    lo, hi)``)."""
+    return Binned(clip(as_double(x), float(lo), float(hi)), grid)
+
+
+def grid_index(y: exp.Expression, g: Grid) -> exp.Expression:
+    """a = ⌊(y − lo)·inv⌋ as BIGINT (:class:`~dpmagic.aggregates.quantile.Grid`, the affine grid)."""
+    t = exp.Mul(this=exp.paren(exp.Sub(this=y, expression=lit(g.lo))), expression=lit(g.inv))
+    return exp.cast(exp.Floor(this=t), "BIGINT")
+
+
+def bin_sql(y: exp.Expression, a: exp.Expression | None, g: Grid) -> exp.Expression:
+    """#{c < y} + #{c ≤ y} of the double ``y`` over the grid's candidates, exactly (as numpy's ``searchsorted``;
+    :class:`~dpmagic.aggregates.quantile.Grid`): 2·(y − base) + 1 on an integer grid; on an affine grid, from
+    the approximate index ``a`` and the seven candidates around it, each recomputed by the grid's formula."""
+    if g.k == 1:
+        c = lit(g.lo)
+        return _case(
+            [(exp.LT(this=y.copy(), expression=c), lit(0)), (exp.GT(this=y.copy(), expression=c.copy()), lit(2))],
+            lit(1),
+        )
+    if g.base is not None:
+        j = exp.paren(exp.Sub(this=exp.cast(y.copy(), "BIGINT"), expression=lit(g.base)))
+        return exp.Add(this=exp.Mul(this=lit(2), expression=j), expression=lit(1))
+    assert a is not None
+
+    def point(d: int) -> tuple[exp.Expression, exp.Expression]:  # (the index a + d, c_{a+d} by the formula)
+        j = exp.paren(exp.Add(this=a.copy(), expression=lit(d))) if d else a.copy()
+        w = exp.paren(exp.Mul(this=lit(g.width), expression=as_double(j.copy())))
+        return j, exp.paren(exp.Add(this=lit(g.lo), expression=exp.Div(this=w, expression=lit(float(g.k - 1)))))
+
+    def below(d: int, strict: bool) -> exp.Expression:  # [c_{a+d} < y] (strict) or [c_{a+d} ≤ y], 0 or 1
+        j, c = point(d)
+        cmp = (exp.LT if strict else exp.LTE)(this=c, expression=y.copy())
+        whens = [
+            (exp.LT(this=j, expression=lit(0)), lit(1)),
+            (exp.GT(this=j.copy(), expression=lit(g.k - 1)), lit(0)),
+            (cmp, lit(1)),
+        ]
+        return exp.paren(_case(whens, lit(0)))
+
+    terms: list[exp.Expression] = [
+        exp.paren(exp.Sub(this=exp.Mul(this=lit(2), expression=a.copy()), expression=lit(3)))
+    ]
+    terms += [below(d, False) for d in (-1, 0, 1)] + [below(d, True) for d in (-2, -1, 0, 1)]
+    out = terms[0]
+    for t in terms[1:]:
+        out = exp.Add(this=out, expression=t)
+    return out
 
 
 assert MAX_ROWS <= 2**32, "exact_sum's limb widths assume at most 2^32 rows"
@@ -437,7 +503,7 @@ class Compiler:
 
     # ---- the per-cell aggregates of one query ----
     def rows(
-        self, query: Query, values: Mapping[str, exp.Expression | Quantised], view: exp.Select
+        self, query: Query, values: Mapping[str, exp.Expression | Quantised | Binned], view: exp.Select
     ) -> tuple[exp.Select, list[str]]:
         """SELECT <keys>, <per-row values> FROM data, and the key columns' names.
 
@@ -447,8 +513,9 @@ class Compiler:
         bin index (−1: in no bin).  Every row is
         scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
         pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
-        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values (with :attr:`native_rint`,
-        RINT(y) in the last projection, no r).
+        and the quantised and binned values' ``y``; then r = FLOOR(y) and a binned value's approximate index; then
+        the rounded values (with :attr:`native_rint`, RINT(y) in the last projection, no r) and the bins
+        (:func:`bin_sql`).
         """
         cond = [self.box(query.where)]
         if query.filter is not None:
@@ -459,7 +526,7 @@ class Compiler:
             raw = g.sets is None and (g.column in self.coded or not self.coded_keys)
             first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
-            first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
+            first.append(exp.alias_(v.y if isinstance(v, (Quantised, Binned)) else v, k))
         used = dict.fromkeys(
             c.name for e in [*cond, *first[1:]] for c in e.find_all(exp.Column) if c.name in self.schema.columns
         )
@@ -468,6 +535,14 @@ class Compiler:
         second: list[exp.Expression] = [exp.column(k) for k in keys]
         third: list[exp.Expression] = [exp.column(k) for k in keys]
         for k, v in values.items():
+            if isinstance(v, Binned):  # y; then y and a (an affine grid); then the bin
+                second.append(exp.column(k))
+                a = None
+                if v.grid.k > 1 and v.grid.base is None:
+                    second.append(exp.alias_(grid_index(exp.column(k), v.grid), f"{k}_a"))
+                    a = exp.column(f"{k}_a")
+                third.append(exp.alias_(bin_sql(exp.column(k), a, v.grid), k))
+                continue
             second.append(exp.column(k))
             if isinstance(v, Quantised) and self.native_rint:
                 third.append(exp.alias_(exp.cast(exp.Anonymous(this="RINT", expressions=[exp.column(k)]), "BIGINT"), k))
@@ -655,7 +730,7 @@ class EngineBackend(ABC):
         comp = self.compiler
         n_cells = query.n_cells
         keys = list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
-        values: dict[str, exp.Expression | Quantised] = {}
+        values: dict[str, exp.Expression | Quantised | Binned] = {}
         aggs: dict[str, exp.Expression] = {"n": exp.Count(this=exp.Star())}
         sum_keys: dict[str, str] = {}
         sum_parts: dict[str, list[str]] = {}  # an exact sum -> the names of its aggregates
@@ -704,7 +779,7 @@ class EngineBackend(ABC):
                 add_sum(f"vq_{alias}", exp.column(kq), q_bound)
             else:
                 k = f"v{len(values)}"
-                values[k] = as_double(col(name))
+                values[k] = quantile_bin(col(name), u.lo, u.hi, u.plan.grid)
                 quantiles[alias] = k
         rows, key_cols = comp.rows(query, values, self._view)
         nk = len(key_cols)
@@ -738,30 +813,32 @@ class EngineBackend(ABC):
             elif a.func in ("var", "stddev"):
                 extra[alias] = {"n": [int(v) for v in counts], "s": per[f"vs_{alias}"], "q": per[f"vq_{alias}"]}
             else:
-                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells)
+                width = histogram_bins(len(u.plan.candidates))
+                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells, width)
         return Cells(keys=keys, counts=counts, sums=sums, extra=extra)
 
-    def _histogram(self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int) -> list[np.ndarray]:
-        """Each cell's multiset of values (sorted), from the engine's per-cell (value, count) histogram."""
+    def _histogram(
+        self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int, width: int
+    ) -> np.ndarray:
+        """Each cell's histogram over a quantile's candidates (``n_cells × width``), from one aggregate over every
+        row: grouped by the GROUP BY keys and the bin, counting the rows that pass the filter (SUM of ``dp_in``)
+        — not by ``dp_in`` itself, so the engine groups, and returns, the same rows whatever the box holds; at
+        most (GROUP BY cells) × (2K + 1) groups, a bound known before the charge (:meth:`aggregate_groups`)."""
+        groups = [exp.column(c) for c in key_cols[1:]] + [exp.column(k)]
         stmt = (
-            exp.select(*[exp.column(c) for c in key_cols], exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
+            exp.select(*groups, exp.alias_(exp.Sum(this=exp.column("dp_in")), "n"))
             .from_(exp.alias_(exp.Subquery(this=rows), "r"))
-            .group_by(*[exp.column(c) for c in key_cols], exp.column(k))
-            .having(exp.EQ(this=exp.column("dp_in"), expression=lit(1)))  # the discarded rows' values stay behind
+            .group_by(*[g.copy() for g in groups])
         )
-        nk = len(key_cols)
-        vals: list[list[float]] = [[] for _ in range(n_cells)]
-        cnts: list[list[int]] = [[] for _ in range(n_cells)]
+        nk = len(groups)
+        hist = np.zeros((n_cells, width), dtype=np.int64)
         for row in self._run(stmt):
-            cell = self.compiler.cell_of(query, row[:nk])
-            if cell is not None:
-                vals[cell].append(float(row[nk]))
-                cnts[cell].append(int(row[nk + 1]))
-        out = []
-        for v, n in zip(vals, cnts, strict=True):
-            order = np.argsort(np.asarray(v, dtype=float), kind="stable")
-            out.append(np.repeat(np.asarray(v, dtype=float)[order], np.asarray(n, dtype=np.int64)[order]))
-        return out
+            cell = self.compiler.cell_of(query, (1, *row[: nk - 1]))
+            b, n = row[nk - 1], int(row[nk] or 0)
+            if cell is None or b is None or n == 0:  # a row in no cell, or a missing value (dp_in = 0)
+                continue
+            hist[cell, int(b)] += n
+        return hist
 
     def _variance_values(
         self, name: str, p: Any
