@@ -312,6 +312,7 @@ class Session:
         tick = Ticker(lambda s: self._emit("progress", elapsed=s, message=computing, limit=self.accountant.time_limit))
         try:
             with tick:  # accounting only (public): the data is read after it
+                mechanism.check(self.backend)  # what the backend cannot answer is refused here, before the charge
                 # one overlap computation, outside the ledger's write lock; committed as is unless one was added since
                 pre = self.accountant.preview(mechanism.coverage, mechanism.cost)
                 entry_id, charge = self.accountant.charge(

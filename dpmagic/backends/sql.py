@@ -324,6 +324,7 @@ class Compiler:
         coded: frozenset[str] = frozenset(),
         clamped: bool = False,
         native_rint: bool = False,
+        collation: str | None = None,
     ) -> None:
         self.schema = schema
         self.source = source  # a table / view reference of the raw bound data
@@ -340,6 +341,23 @@ class Compiler:
         #: the engine has an exact round-half-to-even function ``RINT`` (Spark's, Java's ``Math.rint``): the
         #: quantised values use it instead of :func:`rint`'s IEEE spelling
         self.native_rint = native_rint
+        #: the engine's name of byte-wise string comparison (DuckDB: ``binary``), applied with ``COLLATE`` to every
+        #: string column in every generated comparison and GROUP BY key (:meth:`text`), so that no collation of
+        #: the source (``VARCHAR COLLATE NOCASE``, a connection's default) can merge two categories
+        self.collation = collation
+
+    def text(self, name: str, x: exp.Expression | None = None) -> exp.Expression:
+        """The string column ``name`` (or ``x``, a value of it) compared and grouped byte for byte: ``x COLLATE
+        <collation>`` (:attr:`collation`); unchanged on other kinds, on coded columns, or without a collation.
+
+        A collation changes what ``=``, ``IN`` and GROUP BY consider equal: under ``NOCASE`` the declared 'ab'
+        would match 'Ab', 'aB' and 'AB' too, so disjoint boxes would share rows (each counted in parallel) and
+        GROUP BY would move rows across declared cells; pandas compares exactly."""
+        x = col(name) if x is None else x
+        source = self.columns.get(name)
+        if self.collation is None or name in self.coded or source is None or source.kind != "string":
+            return x
+        return exp.Collate(this=x, expression=exp.to_identifier(self.collation, quoted=True))
 
     def coding(self) -> exp.Select:
         """SELECT of every declared column with each categorical one replaced by its declared position
@@ -387,6 +405,8 @@ class Compiler:
             # ``clamped`` source was clamped by the statement that made it, which Spark re-runs if it recomputes it)
             if isinstance(c, NumericColumn) and not self.clamped:
                 x = self.clamped_number(name)
+            elif isinstance(c, CategoricalColumn):
+                x = self.text(name)  # compared and grouped byte for byte downstream, whatever the source's collation
             sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
 
@@ -401,7 +421,7 @@ class Compiler:
         lits = [e for v in c.values if (e := self.category_literal(name, v)) is not None]
         if not lits:
             return exp.false()
-        return exp.In(this=col(name) if x is None else x, expressions=lits)
+        return exp.In(this=self.text(name, x), expressions=lits)
 
     def category_literal(self, name: str, value: Any) -> exp.Expression | None:
         """The literal the engine's ``=`` compares *exactly* with the source column ``name`` to test for the declared
@@ -451,7 +471,7 @@ class Compiler:
             if name in self.coded:
                 return exp.In(this=col(name), expressions=[lit(i) for i, m in enumerate(mask) if m])
             lits = [e for v in values if (e := self.category_literal(name, v)) is not None]
-            return exp.In(this=col(name), expressions=lits) if lits else exp.false()
+            return exp.In(this=self.text(name), expressions=lits) if lits else exp.false()
         assert isinstance(s, IntervalSet)
         c = self.schema[name]
         assert isinstance(c, NumericColumn)
@@ -495,7 +515,7 @@ class Compiler:
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
         whens = [
-            (exp.EQ(this=col(name), expression=e), lit(i))
+            (exp.EQ(this=self.text(name), expression=e), lit(i))
             for i, v in enumerate(c.values)
             if (e := self.category_literal(name, v)) is not None
         ]
@@ -524,7 +544,7 @@ class Compiler:
         first: list[exp.Expression] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
             raw = g.sets is None and (g.column in self.coded or not self.coded_keys)
-            first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
+            first.append(exp.alias_(self.text(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, (Quantised, Binned)) else v, k))
         used = dict.fromkeys(
@@ -593,6 +613,8 @@ class EngineBackend(ABC):
     coded_keys: bool = False
     #: see :attr:`Compiler.native_rint`
     native_rint: bool = False
+    #: see :attr:`Compiler.collation`
+    collation: str | None = None
 
     schema: Schema
 
@@ -604,7 +626,12 @@ class EngineBackend(ABC):
         self.schema = schema
         self.out_of_range = out_of_range
         self.compiler = Compiler(
-            schema, source, {c.name: c for c in columns}, coded_keys=self.coded_keys, native_rint=self.native_rint
+            schema,
+            source,
+            {c.name: c for c in columns},
+            coded_keys=self.coded_keys,
+            native_rint=self.native_rint,
+            collation=self.collation,
         )
         try:
             self.n_rows = self.validate(columns)
@@ -621,6 +648,23 @@ class EngineBackend(ABC):
     @abstractmethod
     def _run(self, statement: exp.Expression) -> list[tuple[Any, ...]]:
         """Run one SELECT (of aggregates) and return its rows."""
+
+    def check(self, query: Query, extended: Mapping[str, Any] | None = None) -> None:
+        """Refuse, before the charge and from public information only (the query, the schema, the engine's
+        settings), a query this engine cannot answer (subclasses; none by default)."""
+        return None
+
+    def aggregate_groups(self, query: Query, extended: Mapping[str, Any] | None = None) -> int:
+        """A bound, from the schema and the query alone, on the groups of the largest statement :meth:`evaluate`
+        runs: the main one groups by ``dp_in`` and the GROUP BY keys (2 × cells), a quantile's histogram by the
+        keys and its bin (cells × (2K + 1)).  (On validated data; COUNT(DISTINCT)'s per-cell sets, whose size
+        depends on the data, are not included: the engine spills them.)"""
+        n = query.n_cells
+        out = 2 * n
+        for u in (extended or {}).values():
+            if u.agg.func == "quantile":
+                out = max(out, n * histogram_bins(len(u.plan.candidates)))
+        return out
 
     def _position(self) -> exp.Expression:
         """A per-row scan position (only to list undeclared categories in order of first appearance)."""
@@ -702,7 +746,7 @@ class EngineBackend(ABC):
 
     def _bad_categories(self, c: CategoricalColumn, s: SourceColumn) -> list[Any]:
         """The first (up to 6) distinct undeclared values, in order of first appearance in the scan."""
-        inner = exp.select(exp.alias_(col(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
+        inner = exp.select(exp.alias_(self.compiler.text(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
             self.compiler.source.copy()
         )
         stmt = (
