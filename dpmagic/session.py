@@ -79,6 +79,10 @@ class Session:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
         :mod:`dpmagic.sensitivity`).
+    diagnostics:
+        the data custodian's switch for fixing the data: binding errors then show the first undeclared
+        category values and the number of values out of bounds.  Off by default: binding errors name the column
+        and the problem only, so that binding by a server, or under an analyst's schema, reads nothing.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class Session:
         delta: float = 1e-6,
         neighbors: Neighbors = "add-remove",
         table_names: tuple[str, ...] | list[str] | None = None,
+        diagnostics: bool = False,
     ) -> None:
         self.schema = Schema.of(schema)
         if isinstance(budget, (int, float)) and not isinstance(budget, bool):
@@ -108,7 +113,7 @@ class Session:
             else check_cost(default_cost, f"the default {self.budget.currency.parameter}")
         )
         # pandas DataFrame → PandasBackend; Parquet/CSV path, glob or list, DuckDB relation → DuckDB; Spark → Spark
-        self.backend = backend_for(data, self.schema, out_of_range=out_of_range)
+        self.backend = backend_for(data, self.schema, out_of_range=out_of_range, diagnostics=diagnostics)
         #: the validated frame (pandas backend only; engine backends keep the rows in the engine)
         self.data = getattr(self.backend, "df", None)
         #: the names FROM may use for the bound table (schema-qualified forms such as PUMS.PUMS included)

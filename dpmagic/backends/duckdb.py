@@ -134,6 +134,7 @@ class DuckDBBackend(EngineBackend):
         out_of_range: OutOfRangePolicy = "error",
         memory_limit: str = DEFAULT_MEMORY_LIMIT,
         threads: int | None = None,
+        diagnostics: bool = False,
     ) -> None:
         if isinstance(data, duckdb.DuckDBPyConnection):
             if not table:
@@ -175,7 +176,7 @@ class DuckDBBackend(EngineBackend):
         self._strings = [c.name for c in columns if c.kind == "string"]
         try:
             self._check_collation()
-            self._init(schema, exp.to_table(_SOURCE), columns, out_of_range)
+            self._init(schema, exp.to_table(_SOURCE), columns, out_of_range, diagnostics)
         except BaseException:
             self.close()
             raise

@@ -74,6 +74,7 @@ class SparkBackend(EngineBackend):
         spark: Any = None,
         out_of_range: OutOfRangePolicy = "error",
         cache: bool = True,
+        diagnostics: bool = False,
     ) -> None:
         if isinstance(data, str):
             if spark is None:
@@ -91,7 +92,7 @@ class SparkBackend(EngineBackend):
         self.view_name = f"dpmagic_src_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.view_name)
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in frame.dtypes]
-        self._init(schema, exp.to_table(self.view_name), columns, out_of_range)
+        self._init(schema, exp.to_table(self.view_name), columns, out_of_range, diagnostics)
         self.cached: Any = None
         if cache:
             self._cache_coded(columns, out_of_range)

@@ -619,12 +619,20 @@ class EngineBackend(ABC):
     schema: Schema
 
     def _init(
-        self, schema: Schema, source: exp.Expression, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
+        self,
+        schema: Schema,
+        source: exp.Expression,
+        columns: list[SourceColumn],
+        out_of_range: OutOfRangePolicy,
+        diagnostics: bool = False,
     ) -> None:
         if out_of_range not in ("error", "clamp"):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
+        #: binding errors quote undeclared values and count out-of-bound ones (the custodian's switch; see
+        #: :func:`dpmagic.columns.categories_error`)
+        self.diagnostics = diagnostics
         self.compiler = Compiler(
             schema,
             source,
@@ -678,8 +686,9 @@ class EngineBackend(ABC):
         """Check the source against the declared domain; the errors (and their order) are the pandas path's.
 
         One aggregate scan: per column the counts of missing values, undeclared categories, non-finite,
-        fractional and out-of-range numbers (only a count crosses, as the pandas messages show); then, only when
-        a column has undeclared categories, its distinct undeclared values (the pandas message names them).
+        fractional and out-of-range numbers (only a count crosses, and the messages show none); then, only when a
+        column has undeclared categories and :attr:`diagnostics` is on (the custodian's switch), its distinct
+        undeclared values (the message then names them, and the number of values out of bounds).
         Returns the row count.
         """
         names = [c.name for c in columns]
@@ -730,7 +739,8 @@ class EngineBackend(ABC):
                 raise missing_values_error(name)
             if isinstance(c, CategoricalColumn):
                 if counts[f"bad_{i}"]:
-                    raise categories_error(name, self._bad_categories(c, s))
+                    bad = self._bad_categories(c, s) if self.diagnostics else None
+                    raise categories_error(name, bad, diagnostics=self.diagnostics)
                 continue
             if not s.numeric:
                 raise dtype_error(c, s.dtype)
@@ -739,7 +749,7 @@ class EngineBackend(ABC):
             if counts.get(f"frac_{i}"):
                 raise fractional_error(name)
             if counts[f"out_{i}"] and self.out_of_range == "error":
-                raise outside_error(c, counts[f"out_{i}"])
+                raise outside_error(c, counts[f"out_{i}"], diagnostics=self.diagnostics)
         if counts["n_rows"] > MAX_ROWS:
             raise too_many_rows_error()
         return counts["n_rows"]
