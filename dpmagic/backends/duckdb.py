@@ -195,11 +195,23 @@ class DuckDBBackend(EngineBackend):
         its own (``VARCHAR COLLATE NOCASE``, in a table, a view or an expression): under it 'ab' and 'AB' compare
         equal, so disjoint boxes would share rows and GROUP BY would merge declared cells.  Every generated
         comparison is ``COLLATE "binary"`` anyway (:attr:`~dpmagic.backends.sql.Compiler.collation`); this makes
-        the configuration an error rather than a silent difference from pandas.  The column's collation is read
-        without a row: comparing ``(SELECT c FROM source LIMIT 0)`` with a binary-collated literal is a binder
-        error exactly when the column carries another collation (DuckDB shows no collation in ``DESCRIBE``)."""
+        the configuration an error rather than a silent difference from pandas.
+
+        One statement that reads no row: the setting, and each string column compared with a binary-collated
+        literal in a ``LIMIT 0`` scan — a binder error exactly when a column carries another collation (DuckDB
+        shows no collation in ``DESCRIBE``); only then is each column probed alone, to name it."""
         try:
-            ((collation,),) = self._rel.query(_SOURCE, "SELECT current_setting('default_collation')").fetchall()
+            collation = self._rel.query(_SOURCE, self._probe(self._strings)).fetchall()[0][0]
+        except duckdb.BinderException as e:
+            if "collation" not in str(e).lower():
+                raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
+            bad = next((n for n in self._strings if not self._binary(n)), "?")
+            raise ConfigurationError(
+                f"column {bad!r} has a collation (e.g. VARCHAR COLLATE NOCASE): dpmagic compares categories byte "
+                "for byte, and under a collation two declared categories could match the same value",
+                hint=f"bind it without: ALTER TABLE ... ALTER {bad} SET DATA TYPE VARCHAR, or a relation selecting "
+                f'{bad} COLLATE "binary" AS {bad}',
+            ) from None
         except duckdb.Error as e:
             raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
         if collation:
@@ -207,31 +219,36 @@ class DuckDBBackend(EngineBackend):
                 f"the DuckDB connection sets default_collation={collation!r}: dpmagic compares categories exactly",
                 hint="SET default_collation = '' on that connection (or bind a file: dpmagic opens its own)",
             )
-        if self._strings and not self._binary(self._strings):
-            bad = next(n for n in self._strings if not self._binary([n]))
-            raise ConfigurationError(
-                f"column {bad!r} has a collation (e.g. VARCHAR COLLATE NOCASE): dpmagic compares categories byte "
-                "for byte, and under a collation two declared categories could match the same value",
-                hint=f"bind it without: ALTER TABLE ... ALTER {bad} SET DATA TYPE VARCHAR, or a relation selecting "
-                f'{bad} COLLATE "binary" AS {bad}',
-            )
 
-    def _binary(self, names: list[str]) -> bool:
-        """True when none of the string columns ``names`` carries a collation (reads no row)."""
-        probes = [
-            exp.alias_(
-                exp.EQ(
-                    this=exp.Subquery(this=exp.select(col(n)).from_(_SOURCE).limit(0)),
-                    expression=exp.paren(
-                        exp.Collate(this=exp.Literal.string(""), expression=exp.to_identifier("binary", quoted=True))
-                    ),
-                ),
-                f"p{i}",
+    @staticmethod
+    def _probe(names: list[str]) -> str:
+        """SELECT the default collation, and (when ``names``) a count over a LIMIT 0 scan comparing each string
+        column with ``'' COLLATE "binary"`` (a binder error if one carries another collation; no row is read)."""
+        setting = exp.alias_(
+            exp.Anonymous(this="current_setting", expressions=[exp.Literal.string("default_collation")]), "d"
+        )
+        if not names:
+            return exp.select(setting).sql(dialect="duckdb")
+        binary = exp.Collate(this=exp.Literal.string(""), expression=exp.to_identifier("binary", quoted=True))
+        scan = (
+            exp.select(
+                *[
+                    exp.alias_(exp.EQ(this=col(n), expression=exp.paren(binary.copy())), f"p{i}")
+                    for i, n in enumerate(names)
+                ]
             )
-            for i, n in enumerate(names)
-        ]
+            .from_(_SOURCE)
+            .limit(0)
+        )
+        probe = exp.Subquery(
+            this=exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        )
+        return exp.select(setting, exp.alias_(probe, "n")).sql(dialect="duckdb")
+
+    def _binary(self, name: str) -> bool:
+        """True when the string column ``name`` carries no collation (reads no row)."""
         try:
-            self._rel.query(_SOURCE, exp.select(*probes).sql(dialect="duckdb")).fetchall()
+            self._rel.query(_SOURCE, self._probe([name])).fetchall()
         except duckdb.BinderException as e:
             if "collation" in str(e).lower():
                 return False
