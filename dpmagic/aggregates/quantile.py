@@ -197,13 +197,13 @@ def scores(hist: np.ndarray, alpha: float) -> list[int]:
     """OpenDP's quantile score (``make_quantile_score_candidates``) of every candidate, from a cell's histogram.
 
     |(α_den − α_num)·#{x < c} − α_num·#{x > c}|; OpenDP caps both counts at ⌊(2⁶⁴ − 1)/α_den⌋, never reached
-    by a table of at most :data:`~dpmagic.mechanisms.MAX_ROWS` rows (α_den ≤ 2³¹ is checked)."""
+    by a table of at most :data:`~dpmagic.mechanisms.MAX_ROWS` rows (α_den < 2³⁰ is checked)."""
     num, den = score_constants(alpha)
-    if den > 1 << 31:
+    if den >= 1 << 30:
         raise UnsupportedQueryError(f"OpenDP's quantile score uses a denominator {den} beyond what dpmagic checks")
-    assert MAX_ROWS <= ((1 << 64) - 1) // (1 << 31)
-    lt, gt = _counts(hist)
-    return [abs((den - num) * int(a) - num * int(b)) for a, b in zip(lt, gt, strict=True)]
+    assert MAX_ROWS <= 1 << 32 and MAX_ROWS <= ((1 << 64) - 1) // (1 << 30)
+    lt, gt = _counts(hist)  # int64: each product is below α_den · 2³² < 2⁶², their difference fits
+    return np.abs((den - num) * lt - num * gt).tolist()
 
 
 def _histogram_of(values: np.ndarray, cands: tuple[float, ...]) -> np.ndarray:
