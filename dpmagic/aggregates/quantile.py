@@ -25,11 +25,27 @@ replaced (L∞ sensitivity 1, also under replace-one), and the tie-break term is
 never outweighs a count; the best score is the largest candidate ≤ the minimum (exact on an int column whose
 every value is a candidate).  MAX mirrors it: −#{x > c_i} + (K−1−i)/(2K).  Across two GROUP BY cells under
 replace-one each cell's scores move by 1, so each cell is calibrated at half the cost.
+
+**The work after the charge does not depend on the rows in the box.**  Both scores depend on a cell's values
+only through #{x < c} and #{x > c} for every candidate c, i.e. through the cell's *histogram over the candidate
+grid*: 2K + 1 bins, bin(x) = #{c < x} + #{c ≤ x} (bin 2j + 1 holds the values equal to c_j, bin 2j those strictly
+between c_{j−1} and c_j).  The grid is public (the declared or clamped range), so the histogram has a fixed
+size, n_cells × (2K + 1), known before the charge.  The backend computes it in one pass over *every* row
+(:func:`bins`; rows outside the WHERE filter go to a discarded cell, as for every other aggregate), and
+:func:`release` computes OpenDP's score from it (:func:`scores`) and applies OpenDP's own report-noisy-max
+measurement — the second half of the very chain whose privacy map is charged (:func:`_chain`) — so the released
+distribution is unchanged.  OpenDP's score, −|(1 − α)·#{x < c} − α·#{x > c}| in integers
+(α = α_num/α_den, OpenDP's rational of α), is reproduced exactly: :func:`score_constants` reads α_num and
+α_den from OpenDP's own transformation on two public one-row data sets, and :func:`plan` checks, before any
+charge, that the histogram score equals OpenDP's on a public probe data set (a mismatch, e.g. a changed OpenDP,
+refuses the query).  No per-row list is built after the charge; the remaining work is O(n_cells × K), plus
+OpenDP's sampler, whose running time depends on the noise and the scores, not on the number of rows.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -37,18 +53,93 @@ import opendp.prelude as dp
 
 from dpmagic.aggregates.common import CellCalibration
 from dpmagic.errors import BudgetError, UnsupportedQueryError
+from dpmagic.noise.calibration import MAX_ROWS
 
 dp.enable_features("contrib")
 
-__all__ = ["QuantilePlan", "candidates", "plan", "release"]
+__all__ = [
+    "MAX_HISTOGRAM_BINS",
+    "QuantilePlan",
+    "bins",
+    "candidates",
+    "histogram_bins",
+    "plan",
+    "release",
+    "scores",
+]
 
 MAX_INT_CANDIDATES = 10_001
 GRID = 1_001
+#: the most bins (GROUP BY cells × (2K + 1)) one quantile's histogram may have: 2^24 int64 counts (128 MB in
+#: the kernel), refused before the charge beyond (the grid and the cells are public)
+MAX_HISTOGRAM_BINS = 1 << 24
+
+
+@dataclass(frozen=True)
+class Grid:
+    """How an engine finds a value's bin (:func:`bins`) with a few IEEE operations per row, exactly (public: a
+    function of the candidates alone, fixed before the charge).
+
+    * ``base`` set: the candidates are every integer base .. base + k − 1, each an exact double, and the values
+      are integral doubles (an int column): the bin of y is 2·(y − base) + 1;
+    * otherwise the candidates are ``c_j = lo + (width · j) / (k − 1)`` in double arithmetic (:func:`candidates`'
+      own formula, checked bit for bit), and a = ⌊(y − lo) · inv⌋ is within 1 of j for y = c_j and of K at
+      y = hi (checked at every candidate: :func:`grid_of`).  As a is non-decreasing in y (each IEEE operation
+      is), for c_{t−1} ≤ y < c_t it lies in [t − 2, t + 1], so #{c ≤ y} = (a − 1) + Σ_{j=a−1}^{a+1} [c_j ≤ y]
+      and #{c < y} = (a − 2) + Σ_{j=a−2}^{a+1} [c_j < y] (c_j = −∞ below 0, +∞ from k): seven candidates, each
+      recomputed by the formula, per row.  The operations (−, ×, ÷, +, FLOOR of doubles, none fusable into an
+      FMA) are IEEE-754's correctly rounded ones, so every engine computes the same a and c_j as numpy.
+    """
+
+    k: int
+    base: int | None = None
+    lo: float = 0.0
+    width: float = 0.0
+    inv: float = 0.0
+
+    def point(self, j: np.ndarray) -> np.ndarray:
+        """c_j by :func:`candidates`' formula (the affine grid)."""
+        return self.lo + (self.width * np.asarray(j, dtype=float)) / float(self.k - 1)
+
+    def approx(self, y: np.ndarray) -> np.ndarray:
+        """a = ⌊(y − lo) · inv⌋ (the affine grid)."""
+        return np.floor((np.asarray(y, dtype=float) - self.lo) * self.inv)
+
+
+def grid_of(cands: tuple[float, ...], lo: float, hi: float, is_int: bool) -> Grid | None:
+    """The :class:`Grid` of ``cands`` (:func:`candidates` of [lo, hi]), or None when neither form is exact
+    (ranges of subnormal width, int ranges beyond 2⁵³ with few values, a width beyond the double range)."""
+    k = len(cands)
+    if k == 1:
+        return Grid(1, lo=float(cands[0]))
+    c0 = cands[0]
+    if is_int and float(c0).is_integer():
+        base = int(c0)
+        if max(abs(base), abs(base + k - 1)) <= 2**53 and all(c == base + i for i, c in enumerate(cands)):
+            return Grid(k, base=base)
+    lo, hi = float(lo), float(hi)
+    width = hi - lo
+    if not (math.isfinite(width) and width > 0):
+        return None
+    with np.errstate(all="ignore"):
+        g = Grid(k, lo=lo, width=width, inv=(k - 1) / width)
+        j = np.arange(k, dtype=float)
+        if not np.array_equal(g.point(j), np.asarray(cands, dtype=float)):
+            return None
+        a = g.approx(np.asarray(cands, dtype=float))
+        top = g.approx(np.asarray([hi]))
+    if not (np.all(np.isfinite(a)) and np.all(np.abs(a - j) <= 1) and math.isfinite(top[0]) and top[0] <= k + 1):
+        return None
+    return g
 
 
 class QuantilePlan:
-    def __init__(self, cands: tuple[float, ...], alpha: float, scale: float, measure: str, is_int: bool) -> None:
+    def __init__(
+        self, cands: tuple[float, ...], alpha: float, scale: float, measure: str, is_int: bool, grid: Grid
+    ) -> None:
         self.candidates, self.alpha, self.scale, self.measure, self.is_int = cands, alpha, scale, measure, is_int
+        #: how an engine bins a value on the candidates (:class:`Grid`)
+        self.grid = grid
 
     def __str__(self) -> str:
         return f"exponential mechanism (Gumbel scale {self.scale:.4g}) over {len(self.candidates)} candidates"
@@ -62,12 +153,92 @@ def candidates(lo: float, hi: float, is_int: bool) -> tuple[float, ...]:
     return tuple(lo + (hi - lo) * i / (GRID - 1) for i in range(GRID))
 
 
+def histogram_bins(k: int) -> int:
+    """The number of bins of the histogram over ``k`` candidates: 2k + 1."""
+    return 2 * k + 1
+
+
+def bins(x: np.ndarray, cands: tuple[float, ...]) -> np.ndarray:
+    """Each value's bin on the candidate grid, #{c < x} + #{c ≤ x} ∈ [0, 2K] (vectorised, every row alike).
+
+    ``x`` holds doubles already clamped into the range (as OpenDP's scorer sees them)."""
+    c = np.asarray(cands, dtype=float)
+    return np.searchsorted(c, x, side="left") + np.searchsorted(c, x, side="right")
+
+
+def _counts(hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(#{x < c_i}, #{x > c_i}) for every candidate, from one cell's histogram (length 2K + 1)."""
+    h = np.asarray(hist, dtype=np.int64)
+    cum = np.cumsum(h)
+    n = int(cum[-1])
+    lt = cum[0:-1:2]  # bins 0 .. 2i: the values below c_i
+    le = cum[1::2]  # bins 0 .. 2i + 1: the values ≤ c_i
+    return lt, n - le
+
+
+def _score_transformation(cands: tuple[float, ...], alpha: float) -> dp.Transformation:
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    return dp.t.make_quantile_score_candidates(domain, dp.symmetric_distance(), list(cands), alpha)
+
+
+@lru_cache(maxsize=64)
+def score_constants(alpha: float) -> tuple[int, int]:
+    """OpenDP's (α_num, α_den) of ``alpha``, read from its own scorer on two public one-row data sets.
+
+    With two candidates c_0 < c_1, OpenDP's score of c_i is |(α_den − α_num)·#{x < c_i} − α_num·#{x > c_i}|:
+    the data set {c_1} scores c_0 at α_num, the data set {c_0} scores c_1 at α_den − α_num."""
+    t = _score_transformation((0.0, 1.0), alpha)
+    num = int(t([1.0])[0])
+    den = num + int(t([0.0])[1])
+    return num, den
+
+
+def scores(hist: np.ndarray, alpha: float) -> list[int]:
+    """OpenDP's quantile score (``make_quantile_score_candidates``) of every candidate, from a cell's histogram.
+
+    |(α_den − α_num)·#{x < c} − α_num·#{x > c}|; OpenDP caps both counts at ⌊(2⁶⁴ − 1)/α_den⌋, never reached
+    by a table of at most :data:`~dpmagic.noise.calibration.MAX_ROWS` rows (α_den < 2³⁰ is checked)."""
+    num, den = score_constants(alpha)
+    if den >= 1 << 30:
+        raise UnsupportedQueryError(f"OpenDP's quantile score uses a denominator {den} beyond what dpmagic checks")
+    assert MAX_ROWS <= 1 << 32 and MAX_ROWS <= ((1 << 64) - 1) // (1 << 30)
+    lt, gt = _counts(hist)  # int64: each product is below α_den · 2³² < 2⁶², their difference fits
+    return np.abs((den - num) * lt - num * gt).tolist()
+
+
+def _histogram_of(values: np.ndarray, cands: tuple[float, ...]) -> np.ndarray:
+    return np.bincount(bins(np.asarray(values, dtype=float), cands), minlength=histogram_bins(len(cands)))
+
+
+@lru_cache(maxsize=64)
+def _check_scores(cands: tuple[float, ...], alpha: float) -> None:
+    """Refuse (before any charge) if the histogram score differs from OpenDP's own on a public probe data set:
+    every candidate, every midpoint between two, and the range's ends, repeated unevenly."""
+    c = np.asarray(cands, dtype=float)
+    probe = np.concatenate([c, (c[:-1] + c[1:]) / 2.0, c[::3], [c[0], c[-1], c[-1]]])
+    probe = probe[np.isfinite(probe)]
+    ours = scores(_histogram_of(probe, cands), alpha)
+    theirs = [int(v) for v in _score_transformation(cands, alpha)([float(v) for v in probe])]
+    if ours != theirs:
+        raise UnsupportedQueryError(
+            "the installed OpenDP scores quantiles differently from dpmagic's histogram score",
+            hint="install the OpenDP version dpmagic is tested with",
+        )
+
+
+@lru_cache(maxsize=64)
+def _select(cands: tuple[float, ...], alpha: float, measure: str, scale: float) -> dp.Measurement:
+    """The second half of :func:`_chain`: OpenDP's report-noisy-max (minimising) on the scorer's output space."""
+    t = _score_transformation(cands, alpha)
+    m = dp.max_divergence() if measure == "pure" else dp.zero_concentrated_divergence()
+    return dp.m.make_noisy_max(t.output_domain, t.output_metric, m, scale=scale, negate=True)
+
+
 @lru_cache(maxsize=64)
 def _chain(cands: tuple[float, ...], alpha: float, measure: str, scale: float) -> dp.Measurement:
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
-    score = dp.t.make_quantile_score_candidates(domain, dp.symmetric_distance(), list(cands), alpha)
+    """OpenDP's quantile measurement (scorer >> report-noisy-max): its privacy map is the one charged."""
     m = dp.max_divergence() if measure == "pure" else dp.zero_concentrated_divergence()
-    return score >> dp.m.then_noisy_max(m, scale=scale, negate=True)
+    return _score_transformation(cands, alpha) >> dp.m.then_noisy_max(m, scale=scale, negate=True)
 
 
 @lru_cache(maxsize=64)
@@ -84,18 +255,24 @@ def _is_extreme(alpha: float) -> bool:
 
 def extreme_scores(values: np.ndarray, cands: tuple[float, ...], alpha: float) -> list[float]:
     """The MIN (``alpha = 0``) or MAX (``alpha = 1``) score of every candidate (see the module docstring)."""
-    c = np.asarray(cands, dtype=float)
-    v = np.sort(np.asarray(values, dtype=float))
-    k = len(c)
+    return extreme_scores_of(_histogram_of(values, cands), alpha)
+
+
+def extreme_scores_of(hist: np.ndarray, alpha: float) -> list[float]:
+    """:func:`extreme_scores` from a cell's histogram over the candidates (:func:`bins`)."""
+    below, above = _counts(hist)  # #{x < c_i}, #{x > c_i}
+    k = len(below)
     i = np.arange(k, dtype=float)
     if alpha == 0.0:
-        below = np.searchsorted(v, c, side="left")  # #{x < c_i}
         return (-below + i / (2 * k)).tolist()
-    above = len(v) - np.searchsorted(v, c, side="right")  # #{x > c_i}
     return (-above + (k - 1 - i) / (2 * k)).tolist()
 
 
-def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration) -> QuantilePlan:
+def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration, *, n_cells: int = 1) -> QuantilePlan:
+    """The noise of one quantile's release in each of ``n_cells`` cells (no data read).
+
+    Refuses a histogram larger than :data:`MAX_HISTOGRAM_BINS` (``n_cells`` × (2K + 1): public) and, for a
+    quantile, an installed OpenDP whose score differs from :func:`scores` (:func:`_check_scores`)."""
     if cal.definition == "gdp":
         raise UnsupportedQueryError(
             "quantiles (MEDIAN, PERCENTILE_CONT, QUANTILE, MIN, MAX) are not available under μ-GDP: the exponential "
@@ -103,6 +280,19 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration)
             hint="bind the data under epsilon (pure DP) or rho (zCDP) to ask quantiles",
         )
     cands = candidates(lo, hi, is_int)
+    size = n_cells * histogram_bins(len(cands))
+    if size > MAX_HISTOGRAM_BINS:
+        raise UnsupportedQueryError(
+            f"a quantile over {n_cells:,} GROUP BY cells × {len(cands):,} candidates needs a histogram of "
+            f"{size:,} bins, more than dpmagic's limit of {MAX_HISTOGRAM_BINS:,}",
+            hint="group by fewer keys, or clamp the column to a narrower range (fewer candidates)",
+        )
+    grid = grid_of(cands, lo, hi, is_int)
+    if grid is None:
+        raise UnsupportedQueryError(
+            f"the quantile's candidate grid over [{lo!r}, {hi!r}] is not exact in double arithmetic",
+            hint="clamp the column to a range of ordinary width (e.g. CLAMP(col, lo, hi))",
+        )
     target = cal.cell_cost
     if _is_extreme(alpha):
         # L∞ sensitivity 1 under both relations; a replace-one change across two cells moves both: half each
@@ -118,10 +308,12 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration)
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}") from None
         if float(_extreme_chain(len(cands), cal.definition, scale).map(1.0)) > target:
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}")
-        return QuantilePlan(cands, alpha, scale, cal.definition, is_int)
+        return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid)
     d_in = 2 if cal.replace_one else 1
     if not (target > 0 and math.isfinite(target)):
         raise BudgetError("the cost of a quantile must be positive")
+    if len(cands) > 1:
+        _check_scores(cands, alpha)
     try:
         scale = dp.binary_search_param(lambda s: _chain(cands, alpha, cal.definition, s), d_in=d_in, d_out=target)
     except Exception:
@@ -129,19 +321,22 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration)
     meas = _chain(cands, alpha, cal.definition, scale)
     if float(meas.map(d_in)) > target:  # OpenDP's own map must agree
         raise BudgetError(f"no noise scale makes this quantile cost {target:g}")
-    return QuantilePlan(cands, alpha, scale, cal.definition, is_int)
+    return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid)
 
 
-def release(
-    groups: list[np.ndarray], p: QuantilePlan, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def release(hists: np.ndarray, p: QuantilePlan, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noisy quantile of every cell from its histogram over the candidates (``hists``: n_cells × (2K + 1),
+    the values already clamped into [lo, hi] by the backend): OpenDP's report-noisy-max on the score computed
+    from the histogram — the same measurement, on the same scores, as :func:`_chain` on the cell's values."""
+    hists = np.asarray(hists, dtype=np.int64).reshape(-1, histogram_bins(len(p.candidates)))
     if _is_extreme(p.alpha):
         ext = _extreme_chain(len(p.candidates), p.measure, p.scale)
-        picks = [int(ext(extreme_scores(np.clip(g, lo, hi), p.candidates, p.alpha))) for g in groups]
-        out = np.array([p.candidates[i] for i in picks], dtype=float)
-        nan = np.full(len(out), np.nan)
-        return out, nan, nan.copy()
-    meas = _chain(p.candidates, p.alpha, p.measure, p.scale)
-    out = np.array([p.candidates[int(meas([float(v) for v in np.clip(g, lo, hi)]))] for g in groups], dtype=float)
+        picks = [int(ext(extreme_scores_of(h, p.alpha))) for h in hists]
+    elif len(p.candidates) == 1:
+        picks = [0] * len(hists)
+    else:
+        select = _select(p.candidates, p.alpha, p.measure, p.scale)
+        picks = [int(select(scores(h, p.alpha))) for h in hists]
+    out = np.array([p.candidates[i] for i in picks], dtype=float)
     nan = np.full(len(out), np.nan)
     return out, nan, nan.copy()

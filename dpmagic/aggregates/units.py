@@ -15,7 +15,7 @@ from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.noise.sensitivity import coverage_of, value_range
 from dpmagic.query.model import Aggregate, Query
 
-__all__ = ["UnitPlan", "plan_extended", "exact_extended", "release_extended"]
+__all__ = ["UnitPlan", "plan_extended", "exact_extended", "quantile_histograms", "release_extended"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def plan_extended(
         else:
             lo, hi = effective_bounds(a, schema)
             assert a.param is not None
-            out[a.alias] = UnitPlan(a, quantile.plan(lo, hi, col.is_int, a.param, cal), lo, hi)
+            out[a.alias] = UnitPlan(a, quantile.plan(lo, hi, col.is_int, a.param, cal, n_cells=query.n_cells), lo, hi)
     return out
 
 
@@ -72,13 +72,11 @@ def exact_extended(units: Mapping[str, UnitPlan], column_values: Any, cell: np.n
     """Exact inputs of each unit.
 
     ``column_values(name)`` gives a column's values on *every* row of the table and ``cell`` each row's cell,
-    ``n_cells`` for rows outside the WHERE filter (the discarded bin).  COUNT(DISTINCT) and VAR / STDDEV work
-    on every row; a quantile's input is the list of each cell's values (OpenDP's scorer takes them).
+    ``n_cells`` for rows outside the WHERE filter (the discarded bin).  Every unit works on every row alike:
+    COUNT(DISTINCT), VAR / STDDEV, and a quantile, whose input is each cell's histogram over the public candidate
+    grid (:func:`quantile_histograms`), an ``n_cells × (2K + 1)`` array whatever the box holds.
     """
     out: dict[str, Any] = {}
-    counts = np.bincount(cell, minlength=n_cells + 1)
-    order = np.argsort(cell, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(counts)])
     for alias, u in units.items():
         values = column_values(str(u.agg.column))
         if u.agg.func == "count_distinct":
@@ -86,9 +84,20 @@ def exact_extended(units: Mapping[str, UnitPlan], column_values: Any, cell: np.n
         elif u.agg.func in ("var", "stddev"):
             out[alias] = variance.exact(values, cell, n_cells, u.plan)
         else:
-            v = values.astype(float)[order]
-            out[alias] = [v[bounds[i] : bounds[i + 1]] for i in range(n_cells)]
+            out[alias] = quantile_histograms(values, cell, n_cells, u)
     return out
+
+
+def quantile_histograms(values: np.ndarray, cell: np.ndarray, n_cells: int, u: UnitPlan) -> np.ndarray:
+    """Each cell's histogram over the quantile's candidates (:func:`dpmagic.aggregates.quantile.bins`), as an
+    ``n_cells × (2K + 1)`` int64 array: one vectorised pass over every row — clamped into [lo, hi] as doubles
+    (what OpenDP's scorer saw), binned, and counted with the rows outside the filter (``cell == n_cells``) in a
+    discarded row of the array, never filtered out."""
+    width = quantile.histogram_bins(len(u.plan.candidates))
+    x = np.clip(np.asarray(values).astype(float), u.lo, u.hi)
+    flat = np.asarray(cell, dtype=np.int64) * width + quantile.bins(x, u.plan.candidates)
+    counts = np.bincount(flat, minlength=(n_cells + 1) * width)
+    return counts.reshape(n_cells + 1, width)[:n_cells].astype(np.int64)
 
 
 def release_extended(

@@ -9,6 +9,10 @@
   → :class:`~dpmagic.backends.spark.SparkBackend`.
 
 ``Session(data, ...)`` passes ``data`` here unchanged, so every form above binds a session.
+
+Binding errors name the column and the kind of problem but no value and no count of the data; ``diagnostics=True``
+(the data custodian's switch, for fixing the data) adds the first undeclared values and the number of values out
+of bounds (:func:`dpmagic.domain.columns.categories_error`).
 """
 
 from __future__ import annotations
@@ -48,30 +52,32 @@ def backend_for(
     out_of_range: OutOfRangePolicy = "error",
     table: str | None = None,
     spark: Any = None,
+    diagnostics: bool = False,
 ) -> Any:
-    """The backend of ``data`` under ``schema``, validated (the same errors on every backend)."""
+    """The backend of ``data`` under ``schema``, validated (the same errors on every backend; values and counts
+    of the data in them only with ``diagnostics``)."""
     import pandas as pd
 
     if isinstance(data, tuple) and len(data) == 2 and isinstance(data[1], str) and not isinstance(data[0], str):
         owner, name = data  # (a DuckDB connection or a SparkSession, a table name)
         if type(owner).__module__.startswith("pyspark."):
-            return backend_for(name, schema, out_of_range=out_of_range, spark=owner)
-        return backend_for(owner, schema, out_of_range=out_of_range, table=name)
+            return backend_for(name, schema, out_of_range=out_of_range, spark=owner, diagnostics=diagnostics)
+        return backend_for(owner, schema, out_of_range=out_of_range, table=name, diagnostics=diagnostics)
     if isinstance(data, pd.DataFrame):
         from dpmagic.backends.pandas import PandasBackend
 
-        return PandasBackend(schema.validate(data, out_of_range=out_of_range), schema)
+        return PandasBackend(schema.validate(data, out_of_range=out_of_range, diagnostics=diagnostics), schema)
     if _is_spark_frame(data) or spark is not None:
         from dpmagic.backends.spark import SparkBackend
 
-        return SparkBackend(data, schema, spark=spark, out_of_range=out_of_range)
+        return SparkBackend(data, schema, spark=spark, out_of_range=out_of_range, diagnostics=diagnostics)
     duck = sys.modules.get("duckdb")
     if is_file_source(data) or (
         duck is not None and isinstance(data, (duck.DuckDBPyRelation, duck.DuckDBPyConnection))
     ):
         from dpmagic.backends.duckdb import DuckDBBackend
 
-        return DuckDBBackend(data, schema, table=table, out_of_range=out_of_range)
+        return DuckDBBackend(data, schema, table=table, out_of_range=out_of_range, diagnostics=diagnostics)
     raise ConfigurationError(
         f"cannot bind a {type(data).__name__}",
         hint="bind a pandas DataFrame, a Parquet/CSV path, glob or list, a DuckDB relation or connection + table, "

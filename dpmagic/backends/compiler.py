@@ -31,8 +31,9 @@ What the engine computes, identically to :class:`~dpmagic.backends.pandas.Pandas
   so the integer units equal :func:`dpmagic.noise.calibration.quantise`'s;
 * the inputs of the aggregates of :mod:`dpmagic.aggregates`: COUNT(DISTINCT) per cell; VAR / STDDEV's three
   exact sums (:func:`dpmagic.aggregates.variance.exact`, same per-row formulas and quantisation); a quantile's
-  per-cell *histogram* (value, count) — the kernel expands it into the cell's multiset of values, which is
-  all OpenDP's quantile score depends on (the pandas backend passes the same multiset in row order).
+  per-cell *histogram over its public candidate grid* (2K + 1 bins: :func:`dpmagic.aggregates.quantile.bins`,
+  computed per row exactly by :func:`bin_sql`), all OpenDP's quantile score depends on, of a size fixed before
+  the charge (the pandas backend computes the same array with ``searchsorted`` and ``bincount``).
 
 Only these aggregates cross from the engine to the kernel; binding validates the domain with aggregate queries
 (counts of missing, non-finite, fractional, out-of-range values; the distinct undeclared categories, which the
@@ -52,6 +53,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from dpmagic.aggregates.quantile import Grid, histogram_bins
 from dpmagic.backends.pandas import too_many_rows_error
 from dpmagic.domain.columns import (
     CategoricalColumn,
@@ -199,6 +201,68 @@ def quantise_sql(x: exp.Expr, unit: float, lo: float, hi: float) -> Quantised:
     return Quantised(y, int(math.ceil(m)) + 1 if math.isfinite(m) else _UNBOUNDED)
 
 
+@dataclass(frozen=True)
+class Binned:
+    """A per-row bin on a quantile's public candidate grid (:func:`dpmagic.aggregates.quantile.bins`): ``y`` =
+    the value as a double clamped into [lo, hi], computed once per row in the first projection of
+    :meth:`Compiler.rows`; on an affine grid a = ⌊(y − lo)·inv⌋ in the second; the bin (:func:`bin_sql`) in the
+    third."""
+
+    y: exp.Expr
+    grid: Grid
+
+
+def quantile_bin(x: exp.Expr, lo: float, hi: float, grid: Grid) -> Binned:
+    """The bin of ``x`` (a column of the normalised view) on ``grid``, its value first converted to a double and
+    clamped into [lo, hi] — the values OpenDP's scorer sees (the pandas path's ``np.clip(values.astype(float),
+    lo, hi)``)."""
+    return Binned(clip(as_double(x), float(lo), float(hi)), grid)
+
+
+def grid_index(y: exp.Expr, g: Grid) -> exp.Expr:
+    """a = ⌊(y − lo)·inv⌋ as BIGINT (:class:`~dpmagic.aggregates.quantile.Grid`, the affine grid)."""
+    t = exp.Mul(this=exp.paren(exp.Sub(this=y, expression=lit(g.lo))), expression=lit(g.inv))
+    return exp.cast(exp.Floor(this=t), "BIGINT")
+
+
+def bin_sql(y: exp.Expr, a: exp.Expr | None, g: Grid) -> exp.Expr:
+    """#{c < y} + #{c ≤ y} of the double ``y`` over the grid's candidates, exactly (as numpy's ``searchsorted``;
+    :class:`~dpmagic.aggregates.quantile.Grid`): 2·(y − base) + 1 on an integer grid; on an affine grid, from
+    the approximate index ``a`` and the seven candidates around it, each recomputed by the grid's formula."""
+    if g.k == 1:
+        c = lit(g.lo)
+        return _case(
+            [(exp.LT(this=y.copy(), expression=c), lit(0)), (exp.GT(this=y.copy(), expression=c.copy()), lit(2))],
+            lit(1),
+        )
+    if g.base is not None:
+        j = exp.paren(exp.Sub(this=exp.cast(y.copy(), "BIGINT"), expression=lit(g.base)))
+        return exp.Add(this=exp.Mul(this=lit(2), expression=j), expression=lit(1))
+    assert a is not None
+
+    def point(d: int) -> tuple[exp.Expr, exp.Expression]:  # (the index a + d, c_{a+d} by the formula)
+        j = exp.paren(exp.Add(this=a.copy(), expression=lit(d))) if d else a.copy()
+        w = exp.paren(exp.Mul(this=lit(g.width), expression=as_double(j.copy())))
+        return j, exp.paren(exp.Add(this=lit(g.lo), expression=exp.Div(this=w, expression=lit(float(g.k - 1)))))
+
+    def below(d: int, strict: bool) -> exp.Expr:  # [c_{a+d} < y] (strict) or [c_{a+d} ≤ y], 0 or 1
+        j, c = point(d)
+        cmp = (exp.LT if strict else exp.LTE)(this=c, expression=y.copy())
+        whens = [
+            (exp.LT(this=j, expression=lit(0)), lit(1)),
+            (exp.GT(this=j.copy(), expression=lit(g.k - 1)), lit(0)),
+            (cmp, lit(1)),
+        ]
+        return exp.paren(_case(whens, lit(0)))
+
+    terms: list[exp.Expr] = [exp.paren(exp.Sub(this=exp.Mul(this=lit(2), expression=a.copy()), expression=lit(3)))]
+    terms += [below(d, False) for d in (-1, 0, 1)] + [below(d, True) for d in (-2, -1, 0, 1)]
+    out = terms[0]
+    for t in terms[1:]:
+        out = exp.Add(this=out, expression=t)
+    return out
+
+
 assert MAX_ROWS <= 2**32, "exact_sum's limb widths assume at most 2^32 rows"
 
 #: the limb shifts of an exact BIGINT sum on engines without a native 128-bit SUM, by the number of limbs
@@ -258,6 +322,7 @@ class Compiler:
         coded: frozenset[str] = frozenset(),
         clamped: bool = False,
         native_rint: bool = False,
+        collation: str | None = None,
     ) -> None:
         self.schema = schema
         self.source = source  # a table / view reference of the raw bound data
@@ -274,6 +339,23 @@ class Compiler:
         #: the engine has an exact round-half-to-even function ``RINT`` (Spark's, Java's ``Math.rint``): the
         #: quantised values use it instead of :func:`rint`'s IEEE spelling
         self.native_rint = native_rint
+        #: the engine's name of byte-wise string comparison (DuckDB: ``binary``), applied with ``COLLATE`` to every
+        #: string column in every generated comparison and GROUP BY key (:meth:`text`), so that no collation of
+        #: the source (``VARCHAR COLLATE NOCASE``, a connection's default) can merge two categories
+        self.collation = collation
+
+    def text(self, name: str, x: exp.Expr | None = None) -> exp.Expr:
+        """The string column ``name`` (or ``x``, a value of it) compared and grouped byte for byte: ``x COLLATE
+        <collation>`` (:attr:`collation`); unchanged on other kinds, on coded columns, or without a collation.
+
+        A collation changes what ``=``, ``IN`` and GROUP BY consider equal: under ``NOCASE`` the declared 'ab'
+        would match 'Ab', 'aB' and 'AB' too, so disjoint boxes would share rows (each counted in parallel) and
+        GROUP BY would move rows across declared cells; pandas compares exactly."""
+        x = col(name) if x is None else x
+        source = self.columns.get(name)
+        if self.collation is None or name in self.coded or source is None or source.kind != "string":
+            return x
+        return exp.Collate(this=x, expression=exp.to_identifier(self.collation, quoted=True))
 
     def coding(self) -> exp.Select:
         """SELECT of every declared column with each categorical one replaced by its declared position
@@ -322,6 +404,8 @@ class Compiler:
             # ``clamped`` source was clamped by the statement that made it, which Spark re-runs if it recomputes it)
             if isinstance(c, NumericColumn) and not self.clamped:
                 x = self.clamped_number(name)
+            elif isinstance(c, CategoricalColumn):
+                x = self.text(name)  # compared and grouped byte for byte downstream, whatever the source's collation
             sel.append(exp.alias_(x, exp.to_identifier(name, quoted=True)))
         return exp.select(*sel).from_(self.source.copy())
 
@@ -336,7 +420,7 @@ class Compiler:
         lits = [e for v in c.values if (e := self.category_literal(name, v)) is not None]
         if not lits:
             return exp.false()
-        return exp.In(this=col(name) if x is None else x, expressions=lits)
+        return exp.In(this=self.text(name, x), expressions=lits)
 
     def category_literal(self, name: str, value: Any) -> exp.Expr | None:
         """The literal the engine's ``=`` compares *exactly* with the source column ``name`` to test for the declared
@@ -386,7 +470,7 @@ class Compiler:
             if name in self.coded:
                 return exp.In(this=col(name), expressions=[lit(i) for i, m in enumerate(mask) if m])
             lits = [e for v in values if (e := self.category_literal(name, v)) is not None]
-            return exp.In(this=col(name), expressions=lits) if lits else exp.false()
+            return exp.In(this=self.text(name), expressions=lits) if lits else exp.false()
         assert isinstance(s, IntervalSet)
         c = self.schema[name]
         assert isinstance(c, NumericColumn)
@@ -430,7 +514,7 @@ class Compiler:
         c = self.schema[name]
         assert isinstance(c, CategoricalColumn)
         whens = [
-            (exp.EQ(this=col(name), expression=e), lit(i))
+            (exp.EQ(this=self.text(name), expression=e), lit(i))
             for i, v in enumerate(c.values)
             if (e := self.category_literal(name, v)) is not None
         ]
@@ -438,7 +522,7 @@ class Compiler:
 
     # ---- the per-cell aggregates of one query ----
     def rows(
-        self, query: Query, values: Mapping[str, exp.Expr | Quantised], view: exp.Select
+        self, query: Query, values: Mapping[str, exp.Expr | Quantised | Binned], view: exp.Select
     ) -> tuple[exp.Select, list[str]]:
         """SELECT <keys>, <per-row values> FROM data, and the key columns' names.
 
@@ -448,8 +532,9 @@ class Compiler:
         bin index (−1: in no bin).  Every row is
         scanned and aggregated alike, whether it passes the filter or not (the kernel drops ``dp_in = 0``), as the
         pandas backend's discarded bin.  Three projections, so that no per-row subexpression is repeated: keys
-        and the quantised values' ``y``; then r = FLOOR(y); then the rounded values (with :attr:`native_rint`,
-        RINT(y) in the last projection, no r).
+        and the quantised and binned values' ``y``; then r = FLOOR(y) and a binned value's approximate index; then
+        the rounded values (with :attr:`native_rint`, RINT(y) in the last projection, no r) and the bins
+        (:func:`bin_sql`).
         """
         cond = [self.box(query.where)]
         if query.filter is not None:
@@ -458,9 +543,9 @@ class Compiler:
         first: list[exp.Expr] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
             raw = g.sets is None and (g.column in self.coded or not self.coded_keys)
-            first.append(exp.alias_(col(g.column) if raw else self.group_code(g), f"dp_g{i}"))
+            first.append(exp.alias_(self.text(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
-            first.append(exp.alias_(v.y if isinstance(v, Quantised) else v, k))
+            first.append(exp.alias_(v.y if isinstance(v, (Quantised, Binned)) else v, k))
         used = dict.fromkeys(
             c.name for e in [*cond, *first[1:]] for c in e.find_all(exp.Column) if c.name in self.schema.columns
         )
@@ -469,6 +554,14 @@ class Compiler:
         second: list[exp.Expr] = [exp.column(k) for k in keys]
         third: list[exp.Expr] = [exp.column(k) for k in keys]
         for k, v in values.items():
+            if isinstance(v, Binned):  # y; then y and a (an affine grid); then the bin
+                second.append(exp.column(k))
+                a = None
+                if v.grid.k > 1 and v.grid.base is None:
+                    second.append(exp.alias_(grid_index(exp.column(k), v.grid), f"{k}_a"))
+                    a = exp.column(f"{k}_a")
+                third.append(exp.alias_(bin_sql(exp.column(k), a, v.grid), k))
+                continue
             second.append(exp.column(k))
             if isinstance(v, Quantised) and self.native_rint:
                 third.append(exp.alias_(exp.cast(exp.Anonymous(this="RINT", expressions=[exp.column(k)]), "BIGINT"), k))
@@ -519,18 +612,33 @@ class EngineBackend(ABC):
     coded_keys: bool = False
     #: see :attr:`Compiler.native_rint`
     native_rint: bool = False
+    #: see :attr:`Compiler.collation`
+    collation: str | None = None
 
     schema: Schema
 
     def _init(
-        self, schema: Schema, source: exp.Expr, columns: list[SourceColumn], out_of_range: OutOfRangePolicy
+        self,
+        schema: Schema,
+        source: exp.Expr,
+        columns: list[SourceColumn],
+        out_of_range: OutOfRangePolicy,
+        diagnostics: bool = False,
     ) -> None:
         if out_of_range not in ("error", "clamp"):
             raise DataValidationError(f"out_of_range must be 'error' or 'clamp', not {out_of_range!r}")
         self.schema = schema
         self.out_of_range = out_of_range
+        #: binding errors quote undeclared values and count out-of-bound ones (the custodian's switch; see
+        #: :func:`dpmagic.domain.columns.categories_error`)
+        self.diagnostics = diagnostics
         self.compiler = Compiler(
-            schema, source, {c.name: c for c in columns}, coded_keys=self.coded_keys, native_rint=self.native_rint
+            schema,
+            source,
+            {c.name: c for c in columns},
+            coded_keys=self.coded_keys,
+            native_rint=self.native_rint,
+            collation=self.collation,
         )
         try:
             self.n_rows = self.validate(columns)
@@ -548,6 +656,23 @@ class EngineBackend(ABC):
     def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
         """Run one SELECT (of aggregates) and return its rows."""
 
+    def check(self, query: Query, extended: Mapping[str, Any] | None = None) -> None:
+        """Refuse, before the charge and from public information only (the query, the schema, the engine's
+        settings), a query this engine cannot answer (subclasses; none by default)."""
+        return None
+
+    def aggregate_groups(self, query: Query, extended: Mapping[str, Any] | None = None) -> int:
+        """A bound, from the schema and the query alone, on the groups of the largest statement :meth:`evaluate`
+        runs: the main one groups by ``dp_in`` and the GROUP BY keys (2 × cells), a quantile's histogram by the
+        keys and its bin (cells × (2K + 1)).  (On validated data; COUNT(DISTINCT)'s per-cell sets, whose size
+        depends on the data, are not included: the engine spills them.)"""
+        n = query.n_cells
+        out = 2 * n
+        for u in (extended or {}).values():
+            if u.agg.func == "quantile":
+                out = max(out, n * histogram_bins(len(u.plan.candidates)))
+        return out
+
     def _position(self) -> exp.Expr:
         """A per-row scan position (only to list undeclared categories in order of first appearance)."""
         return exp.Window(this=exp.RowNumber())
@@ -560,8 +685,9 @@ class EngineBackend(ABC):
         """Check the source against the declared domain; the errors (and their order) are the pandas path's.
 
         One aggregate scan: per column the counts of missing values, undeclared categories, non-finite,
-        fractional and out-of-range numbers (only a count crosses, as the pandas messages show); then, only when
-        a column has undeclared categories, its distinct undeclared values (the pandas message names them).
+        fractional and out-of-range numbers (only a count crosses, and the messages show none); then, only when a
+        column has undeclared categories and :attr:`diagnostics` is on (the custodian's switch), its distinct
+        undeclared values (the message then names them, and the number of values out of bounds).
         Returns the row count.
         """
         names = [c.name for c in columns]
@@ -612,7 +738,8 @@ class EngineBackend(ABC):
                 raise missing_values_error(name)
             if isinstance(c, CategoricalColumn):
                 if counts[f"bad_{i}"]:
-                    raise categories_error(name, self._bad_categories(c, s))
+                    bad = self._bad_categories(c, s) if self.diagnostics else None
+                    raise categories_error(name, bad, diagnostics=self.diagnostics)
                 continue
             if not s.numeric:
                 raise dtype_error(c, s.dtype)
@@ -621,14 +748,14 @@ class EngineBackend(ABC):
             if counts.get(f"frac_{i}"):
                 raise fractional_error(name)
             if counts[f"out_{i}"] and self.out_of_range == "error":
-                raise outside_error(c, counts[f"out_{i}"])
+                raise outside_error(c, counts[f"out_{i}"], diagnostics=self.diagnostics)
         if counts["n_rows"] > MAX_ROWS:
             raise too_many_rows_error()
         return counts["n_rows"]
 
     def _bad_categories(self, c: CategoricalColumn, s: SourceColumn) -> list[Any]:
         """The first (up to 6) distinct undeclared values, in order of first appearance in the scan."""
-        inner = exp.select(exp.alias_(col(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
+        inner = exp.select(exp.alias_(self.compiler.text(c.name), "v"), exp.alias_(self._position(), "pos")).from_(
             self.compiler.source.copy()
         )
         stmt = (
@@ -658,7 +785,7 @@ class EngineBackend(ABC):
         keys: list[tuple[Any, ...]] = (
             list(itertools.product(*[g.labels for g in query.groups])) if query.groups else [()]
         )
-        values: dict[str, exp.Expr | Quantised] = {}
+        values: dict[str, exp.Expr | Quantised | Binned] = {}
         aggs: dict[str, exp.Expr] = {"n": exp.Count(this=exp.Star())}
         sum_keys: dict[str, str] = {}
         sum_parts: dict[str, list[str]] = {}  # an exact sum -> the names of its aggregates
@@ -708,7 +835,7 @@ class EngineBackend(ABC):
                 add_sum(f"vq_{alias}", exp.column(kq), q_bound)
             else:
                 k = f"v{len(values)}"
-                values[k] = as_double(col(name))
+                values[k] = quantile_bin(col(name), u.lo, u.hi, u.plan.grid)
                 quantiles[alias] = k
         rows, key_cols = comp.rows(query, values, self._view)
         nk = len(key_cols)
@@ -742,30 +869,32 @@ class EngineBackend(ABC):
             elif a.func in ("var", "stddev"):
                 extra[alias] = {"n": [int(v) for v in counts], "s": per[f"vs_{alias}"], "q": per[f"vq_{alias}"]}
             else:
-                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells)
+                width = histogram_bins(len(u.plan.candidates))
+                extra[alias] = self._histogram(query, rows, key_cols, quantiles[alias], n_cells, width)
         return Cells(keys=keys, counts=counts, sums=sums, extra=extra)
 
-    def _histogram(self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int) -> list[np.ndarray]:
-        """Each cell's multiset of values (sorted), from the engine's per-cell (value, count) histogram."""
+    def _histogram(
+        self, query: Query, rows: exp.Select, key_cols: list[str], k: str, n_cells: int, width: int
+    ) -> np.ndarray:
+        """Each cell's histogram over a quantile's candidates (``n_cells × width``), from one aggregate over every
+        row: grouped by the GROUP BY keys and the bin, counting the rows that pass the filter (SUM of ``dp_in``)
+        — not by ``dp_in`` itself, so the engine groups, and returns, the same rows whatever the box holds; at
+        most (GROUP BY cells) × (2K + 1) groups, a bound known before the charge (:meth:`aggregate_groups`)."""
+        groups = [exp.column(c) for c in key_cols[1:]] + [exp.column(k)]
         stmt = (
-            exp.select(*[exp.column(c) for c in key_cols], exp.column(k), exp.alias_(exp.Count(this=exp.Star()), "n"))
+            exp.select(*groups, exp.alias_(exp.Sum(this=exp.column("dp_in")), "n"))
             .from_(exp.alias_(exp.Subquery(this=rows), "r"))
-            .group_by(*[exp.column(c) for c in key_cols], exp.column(k))
-            .having(exp.EQ(this=exp.column("dp_in"), expression=lit(1)))  # the discarded rows' values stay behind
+            .group_by(*[g.copy() for g in groups])
         )
-        nk = len(key_cols)
-        vals: list[list[float]] = [[] for _ in range(n_cells)]
-        cnts: list[list[int]] = [[] for _ in range(n_cells)]
+        nk = len(groups)
+        hist = np.zeros((n_cells, width), dtype=np.int64)
         for row in self._run(stmt):
-            cell = self.compiler.cell_of(query, row[:nk])
-            if cell is not None:
-                vals[cell].append(float(row[nk]))
-                cnts[cell].append(int(row[nk + 1]))
-        out = []
-        for v, n in zip(vals, cnts, strict=True):
-            order = np.argsort(np.asarray(v, dtype=float), kind="stable")
-            out.append(np.repeat(np.asarray(v, dtype=float)[order], np.asarray(n, dtype=np.int64)[order]))
-        return out
+            cell = self.compiler.cell_of(query, (1, *row[: nk - 1]))
+            b, n = row[nk - 1], int(row[nk] or 0)
+            if cell is None or b is None or n == 0:  # a row in no cell, or a missing value (dp_in = 0)
+                continue
+            hist[cell, int(b)] += n
+        return hist
 
     def _variance_values(
         self, name: str, p: Any

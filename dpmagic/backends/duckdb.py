@@ -4,16 +4,34 @@ by DuckDB, without loading the rows into pandas (the default for files; :mod:`dp
 Binding opens the source lazily (a DuckDB relation over ``read_parquet`` / ``read_csv``, a table of a given
 connection, or a given relation), validates the declared domain with one aggregate query and fixes the
 normalised view (:mod:`dpmagic.backends.compiler`).  Each query is one aggregate statement (one more per quantile).
-Paths opened by dpmagic get their own connection with a ``memory_limit`` (default 512 MB): DuckDB spills to a
-temporary directory beyond it, so tables larger than memory work.  The data set's identity is the schema's
-``dataset`` id (the ledger key): no row is hashed.
+The data set's identity is the schema's ``dataset`` id (the ledger key): no row is hashed.
+
+**Spill files are raw data.**  Paths opened by dpmagic get their own connection with a ``memory_limit``
+(default 512 MB): beyond it DuckDB spills intermediate results — the rows' values themselves — to a temporary
+directory, so tables larger than memory work.  That directory is private: made by :func:`tempfile.mkdtemp`
+(mode 0700, an unpredictable name, in ``TMPDIR``), and removed with its files when the backend is closed
+(:meth:`DuckDBBackend.close`), dropped, or at interpreter exit.  A connection or relation the caller binds spills
+wherever the caller configured it (its ``temp_directory``): that directory holds raw data too.
+
+**Collations.**  Every generated comparison and GROUP BY key of a string column is ``COLLATE "binary"`` (byte
+for byte, as pandas: :attr:`~dpmagic.backends.compiler.Compiler.collation`), so no collation can merge categories;
+and a source whose string column carries a collation (``VARCHAR COLLATE NOCASE``) or a connection with a
+``default_collation`` is refused — at binding, before every charge and before every statement.
+
+**Memory.**  Before the charge, a query whose aggregate state, bounded from public information alone (GROUP BY
+cells × the quantiles' candidate bins: :meth:`~dpmagic.backends.compiler.EngineBackend.aggregate_groups`), would
+exceed the connection's ``memory_limit`` is refused; any engine failure after the charge reaches the analyst as
+the session's one fixed message.
 """
 
 from __future__ import annotations
 
 import glob as globmod
 import os
+import re
+import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +39,18 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpmagic.backends.compiler import EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.backends.compiler import EngineBackend, SourceColumn, _pandas_string_dtype, col
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError, DataValidationError
+from dpmagic.query.model import Query
 
-__all__ = ["DuckDBBackend", "data_files", "DEFAULT_MEMORY_LIMIT"]
+__all__ = ["DuckDBBackend", "data_files", "DEFAULT_MEMORY_LIMIT", "BYTES_PER_GROUP"]
+
+#: a conservative estimate of the memory one aggregate group needs (DuckDB's hash table entry with its keys and
+#: a few sums, measured at 40–80 bytes, and the row fetched into the kernel): the bound checked before the charge
+BYTES_PER_GROUP = 128
+_UNITS = {"bytes": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50})
 
 DEFAULT_MEMORY_LIMIT = "512MB"
 _SOURCE = "dpmagic_source"
@@ -98,6 +123,7 @@ class DuckDBBackend(EngineBackend):
     """
 
     dialect = "duckdb"
+    collation = "binary"
 
     def __init__(
         self,
@@ -108,6 +134,7 @@ class DuckDBBackend(EngineBackend):
         out_of_range: OutOfRangePolicy = "error",
         memory_limit: str = DEFAULT_MEMORY_LIMIT,
         threads: int | None = None,
+        diagnostics: bool = False,
     ) -> None:
         if isinstance(data, duckdb.DuckDBPyConnection):
             if not table:
@@ -122,33 +149,139 @@ class DuckDBBackend(EngineBackend):
             self.files = []
         else:
             files, fmt = data_files(data)
-            # beyond memory_limit DuckDB spills to temp_directory: tables larger than memory work
-            config: dict[str, Any] = {
-                "memory_limit": memory_limit,
-                "temp_directory": os.path.join(tempfile.gettempdir(), f"dpmagic_duckdb_{os.getpid()}"),
-            }
+            # beyond memory_limit DuckDB spills to temp_directory (raw data: a private directory, removed on close)
+            spill = tempfile.mkdtemp(prefix="dpmagic_duckdb_")  # mode 0700, an unpredictable name
+            config: dict[str, Any] = {"memory_limit": memory_limit, "temp_directory": spill}
             if threads is not None:
                 config["threads"] = threads
-            con = duckdb.connect(":memory:", config=config)
+            try:
+                con = duckdb.connect(":memory:", config=config)
+            except BaseException:
+                shutil.rmtree(spill, ignore_errors=True)
+                raise
+            #: the private spill directory (None: the caller's connection spills where it is configured to)
+            self.spill_directory = spill
+            # closes the connection and removes the directory: on close(), when the backend is dropped, or at exit
+            self._finalizer = weakref.finalize(self, _close_and_remove, con, spill)
             try:
                 rel = con.read_parquet(files) if fmt == "parquet" else con.read_csv(files)
             except duckdb.Error as e:
+                self.close()
                 raise DataValidationError(f"DuckDB cannot read {files[0]!r}: {type(e).__name__}") from None
             self.files = files
             self._con = con
         self._rel = rel
-        self._check_collation()
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in zip(rel.columns, rel.types, strict=True)]
-        self._init(schema, exp.to_table(_SOURCE), columns, out_of_range)
+        #: the source's string columns (checked for a collation before every statement)
+        self._strings = [c.name for c in columns if c.kind == "string"]
+        try:
+            self._check_collation()
+            self._init(schema, exp.to_table(_SOURCE), columns, out_of_range, diagnostics)
+        except BaseException:
+            self.close()
+            raise
+
+    spill_directory: str | None = None
+    _finalizer: Any = None
+
+    def close(self) -> None:
+        """Close dpmagic's own connection and remove its spill directory with every file in it (no-op for a
+        connection or relation the caller bound, and when already closed)."""
+        if self._finalizer is not None:
+            self._finalizer()
 
     def _check_collation(self) -> None:
-        """Refuse a connection with a default collation (e.g. ``nocase``): categories are compared and grouped as
-        exact strings, so 'f' and 'F' would merge into one engine group and a declared cell would read 0."""
-        ((collation,),) = self._select("SELECT current_setting('default_collation')")
+        """Refuse a connection with a default collation (e.g. ``nocase``), or a string column with a collation of
+        its own (``VARCHAR COLLATE NOCASE``, in a table, a view or an expression): under it 'ab' and 'AB' compare
+        equal, so disjoint boxes would share rows and GROUP BY would merge declared cells.  Every generated
+        comparison is ``COLLATE "binary"`` anyway (:attr:`~dpmagic.backends.compiler.Compiler.collation`); this makes
+        the configuration an error rather than a silent difference from pandas.
+
+        One statement that reads no row: the setting, and each string column compared with a binary-collated
+        literal in a ``LIMIT 0`` scan — a binder error exactly when a column carries another collation (DuckDB
+        shows no collation in ``DESCRIBE``); only then is each column probed alone, to name it."""
+        try:
+            collation = self._select(self._probe(self._strings))[0][0]
+        except duckdb.BinderException as e:
+            if "collation" not in str(e).lower():
+                raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
+            bad = next((n for n in self._strings if not self._binary(n)), "?")
+            raise ConfigurationError(
+                f"column {bad!r} has a collation (e.g. VARCHAR COLLATE NOCASE): dpmagic compares categories byte "
+                "for byte, and under a collation two declared categories could match the same value",
+                hint=f"bind it without: ALTER TABLE ... ALTER {bad} SET DATA TYPE VARCHAR, or a relation selecting "
+                f'{bad} COLLATE "binary" AS {bad}',
+            ) from None
+        except duckdb.Error as e:
+            raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
         if collation:
             raise ConfigurationError(
                 f"the DuckDB connection sets default_collation={collation!r}: dpmagic compares categories exactly",
                 hint="SET default_collation = '' on that connection (or bind a file: dpmagic opens its own)",
+            )
+
+    @staticmethod
+    def _probe(names: list[str]) -> str:
+        """SELECT the default collation, and (when ``names``) a count over a LIMIT 0 scan comparing each string
+        column with ``'' COLLATE "binary"`` (a binder error if one carries another collation; no row is read)."""
+        setting = exp.alias_(
+            exp.Anonymous(this="current_setting", expressions=[exp.Literal.string("default_collation")]), "d"
+        )
+        if not names:
+            return exp.select(setting).sql(dialect="duckdb")
+        binary = exp.Collate(this=exp.Literal.string(""), expression=exp.to_identifier("binary", quoted=True))
+        scan = (
+            exp.select(
+                *[
+                    exp.alias_(exp.EQ(this=col(n), expression=exp.paren(binary.copy())), f"p{i}")
+                    for i, n in enumerate(names)
+                ]
+            )
+            .from_(_SOURCE)
+            .limit(0)
+        )
+        probe = exp.Subquery(
+            this=exp.select(exp.Count(this=exp.Star())).from_(exp.alias_(exp.Subquery(this=scan), "s"))
+        )
+        return exp.select(setting, exp.alias_(probe, "n")).sql(dialect="duckdb")
+
+    def _binary(self, name: str) -> bool:
+        """True when the string column ``name`` carries no collation (reads no row)."""
+        try:
+            self._select(self._probe([name]))
+        except duckdb.BinderException as e:
+            if "collation" in str(e).lower():
+                return False
+            raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
+        except duckdb.Error as e:
+            raise DataValidationError(f"duckdb cannot read the data: {type(e).__name__}") from None
+        return True
+
+    def memory_limit(self) -> int | None:
+        """The connection's ``memory_limit`` in bytes (a setting: public), None when it cannot be read."""
+        try:
+            ((text,),) = self._select("SELECT current_setting('memory_limit')")
+        except duckdb.Error:
+            return None
+        m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]+)\s*", str(text))
+        if m is None or m.group(2).lower() not in _UNITS:
+            return None
+        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+    def check(self, query: Query, extended: Any = None) -> None:
+        """Before the charge, from public information only: refuse a collation (:meth:`_check_collation`) and a
+        query whose aggregate state — :meth:`~dpmagic.backends.compiler.EngineBackend.aggregate_groups` ×
+        :data:`BYTES_PER_GROUP`, a bound from the schema and the query — exceeds the connection's memory limit,
+        so that the engine does not run out of memory after the charge, a data-dependent failure."""
+        self._check_collation()
+        limit = self.memory_limit()
+        groups = self.aggregate_groups(query, extended)
+        if limit is not None and groups * BYTES_PER_GROUP > limit:
+            raise ConfigurationError(
+                f"this query's aggregates may need up to {groups:,} groups (about {groups * BYTES_PER_GROUP:,} "
+                f"bytes), more than the DuckDB memory limit of {limit:,} bytes",
+                hint="group by fewer keys, clamp a quantile's column to a narrower range, or bind with a larger "
+                "memory_limit",
             )
 
     def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
@@ -165,3 +298,11 @@ class DuckDBBackend(EngineBackend):
     def __repr__(self) -> str:
         where = f"{len(self.files)} file(s)" if self.files else "a DuckDB relation"
         return f"<DuckDBBackend {self.schema.table!r} over {where}, {self.n_rows:,} rows>"
+
+
+def _close_and_remove(con: duckdb.DuckDBPyConnection, spill: str) -> None:
+    """Close dpmagic's own connection and remove its private spill directory (the files in it are raw data)."""
+    try:
+        con.close()
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)

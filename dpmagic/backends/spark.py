@@ -33,11 +33,26 @@ def _kind(simple: str) -> tuple[str, str]:
         return "float", t
     if t.startswith("decimal"):
         return "decimal", "object"
-    if t == "string" or t.startswith("varchar") or t.startswith("char"):
+    if t in ("string", "string collate utf8_binary") or t.startswith("varchar") or t.startswith("char"):
         return "string", _pandas_string_dtype()
     if t == "boolean":
         return "bool", "bool"
     return "other", t
+
+
+def _check_collations(dtypes: list[tuple[str, str]], schema: Schema) -> None:
+    """Refuse a declared string column with a collation other than Spark's byte-wise ``UTF8_BINARY`` (Spark 4's
+    ``STRING COLLATE UTF8_LCASE``, ``UNICODE_CI`` ...): under it 'ab' and 'AB' compare equal, so two declared
+    categories could match one value (disjoint boxes sharing rows, GROUP BY merging cells)."""
+    for name, t in dtypes:
+        low = t.lower()
+        if name in schema.columns and low.startswith("string collate") and low != "string collate utf8_binary":
+            raise ConfigurationError(
+                f"column {name!r} is a {t}: dpmagic compares categories byte for byte, and under a collation two "
+                "declared categories could match the same value",
+                hint=f"bind it byte-wise: df.withColumn({name!r}, pyspark.sql.functions.collate({name!r}, "
+                "'UTF8_BINARY')), or SELECT ... COLLATE UTF8_BINARY in SQL",
+            )
 
 
 class SparkBackend(EngineBackend):
@@ -59,6 +74,7 @@ class SparkBackend(EngineBackend):
         spark: Any = None,
         out_of_range: OutOfRangePolicy = "error",
         cache: bool = True,
+        diagnostics: bool = False,
     ) -> None:
         if isinstance(data, str):
             if spark is None:
@@ -72,10 +88,11 @@ class SparkBackend(EngineBackend):
             spark = frame.sparkSession
         self.spark = spark
         self._check_parser()
+        _check_collations(frame.dtypes, schema)
         self.view_name = f"dpmagic_src_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.view_name)
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in frame.dtypes]
-        self._init(schema, exp.to_table(self.view_name), columns, out_of_range)
+        self._init(schema, exp.to_table(self.view_name), columns, out_of_range, diagnostics)
         self.cached: Any = None
         if cache:
             self._cache_coded(columns, out_of_range)
@@ -147,6 +164,10 @@ class SparkBackend(EngineBackend):
                 "spark.sql.parser.escapedStringLiterals is on: dpmagic's SQL needs Spark's default string literals",
                 hint='spark.conf.set("spark.sql.parser.escapedStringLiterals", "false")',
             )
+
+    def check(self, query: Any, extended: Any = None) -> None:
+        """Before the charge: the parser setting (:meth:`_check_parser`) may have changed since binding."""
+        self._check_parser()
 
     def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
         self._check_parser()

@@ -214,6 +214,14 @@ def py_value(v: Any) -> Any:
 
 
 # -- validation messages (one wording for every backend: pandas, DuckDB, Spark) ------------------------------
+# Binding errors name the column and the kind of problem, never a value of the data or an exact count: binding
+# may be done by a server, or under a schema an analyst supplied, and an error that quoted the rows would be a
+# free read of them.  ``diagnostics=True`` — the data custodian's switch, for fixing the data — adds the first
+# undeclared values and the number of values out of bounds (``Session(..., diagnostics=True)``,
+# ``Schema.validate(df, diagnostics=True)``).
+_DIAGNOSTICS_HINT = "the data custodian sees the offending values by binding with diagnostics=True"
+
+
 def missing_columns_error(missing: list[str]) -> DataValidationError:
     return DataValidationError(f"column(s) {missing} are declared in the schema but missing from the data")
 
@@ -234,10 +242,13 @@ def missing_values_error(name: str) -> DataValidationError:
     )
 
 
-def categories_error(name: str, bad: list[Any]) -> DataValidationError:
-    """``bad``: the distinct undeclared values in order of first appearance (at most 5 are shown)."""
-    shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
-    return DataValidationError(f"column {name!r} has value(s) outside its declared categories: {shown}")
+def categories_error(name: str, bad: list[Any] | None = None, *, diagnostics: bool = False) -> DataValidationError:
+    """A column holds undeclared categories.  With ``diagnostics`` (the custodian's switch), ``bad`` — the
+    distinct undeclared values in order of first appearance — are shown (at most 5); otherwise no value is."""
+    if diagnostics and bad:
+        shown = ", ".join(repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        return DataValidationError(f"column {name!r} has value(s) outside its declared categories: {shown}")
+    return DataValidationError(f"column {name!r} holds values outside its declared categories", hint=_DIAGNOSTICS_HINT)
 
 
 def dtype_error(col: NumericColumn, dtype: str) -> DataValidationError:
@@ -252,21 +263,27 @@ def fractional_error(name: str) -> DataValidationError:
     return DataValidationError(f"column {name!r} is declared int but holds fractional values")
 
 
-def outside_error(col: NumericColumn, n: int) -> DataValidationError:
+def outside_error(col: NumericColumn, n: int, *, diagnostics: bool = False) -> DataValidationError:
+    """A column holds values outside its declared bounds; their number ``n`` only with ``diagnostics``."""
+    hint = "fix the data or bind with out_of_range='clamp' (a custodian's decision)"
+    if diagnostics:
+        return DataValidationError(
+            f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]", hint=hint
+        )
     return DataValidationError(
-        f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]",
-        hint="fix the data or bind with out_of_range='clamp' (a custodian's decision)",
+        f"column {col.name!r} holds values outside its declared bounds [{col.lower}, {col.upper}]",
+        hint=f"{hint}; {_DIAGNOSTICS_HINT}",
     )
 
 
-def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Series:
+def _validate_categorical(col: CategoricalColumn, series: pd.Series, diagnostics: bool = False) -> pd.Series:
     import pandas as pd
 
     values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
     present = pd.unique(values)
     bad = [py_value(v) for v in present if col.index_of(py_value(v)) is None]
     if bad:
-        raise categories_error(col.name, bad)
+        raise categories_error(col.name, bad, diagnostics=diagnostics)
     # Normalise to the declared values (e.g. 1.0 -> 1) so that comparisons with literals are exact.
     mapping: dict[Any, Any] = {}
     for v in present:
@@ -276,26 +293,29 @@ def _validate_categorical(col: CategoricalColumn, series: pd.Series) -> pd.Serie
     return values.map(mapping).astype(object)
 
 
-def _validate_numeric(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+def _validate_numeric(
+    col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy, diagnostics: bool = False
+) -> pd.Series:
     import pandas as pd
 
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         raise dtype_error(col, str(series.dtype))
     if col.is_int:
-        return _validate_int(col, series, policy)
+        return _validate_int(col, series, policy, diagnostics)
     arr = series.to_numpy(dtype=float)
     if not np.isfinite(arr).all():
         raise nonfinite_error(col.name)
     outside = (arr < col.lower) | (arr > col.upper)
     if outside.any():
         if policy == "error":
-            n = int(outside.sum())
-            raise outside_error(col, n)
+            raise outside_error(col, int(outside.sum()), diagnostics=diagnostics)
         arr = np.clip(arr, col.lower, col.upper)
     return pd.Series(arr, index=series.index)
 
 
-def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
+def _validate_int(
+    col: NumericColumn, series: pd.Series, policy: OutOfRangePolicy, diagnostics: bool = False
+) -> pd.Series:
     """An int column's values as exact int64 (never through a double: 2^53 + 1 stays 2^53 + 1)."""
     import pandas as pd
 
@@ -319,16 +339,18 @@ def _validate_int(col: NumericColumn, series: pd.Series, policy: OutOfRangePolic
         above |= arr > hi
     outside = below | above
     if outside.any() and policy == "error":
-        n = int(outside.sum())
-        raise outside_error(col, n)
+        raise outside_error(col, int(outside.sum()), diagnostics=diagnostics)
     out = np.where(above, 0, arr).astype(np.int64)  # uint64 above int64's range is "above" (0 is a placeholder)
     out[below] = lo
     out[above] = hi
     return pd.Series(out, index=series.index)
 
 
-def validate_column(col: Column, series: pd.Series, policy: OutOfRangePolicy) -> pd.Series:
-    """``series`` checked against the declared column (numbers outside the bounds: ``policy``)."""
+def validate_column(
+    col: Column, series: pd.Series, policy: OutOfRangePolicy, *, diagnostics: bool = False
+) -> pd.Series:
+    """``series`` checked against the declared column (numbers outside the bounds: ``policy``); the errors quote
+    values and counts only with ``diagnostics`` (the custodian's switch)."""
     if isinstance(col, CategoricalColumn):
-        return _validate_categorical(col, series)
-    return _validate_numeric(col, series, policy)
+        return _validate_categorical(col, series, diagnostics)
+    return _validate_numeric(col, series, policy, diagnostics)

@@ -261,7 +261,9 @@ class Schema:
         return hashlib.sha256(blob).hexdigest()
 
     # -- validation ---------------------------------------------------------------------------------------
-    def validate(self, df: pd.DataFrame, *, out_of_range: OutOfRangePolicy = "error") -> pd.DataFrame:
+    def validate(
+        self, df: pd.DataFrame, *, out_of_range: OutOfRangePolicy = "error", diagnostics: bool = False
+    ) -> pd.DataFrame:
         """Check ``df`` against the declared domain and return the frame the session will query.
 
         * a column missing from either side, a missing value, a category that is not declared, a
@@ -269,6 +271,10 @@ class Schema:
         * a number outside ``[lower, upper]`` → an error with ``out_of_range="error"`` (default), or,
           with ``out_of_range="clamp"`` (a custodian's choice), the value is clamped to the nearest bound.
           Clamping changes no row's membership in the privacy unit and is applied to a copy.
+
+        The errors name the column and the problem, never a value or a count of the data, unless
+        ``diagnostics=True`` — the data custodian's switch for fixing the data: then the first undeclared values
+        and the number of values out of bounds are shown (:func:`~dpmagic.domain.columns.categories_error`).
         """
         import pandas as pd
 
@@ -289,5 +295,5 @@ class Schema:
             series = out[name]
             if series.isna().any():
                 raise missing_values_error(name)
-            out[name] = validate_column(col, series, out_of_range)
+            out[name] = validate_column(col, series, out_of_range, diagnostics=diagnostics)
         return out

@@ -80,6 +80,12 @@ class Mechanism(ABC):
         """Public, JSON-serialisable details stored with the charge (no data: computed before any read)."""
         return {"kind": self.kind}
 
+    def check(self, backend: Backend) -> None:
+        """Refuse, before the charge, what ``backend`` cannot answer, from public information only (the query,
+        the schema, the engine's settings — never a row): the session calls it before it charges.  Default:
+        nothing to check."""
+        return None
+
     @abstractmethod
     def release(self, backend: Backend) -> pd.DataFrame:
         """Read the exact aggregates from ``backend`` and return the noisy answer.
@@ -102,3 +108,13 @@ class QueryBoxMechanism(Mechanism):
     @property
     def cost(self) -> float:
         return self._cost
+
+    def check(self, backend: Backend) -> None:
+        """The backend's own check of the query (an engine backend's ``check``: its settings, its memory limit)."""
+        check = getattr(backend, "check", None)
+        if check is not None:
+            check(self.query, self._extended())
+
+    def _extended(self) -> Mapping[str, Any] | None:
+        """The plans of the query's non-basic aggregates (none by default)."""
+        return None

@@ -9,6 +9,7 @@ expressions, HAVING, ORDER BY, LIMIT: :func:`dpmagic.query.outputs.finish`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dpmagic.releases.base import Backend, QueryBoxMechanism
@@ -52,6 +53,9 @@ class QueryMechanism(QueryBoxMechanism):
             k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity} for k, v in plan.sums.items()
         }
         return d
+
+    def _extended(self) -> Mapping[str, Any] | None:
+        return self.plan.extra
 
     def release(self, backend: Backend) -> pd.DataFrame:
         from dpmagic.query.outputs import finish

@@ -94,6 +94,10 @@ class Session:
         ``"add-remove"`` (default: one person's row is added or removed) or ``"replace"`` (bounded DP: one
         row is changed; the charged loss is the worst *pair* of rows and sensitivities follow
         :mod:`dpmagic.noise.sensitivity`).
+    diagnostics:
+        the data custodian's switch for fixing the data: binding errors then show the first undeclared
+        category values and the number of values out of bounds.  Off by default: binding errors name the column
+        and the problem only, so that binding by a server, or under an analyst's schema, reads nothing.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class Session:
         delta: float = 1e-6,
         neighbors: Neighbors = "add-remove",
         table_names: tuple[str, ...] | list[str] | None = None,
+        diagnostics: bool = False,
     ) -> None:
         self.schema = Schema.of(schema)
         if isinstance(budget, bool):
@@ -125,7 +130,7 @@ class Session:
             else check_cost(default_cost, f"the default {self.budget.currency.parameter}")
         )
         # pandas DataFrame → PandasBackend; Parquet/CSV path, glob or list, DuckDB relation → DuckDB; Spark → Spark
-        self.backend = backend_for(data, self.schema, out_of_range=out_of_range)
+        self.backend = backend_for(data, self.schema, out_of_range=out_of_range, diagnostics=diagnostics)
         #: the validated frame (pandas backend only; engine backends keep the rows in the engine)
         self.data = getattr(self.backend, "df", None)
         #: the names FROM may use for the bound table (schema-qualified forms such as PUMS.PUMS included)
@@ -349,6 +354,7 @@ class Session:
             # accounting only (public): the data is read after it; the lock is released before the ticker's thread
             # is joined (a progress listener may read the session)
             with tick, self.lock:
+                mechanism.check(self.backend)  # what the backend cannot answer is refused here, before the charge
                 # one overlap computation, outside the ledger's write lock but under the session's: committed
                 # as is (no other thread can charge in between; another process may, then it is recomputed)
                 pre = self.accountant.preview(mechanism.coverage, mechanism.cost)
