@@ -35,6 +35,7 @@ from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.sql import parse_query
+from dpmagic.query.where import check_categories
 from dpmagic.releases import Mechanism, QueryMechanism
 from dpmagic.releases.postprocess import tidy
 from dpmagic.session.cache import ReleaseCache, cache_key
@@ -166,10 +167,13 @@ class Session:
 
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
-        """Parse and validate ``sql`` against the schema (no data, no budget)."""
+        """Parse and validate ``sql`` against the schema (no data, no budget); a comparison with a category the
+        schema does not declare is refused (:func:`~dpmagic.query.where.check_categories`)."""
         # a schema that declares no table name ("data", the default) accepts any one name in FROM
         names = None if self.table_names == ("data",) else self.table_names
-        return parse_query(sql, self.schema, tables=names)
+        q = parse_query(sql, self.schema, tables=names)
+        check_categories(q, self.schema)  # a category that is not declared is a typo: refused, with the nearest
+        return q
 
     def affordable(self, sql_or_query: str | Query) -> float:
         """The largest cost a query could be given now: budget minus the maximum current load on its region.

@@ -42,6 +42,7 @@ _OPTION_SPELLINGS = {
     'out_of_range="clamp"': "--clamp (%dpsession)",
     "fresh=True": "--fresh",
     "dry_run=True": "--dry-run",
+    "the budget map shows where": "%dpbudget --map COL1 COL2 shows where",
 }
 
 
