@@ -42,6 +42,7 @@ from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import CostSpec, parse_cost, session_cost
 from dpmagic.session.events import EventBus, Listener
 from dpmagic.session.progress import Ticker
+from dpmagic.session.rendering import numbered, plural, query_numbers
 from dpmagic.session.results import Preview, QueryResult, Released
 
 # re-exported: their homes are dpmagic.query.regions and dpmagic.accountant.binding
@@ -210,7 +211,7 @@ class Session:
             currency=self.currency,
             charge=ch,
             affordable=self.affordable(q),
-            overlapping=tables.overlapping_frame(self.accountant, ch.neighbors),
+            overlapping=numbered(tables.overlapping_frame(self.accountant, ch.neighbors), query_numbers(self)),
             noise=noise,
             halfwidth={k: v.ci_halfwidth(0.95) for k, v in noise.items()},
             cached=cached,
@@ -430,7 +431,7 @@ class Session:
         return (
             f"<dpmagic.Session table={self.schema.table!r} "
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
-            f"{len(self.accountant)} queries>"
+            f"{plural(len(self.accountant), 'query', 'queries')}>"
         )
 
 
