@@ -276,3 +276,37 @@ def test_dpsession_binds_replace_one_neighbours(bound: InteractiveShell) -> None
     result, cap = run(bound, "%dpsession adult --schema schema --budget epsilon=1 --ledger memory --neighbors other")
     assert not result.success and "invalid choice" in cap.stderr + cap.stdout
     assert current_session().neighbors == "replace"
+
+
+def test_statistical_privacy_refuses_the_options_it_has_no_use_for(ip: InteractiveShell) -> None:
+    """The statistical-privacy variants (one dispatch, :mod:`dpmagic.presentation.magics.statistical`) refuse
+    decision-query options and ``--neighbors`` as they refuse the DP costs: nothing charged, no part used."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    ip.user_ns.update(
+        sp_df=pd.DataFrame({"smoker": rng.integers(0, 2, 120)}),
+        sp_schema={
+            "dataset": "sp-frictions",
+            "table": "t",
+            "columns": {"smoker": {"type": "int", "lower": 0, "upper": 1}},
+        },
+    )
+    bind = (
+        '%dpsession sp_df --schema sp_schema --privacy statistical --prior "bernoulli(0.5)" --parts 4 '
+        "--epsilon 0.2 --delta 0.5 --ledger memory"
+    )
+    result, cap = run(ip, f"{bind} --neighbors replace")
+    assert not result.success and "--neighbors applies only to differential privacy" in cap.stderr + cap.stdout
+    result, cap = run(ip, bind)
+    assert result.success, cap.stderr
+    s = current_session()
+    for cell, fragment in [
+        ("%%dpquery --fnr 0.1\nSELECT COUNT(*) FROM t WHERE smoker = 1\n", "--fnr does not apply"),
+        ("%%dpquery --max-group-size 9\nSELECT COUNT(*) FROM t WHERE smoker = 1\n", "--max-group-size does not apply"),
+        ("%%dpquery --out 1x\nSELECT COUNT(*) FROM t WHERE smoker = 1\n", "not a usable variable name"),
+    ]:
+        result, cap = run(ip, cell)
+        assert not result.success and fragment in cap.stderr + cap.stdout
+    assert s.parts_left == 4 and s.delta_spent == 0.0
