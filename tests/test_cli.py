@@ -144,3 +144,87 @@ def test_console_script_entry_point(files) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["max_overlap"]["value"] == 3.0
+
+
+# -- issue 30: the ledger commands -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ledger_file(tmp_path: Path, adult) -> Path:
+    """A ledger with three charges (0.1 + 0.05 = 0.15000000000000002 charged after the second, sequential)."""
+    from dpmagic import Session
+
+    path = tmp_path / "ledger.sqlite"
+    s = Session(*adult, "epsilon=1", ledger=path, bound="sequential")
+    numbers = [
+        s.query(sql, epsilon=eps).number
+        for sql, eps in [
+            ("SELECT COUNT(*) FROM adult WHERE age < 30", 0.1),
+            ("SELECT COUNT(*) FROM adult WHERE age >= 30", 0.05),
+            ("SELECT COUNT(*) FROM adult WHERE sex = 'Male'", 0.1),
+        ]
+    ]
+    assert numbers == [1, 2, 3]  # what the notebook shows
+    assert [e.id for e in s.accountant.entries()] != numbers  # ledger event ids differ
+    s.ledger.close()
+    return path
+
+
+def test_ledger_show_numbers_queries_as_the_notebook_does(ledger_file: Path, capsys) -> None:
+    code, out, err = run(["ledger", "show", str(ledger_file)], capsys)
+    assert code == 0, err
+    shown = [line.split()[0] for line in out.splitlines() if line.startswith("  #")]
+    assert shown == ["#1", "#2", "#3"]
+    assert "3 counted queries" in out
+
+
+def test_html_export_rounds_for_display_only_and_numbers_like_the_notebook(ledger_file: Path, capsys) -> None:
+    code, out, _ = run(["ledger", "export", str(ledger_file), "--format", "html"], capsys)
+    assert code == 0
+    assert "0.15000000000000002" not in out and "<td>0.15</td>" in out
+    assert "<th>#</th>" in out and "<tr><td>1</td>" in out and "<tr><td>3</td>" in out
+    code, out, _ = run(["ledger", "export", str(ledger_file), "--format", "json"], capsys)
+    rows = json.loads(out)
+    assert rows[1]["charged_after"] == 0.1 + 0.05  # the data exports keep the exact values
+    assert [r["number"] for r in rows] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("content", [b"hello, not a ledger\n", b""])
+def test_ledger_commands_on_a_file_that_is_not_a_ledger(tmp_path: Path, capsys, content: bytes) -> None:
+    import sqlite3
+
+    text = tmp_path / "notes.txt"
+    text.write_bytes(content)
+    other = tmp_path / "other.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t (a)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    for path in (text, other):
+        for args in (["show", str(path)], ["export", str(path), "--format", "html"]):
+            code, out, err = run(["ledger", *args], capsys)
+            assert code == 2 and out == ""
+            assert err.startswith(f"dpmagic ledger: {path} is not a dpmagic ledger (")
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert other.read_bytes() == before  # nothing was added to someone else's sqlite file
+    assert text.read_bytes() == content
+
+
+def test_ledger_show_into_a_closed_pipe_is_quiet(ledger_file: Path) -> None:
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written (as `| head` after its lines)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "dpmagic.presentation.cli", "ledger", "show", str(ledger_file)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr == "" and proc.returncode == 141

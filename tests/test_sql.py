@@ -247,3 +247,105 @@ def test_malformed_number_literal(small_schema: Schema) -> None:
 def test_formerly_refused_now_supported(sql: str, small_schema: Schema) -> None:
     """Issue 13: these constructs are answered now (tests/test_sql_corpus.py checks their answers)."""
     parse_query(sql, small_schema)
+
+
+# -- issue 30: errors that say what to write -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql, token, fragment",
+    [
+        ("SELEC COUNT(*) FROM t", "SELEC", "a query starts with SELECT, not 'SELEC'"),
+        ("COUNT(*) FROM t", "COUNT", "a query starts with SELECT, not 'COUNT'"),
+        ("SELECT COUNT(*) FROM t WHERE age >", ">", "expected a value after >"),
+        ("SELECT COUNT(*) FROM t WHERE > 3", ">", "expected a column or value before >"),
+        ("SELECT COUNT(*) FROM t WHERE age =< 3", "<", "expected a column or value before <"),
+        ("SELECT COUNT(*) FROM t WHERE age > 3 AND", "AND", "expected a condition after AND"),
+        ("SELECT COUNT(*) FROM t WHERE age BETWEEN 3", "3", "BETWEEN needs a lower and an upper bound"),
+        ("SELECT COUNT(*) FROM t GROUP age", "age", "expected BY after GROUP"),
+        ("SELECT COUNT(*) FORM t", "FORM", "unexpected 'FORM'"),
+        ("SELECT COUNT(* FROM t", "FROM", "expected ')' to close the '(' at column 13, found 'FROM'"),
+        ("SELECT COUNT(*) FROM t WHERE age > 3)", ")", "this ')' closes no '('"),
+        ("SELECT COUNT(*) FROM t LIMIT", "LIMIT", "expected a whole number after LIMIT"),
+        ("SELECT COUNT(*) FROM t WHERE sex = 'F", "'", "this string is not closed: add the closing '"),
+        ('SELECT COUNT(*) FROM t WHERE "sex = 1', '"', 'this quoted name is not closed: add the closing "'),
+    ],
+)
+def test_syntax_errors_show_the_statement_a_caret_and_what_was_expected(
+    small_schema: Schema, sql: str, token: str, fragment: str
+) -> None:
+    with pytest.raises(QueryError) as exc:
+        parse_query(sql, small_schema)
+    message = str(exc.value)
+    head, shown, caret = message.split("\n")
+    assert head.startswith(f"cannot parse the SQL: {fragment} (column ")
+    assert shown == f"    {sql}"
+    assert set(caret.strip()) == {"^"} and sql[caret.index("^") - 4 :].startswith(token), message
+    for internal in ("sqlglot", "Invalid expression", "Required keyword", "Col:", "Expecting"):
+        assert internal not in message + str(exc.value.hint)
+
+
+@pytest.mark.parametrize(
+    "sql, hint",
+    [
+        ("SELEC COUNT(*) FROM t", "did you mean SELECT?"),
+        ("SELECT COUNT(*) FROM t WHERE age =< 3", "the operator is written <= (not =<)"),
+        ("SELECT COUNT(*) FROM t GROUP age", "GROUP BY age"),
+        ("SELECT COUNT(*) FORM t", "did you mean FROM?"),
+    ],
+)
+def test_syntax_error_hints(small_schema: Schema, sql: str, hint: str) -> None:
+    with pytest.raises(QueryError) as exc:
+        parse_query(sql, small_schema)
+    assert exc.value.hint == hint
+
+
+def test_a_syntax_error_on_a_later_line_shows_that_line(small_schema: Schema) -> None:
+    with pytest.raises(QueryError) as exc:
+        parse_query("SELECT COUNT(*)\nFROM t\nWHERE age >\n", small_schema)
+    assert str(exc.value).split("\n") == [
+        "cannot parse the SQL: expected a value after > (line 3, column 11)",
+        "    WHERE age >",
+        "              ^",
+    ]
+
+
+def test_literal_hints_say_what_to_write(small_schema: Schema) -> None:
+    with pytest.raises(QueryTypeError) as exc:
+        parse_query("SELECT COUNT(*) FROM t WHERE age = 'forty'", small_schema)
+    assert "age = forty" not in exc.value.hint and "numbers from 0 to 10" in exc.value.hint
+    with pytest.raises(QueryTypeError) as exc:
+        parse_query("SELECT COUNT(*) FROM t WHERE age = '4'", small_schema)
+    assert exc.value.hint == "write age = 4 (no quotes)"
+    with pytest.raises(QueryTypeError) as exc:
+        parse_query("SELECT COUNT(*) FROM t WHERE grade = 'two'", small_schema)
+    assert "grade = two" not in exc.value.hint and "1, 2, 3" in exc.value.hint
+    for func in ("AVG", "SUM"):
+        with pytest.raises(UnsupportedQueryError) as exc:
+            parse_query(f"SELECT {func}('age') FROM t", small_schema)
+        assert "single quotes make the string 'age', not a column" in str(exc.value)
+        assert exc.value.hint.endswith(f'{func}(age) or {func}("age")')
+
+
+def test_a_near_miss_category_is_empty_for_schema_tools_and_refused_in_a_session(small_schema, small_df) -> None:
+    """The decision of issue 30: parsing (the schema-only tools, e.g. ``dpmagic overlap``) keeps an undeclared
+    category a valid, empty predicate; a session refuses one that differs from a declared category only by case
+    or a letter or two (a typo), naming it, before anything is charged.  Other undeclared values stay valid and
+    empty there too (the empty-region warning)."""
+    from dpmagic import Session
+
+    assert where("sex = 'f'", small_schema).is_empty()
+    s = Session(small_df, small_schema, "epsilon=1")
+    for pred, hint in [
+        ("sex = 'f'", "did you mean 'F'? (categories are case-sensitive)"),
+        ("city IN ('a', 'B')", "did you mean 'b'? (categories are case-sensitive)"),
+        ("NOT (sex <> 'm')", "did you mean 'M'? (categories are case-sensitive)"),
+    ]:
+        with pytest.raises(QueryTypeError) as exc:
+            s.query(f"SELECT COUNT(*) FROM t WHERE {pred}", epsilon=0.1)
+        assert exc.value.hint == hint
+    assert s.spent == 0.0 and len(s.accountant.entries()) == 0
+    from dpmagic.query.regions import EmptyRegionWarning
+
+    with pytest.warns(EmptyRegionWarning):
+        s.query("SELECT COUNT(*) FROM t WHERE city = 'zzz'", epsilon=0.1)

@@ -337,14 +337,7 @@ class Accountant:
             if ch is None:
                 ch = self.preview(box, cost)
             if not ch.admissible:
-                cur = self.currency
-                raise BudgetExceededError(
-                    f"refused: this query costs {cur.format(ch.cost)} and would raise the charged privacy loss "
-                    f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
-                    f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
-                    f"{cur.format(self.affordable(box))} is left for a query on this part of the domain",
-                    hint="lower the cost, narrow the WHERE clause to a region with budget left, or stop here",
-                )
+                raise self._refusal(ch, box)
             event = self.ledger.append_event(
                 self.key,
                 "charge",
@@ -379,6 +372,37 @@ class Accountant:
             return None
         total = self.budget.total_weight  # a budget event changes no engine state: re-check the fit
         return replace(preview, before=self.charged_weight, total=total, admissible=self._fits(preview.after))
+
+    def _refusal(self, ch: Charge, box: Box) -> BudgetExceededError:
+        """The refusal of an inadmissible charge: what it costs, what it would raise the loss to, and what is left
+        on its region (nothing left: say so, rather than suggest a lower cost)."""
+        cur = self.currency
+        left = self.affordable(box)
+        if left <= 1e-9 * self.budget.total:  # float crumbs of a spent budget are nothing left
+            left = 0.0
+            if self.bound != "exact" or self.neighbors == "replace":  # every query is charged against all of it
+                hint = (
+                    f"the budget is spent ({self.bound} bound): nothing more can be released in this session "
+                    "unless the data custodian raises the budget"
+                )
+            else:
+                hint = (
+                    f"no {cur.parameter} is left on this part of the domain, so no cost can be admitted there; a "
+                    "query on a region with budget left still can (the budget map shows where), or the data "
+                    "custodian can raise the budget"
+                )
+        else:
+            hint = (
+                f"lower the cost to at most {cur.format(left)}, narrow the WHERE clause to a region with more "
+                "budget left, or stop here"
+            )
+        return BudgetExceededError(
+            f"refused: this query costs {cur.format(ch.cost)} and would raise the charged privacy loss "
+            f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
+            f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
+            f"{cur.format(left)} is left for a query on this part of the domain",
+            hint=hint,
+        )
 
     @_locked
     def affordable(self, box: Box) -> float:

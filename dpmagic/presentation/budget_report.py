@@ -10,7 +10,17 @@ import html
 from typing import Any
 
 from dpmagic.accountant.bounds import BoundsSummary
-from dpmagic.session.rendering import bounds_html, bounds_text, budget_line_html, budget_line_text, clean
+from dpmagic.session.rendering import (
+    bounds_html,
+    bounds_text,
+    budget_line_html,
+    budget_line_text,
+    clean,
+    fmt,
+    plural,
+    row_text,
+    when,
+)
 from dpmagic.session.session import Session
 
 __all__ = [
@@ -55,30 +65,67 @@ class BudgetReport:
     def __repr__(self) -> str:
         s = self.summary
         head = (
-            f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; {s['queries']} queries "
-            f"({s['bound']} bound)\n" + bounds_text(BoundsSummary.from_dict(s["bounds"]), s["budget"])
+            f"dpmagic {budget_line_text(s['spent'], s['budget'], self.session.currency)}; "
+            f"{plural(s['queries'], 'query', 'queries')} ({s['bound']} bound)\n"
+            + bounds_text(BoundsSummary.from_dict(s["bounds"]), s["budget"])
         )
         frame = numbered_frame(self.session)
         return head + ("\n" + frame.drop(columns=["time"]).to_string(index=False) if len(frame) else "")
+
+
+#: the query table's cells: numbers and words never wrap; the SQL wraps between words, never inside one, and
+#: keeps a readable width (a narrow output area scrolls sideways instead of one word per line)
+_ROW_STYLE = "white-space:nowrap;vertical-align:top"
+_SQL_STYLE = (
+    "font-family:monospace;text-align:left;white-space:normal;word-break:normal;overflow-wrap:normal;"
+    "min-width:32ch;max-width:90ch"
+)
 
 
 def budget_html(session: Session, summary: dict[str, Any]) -> str:
     cur = session.currency
     total = summary["budget"]
     rows = numbered_frame(session)
-    table = rows.iloc[::-1].to_html(index=False) if len(rows) else "<p>no queries yet</p>"
     bounds = f"<div class='dpmagic-bounds'>{bounds_html(BoundsSummary.from_dict(summary['bounds']), total)}</div>"
+    worst = row_text(summary["bounds"].get("witness"))
+    head = (
+        f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, "
+        f"{plural(summary['queries'], 'query', 'queries')}, in {html.escape(cur.parameter)})"
+        f"{budget_line_html(summary['spent'], total, cur)}{bounds}"
+        f"<div class='dpmagic-worst'>worst-case row: {html.escape(worst)}</div></div>"
+    )
+    if not len(rows):
+        return head + "<p>no queries yet</p>"
+    header = "".join(
+        f"<th style='text-align:{'left' if c == 'sql' else 'right'}'>{html.escape(c)}</th>" for c in rows.columns
+    )
+    body = "".join(
+        f"<tr style='{_ROW_STYLE}'>"
+        + "".join(
+            f"<td style='{_SQL_STYLE}'>{html.escape(str(v))}</td>" if c == "sql" else f"<td>{html.escape(str(v))}</td>"
+            for c, v in zip(rows.columns, r, strict=True)
+        )
+        + "</tr>"
+        for r in rows.iloc[::-1].itertuples(index=False)  # newest first, as in the panel
+    )
     return (
-        f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, {summary['queries']} queries, "
-        f"in {html.escape(cur.parameter)}){budget_line_html(summary['spent'], total, cur)}{bounds}</div>{table}"
+        f"{head}<div class='dpmagic-queries' style='overflow-x:auto'>"
+        f"<table class='dataframe' style='border-collapse:collapse'><tr>{header}</tr>{body}</table></div>"
     )
 
 
 def numbered_frame(session: Session) -> Any:
-    """The ledger frame with the queries numbered 1..n (as in the answers, the panel and the plots)."""
+    """The ledger frame for display: the queries numbered 1..n (as in the answers, the panel and the plots), the
+    SQL on one line, amounts rounded for display (:func:`~dpmagic.session.rendering.fmt`), times to the second.
+    :meth:`Session.ledger_frame` keeps the exact values."""
     frame = session.ledger_frame()
+    total = session.budget.total
     frame = frame.drop(columns=["id"])
     frame.insert(0, "#", range(1, len(frame) + 1))
+    frame["sql"] = [" ".join(str(s).split()) for s in frame["sql"]]
+    for col in ("cost", "charged after"):
+        frame[col] = [fmt(v, total) for v in frame[col]]
+    frame["time"] = [when(ts.timestamp()) for ts in frame["time"]]  # the frame's times are UTC instants
     return frame
 
 

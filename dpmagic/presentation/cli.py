@@ -194,7 +194,25 @@ def _open_existing(path: str, key: bytes | None) -> Any:
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"no ledger file at {path}")
+    _check_is_ledger(path)
     return Ledger(path, key=key)
+
+
+def _check_is_ledger(path: str) -> None:
+    """Refuse, read-only and before opening it for real (which would add a ledger's tables to any sqlite file),
+    a file that is not a dpmagic ledger: not sqlite at all, or sqlite without the ledger's ``events`` and ``meta``."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path} is not a dpmagic ledger (not a readable sqlite file: {exc})") from None
+    if not {"events", "meta"} <= tables:
+        raise ValueError(f"{path} is not a dpmagic ledger (a sqlite file without the ledger's tables)")
 
 
 def _resolve_key(ledger: Any, name: str) -> str | None:
@@ -247,6 +265,7 @@ def _check_noted_head(path: str, seq: int, prefix: str) -> list[str]:
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from dpmagic.accountant import ledger as lg
     from dpmagic.presentation.reports import dataset_label, export_ledger
+    from dpmagic.session.rendering import plural
 
     try:
         if args.action == "keygen":
@@ -333,11 +352,11 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                 spent = max((e.charged_after for e in entries), default=0.0)
                 print(
                     f"key {k}: data set {dataset_label(o)!r}, {o.get('definition')} "
-                    f"budget {o.get('parameter')}={ledger.budget_of(k):g}, {len(entries)} counted queries, "
+                    f"budget {o.get('parameter')}={ledger.budget_of(k):g}, {plural(len(entries), 'counted query', 'counted queries')}, "
                     f"last charged weight {spent:.6g}"
                 )
-                for e in entries:
-                    print(f"  #{e.id:<5} {e.cost:<8.4g} {e.bound:<12} {e.status:<8} {' '.join(e.sql.split())}")
+                for number, e in enumerate(entries, 1):  # numbered 1..n, as the notebook numbers them
+                    print(f"  #{number:<5} {e.cost:<8.4g} {e.bound:<12} {e.status:<8} {' '.join(e.sql.split())}")
             return 0
         if args.action == "export":
             text = export_ledger(ledger, args.format)
@@ -501,7 +520,15 @@ def run() -> None:  # pragma: no cover - exercised as a subprocess
     ledger's) exit normally, so every file and connection is closed the usual way.
     """
     argv = sys.argv[1:]
-    code = main(argv)
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``dpmagic ledger show … | head``): stop quietly, as a Unix filter does.  Python
+        # would flush stdout again at exit and print the same error: point stdout at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141 if os.name == "posix" else 1)  # 128 + SIGPIPE, what a shell reports for a killed writer
     if next((a for a in argv if not a.startswith("-")), None) in _NO_TEARDOWN:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from dpmagic.errors import ConfigurationError
-from dpmagic.session.rendering import fmt, query_numbers
+from dpmagic.session.rendering import fmt, plural, query_numbers
 from dpmagic.session.session import Session
 
 __all__ = ["plot_graph", "plot_budget", "plot_map"]
@@ -96,7 +96,7 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     n_colours = int(colors.max()) + 1 if colors.max() >= 0 else 0
     total = session.budget.total
     ax.set_title(
-        f"query graph: {n} queries in {n_colours} groups of disjoint queries\n"
+        f"query graph: {plural(n, 'query', 'queries')} in {plural(n_colours, 'group')} of disjoint queries\n"
         f"all added up {fmt(b.sequential, total, '.3g')}, by groups {fmt(b.chromatic, total, '.3g')}, "
         f"one person's worst case {fmt(b.overlap_upper, total, '.3g')} {cur.symbol}",
         fontsize=9,

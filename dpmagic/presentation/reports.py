@@ -12,12 +12,10 @@ import html
 import io
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpmagic.accountant.ledger import Ledger, entries_from_events, verify
-
-if TYPE_CHECKING:
-    pass
+from dpmagic.session.rendering import fmt, plural
 
 __all__ = ["export_ledger", "dataset_label", "EXPORT_FORMATS"]
 
@@ -30,12 +28,17 @@ def export_ledger(ledger: Ledger, fmt: str) -> str:
     rows = []
     for key in ledger.ledger_keys():
         opening = ledger.opening(key) or {}
+        number = 0
         for e in entries_from_events(ledger.events(key), keep_reset=True):
+            counted = not e.extra.get("reset", False)
+            number += counted
             rows.append(
                 {
                     "ledger_key": key,
                     "dataset": dataset_label(opening),
                     "definition": opening.get("definition", ""),
+                    # the query's number as the notebook shows it (1..n among this key's counted charges)
+                    "number": number if counted else None,
                     "id": e.id,
                     "time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.created)),
                     "sql": " ".join(e.sql.split()),
@@ -93,6 +96,20 @@ def dataset_label(opening: dict[str, Any]) -> str:
     return f"(no id) table {opening.get('table', '?')}, domain {str(opening.get('domain', ''))[:12]}"
 
 
+def _amount(x: float | None) -> str:
+    return "—" if x is None else fmt(x, x or 1.0)
+
+
+def _shown(row: dict[str, Any], scale: float) -> dict[str, str]:
+    """A report row for display: amounts rounded for display only (the CSV and JSON keep the exact values), the
+    query numbered as in the notebook (``—`` for a charge a reset no longer counts)."""
+    out = {k: str(v) for k, v in row.items()}
+    out["#"] = "—" if row["number"] is None else str(row["number"])
+    for k in ("cost", "weight", "charged_after"):
+        out[k] = fmt(row[k], scale)
+    return out
+
+
 def _html_report(ledger: Ledger, rows: list[dict[str, Any]]) -> str:
     note = ""
     if ledger.path is None:
@@ -106,11 +123,13 @@ def _html_report(ledger: Ledger, rows: list[dict[str, Any]]) -> str:
     else:
         ok = "intact" if verify(ledger.path)[0] else "BROKEN"
         note = " (unkeyed SHA-256 chain: detects accidents, not tampering)"
-    head = ["id", "time", "sql", "predicates", "cost", "bound", "charged_after", "noise", "status", "counted"]
-    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(str(r[h]))}</td>" for h in head) + "</tr>" for r in rows)
+    head = ["#", "time", "sql", "predicates", "cost", "bound", "charged_after", "noise", "status", "counted"]
+    scales = {k: ledger.budget_of(k) or 1.0 for k in ledger.ledger_keys()}
+    shown = [_shown(r, scales.get(r["ledger_key"], 1.0)) for r in rows]
+    body = "\n".join("<tr>" + "".join(f"<td>{html.escape(s[h])}</td>" for h in head) + "</tr>" for s in shown)
     keys = "".join(
         f"<li><code>{html.escape(k)}</code>: {html.escape(dataset_label(ledger.opening(k) or {}))}, "
-        f"{html.escape(str((ledger.opening(k) or {}).get('definition', '')))} budget {ledger.budget_of(k)}</li>"
+        f"{html.escape(str((ledger.opening(k) or {}).get('definition', '')))} budget {_amount(ledger.budget_of(k))}</li>"
         for k in ledger.ledger_keys()
     )
     return f"""<!DOCTYPE html>
@@ -118,7 +137,7 @@ def _html_report(ledger: Ledger, rows: list[dict[str, Any]]) -> str:
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;font-size:0.9em}}th{{background:#f0f0f0}}</style></head>
 <body><h1>dpmagic ledger report</h1>
-<p>File: <code>{html.escape(str(ledger.path or ":memory:"))}</code>; hash chain: <b>{ok}</b>{html.escape(note)}; {len(rows)} charged queries.</p>
+<p>File: <code>{html.escape(str(ledger.path or ":memory:"))}</code>; hash chain: <b>{ok}</b>{html.escape(note)}; {plural(len(rows), "charged query", "charged queries")}.</p>
 <ul>{keys}</ul>
 <table><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>
 {body}

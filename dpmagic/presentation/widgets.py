@@ -32,6 +32,7 @@ from dpmagic.session.rendering import (
     bounds_text,
     budget_state,
     fmt,
+    plural,
     query_numbers,
     row_text,
 )
@@ -136,7 +137,8 @@ class BudgetWidget:
         self.numbers.value = (
             f"<span class='dpmagic-state' data-state='{state}'>charged {fmt(spent, total, '.2f')} of "
             f"{fmt(total, total, '.2f')} {cur.symbol} ({100 * frac:.0f}%), remaining {fmt(s.remaining, total, '.2f')} "
-            f"{cur.symbol} · {len(s.accountant)} queries · bound: {html.escape(s.accountant.charged_as)}{flag}</span>"
+            f"{cur.symbol} · {plural(len(s.accountant), 'query', 'queries')} · bound: "
+            f"{html.escape(s.accountant.charged_as)}{flag}</span>"
         )
         b = s.bounds()
         self.bounds.value = bounds_html(b, total, ".3g")
@@ -191,7 +193,7 @@ def panel_text(s: Session) -> str:
     lines = [
         f"dpmagic budget — {s.schema.table}, {cur.definition}",
         budget_line_text(s.spent, total, cur),
-        f"{len(s.accountant)} queries · bound: {s.accountant.charged_as}",
+        f"{plural(len(s.accountant), 'query', 'queries')} · bound: {s.accountant.charged_as}",
         bounds_text(s.bounds(), total, ".3g"),
     ]
     if cur.definition != "pure":

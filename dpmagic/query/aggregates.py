@@ -73,7 +73,12 @@ def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
                 raise UnsupportedQueryError("COUNT(DISTINCT ...) takes one column")
             col = arg.expressions[0]
             if not isinstance(col, exp.Column):
-                raise UnsupportedQueryError(f"COUNT(DISTINCT ...) takes a column name, not {col.sql()!r}")
+                quoted = isinstance(col, exp.Literal) and col.is_string
+                raise UnsupportedQueryError(
+                    f"COUNT(DISTINCT ...) takes a column name, not {col.sql()!r}"
+                    + (": single quotes make a string, not a column" if quoted else ""),
+                    hint=f'COUNT(DISTINCT {col.this}) or COUNT(DISTINCT "{col.this}")' if quoted else None,
+                )
             return Aggregate("count_distinct", resolve_column(col, schema), "")
         if isinstance(arg, exp.Star) or arg is None:
             return Aggregate("count", None, "")
@@ -177,6 +182,11 @@ def clamped_column(arg: exp.Expr, schema: Schema, func: str) -> tuple[str, tuple
         return clamped_column(arg.this, schema, func)
     if isinstance(arg, exp.Column):
         return resolve_column(arg, schema), None
+    if isinstance(arg, exp.Literal) and arg.is_string:
+        raise UnsupportedQueryError(
+            f"{func.upper()}({arg.sql()}): single quotes make the string {arg.this!r}, not a column",
+            hint=f'name the column without quotes or in double quotes: {func.upper()}({arg.this}) or {func.upper()}("{arg.this}")',
+        )
     if isinstance(arg, exp.Anonymous) and str(arg.this).upper() == "CLAMP" and len(arg.expressions) == 3:
         inner, lo, hi = arg.expressions
         name, c = clamped_column(inner, schema, func)

@@ -7,8 +7,10 @@ always over the *declared* domain, never the rows.  Used by :mod:`.where`, :mod:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,7 @@ __all__ = [
     "resolve_column",
     "literal_value",
     "check_value_type",
+    "check_declared",
     "int_set",
     "is_literal",
     "is_column",
@@ -155,11 +158,13 @@ def literal_value(node: exp.Expr, column: Column) -> Any:
 
 
 def check_value_type(value: Any, column: Column) -> None:
+    """A string compared with a numeric column (or a number with a string one) is a typo: one error that says
+    how to write the value (quoted digits lose their quotes; a word is not a number)."""
     if isinstance(column, NumericColumn):
         if isinstance(value, str):
             raise QueryTypeError(
                 f"column {column.name!r} is {column.kind}; it cannot be compared with the string {value!r}",
-                hint=f"write {column.name} = {value} (no quotes)",
+                hint=_number_hint(value, column.name, f"numbers from {column.lower:g} to {column.upper:g}"),
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise QueryTypeError(f"literal {value!r} for column {column.name!r} is not finite")
@@ -170,10 +175,44 @@ def check_value_type(value: Any, column: Column) -> None:
         raise QueryTypeError(
             f"column {column.name!r} has numeric categories ({'/'.join(kinds)}); compare it with numbers, "
             f"not the string {value!r}",
-            hint=f"write {column.name} = {value} (no quotes)",
+            hint=_number_hint(value, column.name, f"the values {_listing(column.values)}"),
         )
     if not numeric and not isinstance(value, str):
         raise QueryTypeError(f"column {column.name!r} has string categories; quote the value: '{value}'")
+
+
+def _number_hint(text: str, name: str, holds: str) -> str:
+    try:
+        float(text)
+    except ValueError:
+        return f"{name} holds {holds}: compare it with a number, written without quotes"
+    return f"write {name} = {text} (no quotes)"
+
+
+def _listing(values: Sequence[Any], most: int = 8) -> str:
+    shown = ", ".join(repr(v) for v in values[:most])
+    return shown + (f", … ({len(values)} in all)" if len(values) > most else "")
+
+
+def check_declared(value: Any, column: Column) -> None:
+    """A string compared with a categorical column by =, <>, IN or NOT IN that is not one of its declared
+    categories but differs from one only by case or a few letters ('female' for 'Female', 'Whit' for 'White') is
+    a typo: refused, naming the declared value, before anything is charged.
+
+    Any other undeclared value stays a valid predicate that matches no row (the empty-region warning of
+    :mod:`dpmagic.query.regions` says so): there is nothing to suggest."""
+    if not isinstance(column, CategoricalColumn) or not isinstance(value, str) or value in column.values:
+        return
+    strings = [v for v in column.values if isinstance(v, str)]
+    same = [v for v in strings if v.casefold() == value.casefold()]
+    close = same or difflib.get_close_matches(value, strings, n=2, cutoff=0.75)
+    if not close:
+        return
+    raise QueryTypeError(
+        f"{value!r} is not a declared category of column {column.name!r}: no row has this value",
+        hint=f"did you mean {' or '.join(repr(v) for v in close)}?"
+        + (" (categories are case-sensitive)" if same else ""),
+    )
 
 
 def int_set(col: NumericColumn, members: list[Any]) -> ValueSet:

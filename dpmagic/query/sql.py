@@ -48,6 +48,7 @@ from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_co
 from dpmagic.query.evaluate import EvalError, evaluate
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
+from dpmagic.query.syntax import syntax_error
 from dpmagic.query.where import where_clause
 
 __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX_ENUMERATION"]
@@ -99,11 +100,7 @@ def _parse_statements(text: str) -> list[exp.Expr]:
         return [s for s in sqlglot.parse(text, read="tsql") if s is not None and not isinstance(s, exp.Semicolon)]
     except (ParseError, TokenError):
         pass
-    msg = _first_line(first)
-    hint = None
-    if '"' in text:
-        hint = "string literals take single quotes ('value'); double quotes name columns"
-    raise QueryError(f"cannot parse the SQL: {msg}", hint=hint) from None
+    raise syntax_error(text, first) from None
 
 
 def split_statements(text: str) -> list[str]:
@@ -487,7 +484,3 @@ def _default_name(agg: Aggregate) -> str:
 
 # --------------------------------------------------------------------------------------------------
 # WHERE → Box (coverage) and, when no box is exact, an exact filter
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -12,6 +12,7 @@ from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Sche
 from dpmagic.domain.sets import Box, ValueSet, empty_set
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.query.domain import (
+    check_declared,
     check_value_type,
     column_of,
     comparison_set,
@@ -26,7 +27,7 @@ from dpmagic.query.domain import (
     set_of_values,
 )
 from dpmagic.query.evaluate import columns_of
-from dpmagic.query.model import Filter
+from dpmagic.query.model import Filter, Query
 
 __all__ = [
     "COMPARISONS",
@@ -37,6 +38,7 @@ __all__ = [
     "predicate",
     "atom_box",
     "check_literal_types",
+    "check_categories",
     "empty_box",
     "simple_comparison",
     "bounding_union",
@@ -198,6 +200,35 @@ def check_literal_types(node: exp.Expr, col: Column) -> None:
         for s in sides:
             if isinstance(s, exp.Literal):
                 check_value_type(literal_value(s, col), col)
+
+
+def check_categories(query: Query, schema: Schema) -> None:
+    """Refuse ``col = v``, ``col <> v``, ``col IN (…)`` and ``NOT IN`` (anywhere in the statement) when ``col`` is
+    categorical and ``v`` is not one of its declared categories (:func:`~dpmagic.query.domain.check_declared`:
+    'female' for 'Female' names 'Female').
+
+    :func:`where_clause` keeps such a comparison a valid, empty predicate (the schema-only tools, e.g. ``dpmagic
+    overlap`` on a query log, analyse it as such); a session calls this before anything is charged, because an
+    analyst who spends budget on a value that matches no row has almost always made a typo."""
+    if query._tree is None:
+        return
+    for cmp in query._tree.find_all(exp.EQ, exp.NEQ, exp.In):
+        sides = [cmp.this, *(cmp.expressions if isinstance(cmp, exp.In) else [cmp.expression])]
+        columns = [s for s in sides if is_column(s)]
+        if len(columns) != 1:
+            continue
+        node = columns[0]
+        while isinstance(node, exp.Paren):
+            node = node.this
+        matches = [c for c in schema.names if c == node.name] or [
+            c for c in schema.names if c.lower() == node.name.lower()
+        ]
+        col = schema[matches[0]] if len(matches) == 1 else None
+        if not isinstance(col, CategoricalColumn):
+            continue
+        for s in sides:
+            if is_literal(s) and s.find(exp.Null) is None:
+                check_declared(literal_value(s, col), col)
 
 
 def empty_box(schema: Schema) -> Box:

@@ -1,18 +1,21 @@
 """Formatting for people: answers, the compact budget line, plain labels, rounding for display.
 
-Nothing here changes what is charged: amounts are rounded *for display only* (:func:`clean`), the charge
-itself is always the unrounded value kept by the accountant.  Query numbers shown to the analyst are one
+Nothing here changes what is charged: amounts are rounded *for display only* (:func:`clean`, :func:`fmt`: the
+one formatting helper of every amount shown — answers, panel, ``%dpbudget``, previews, ledger reports), the
+charge itself is always the unrounded value kept by the accountant.  Query numbers shown to the analyst are one
 numbering, 1..n in the order the queries were charged (:func:`query_numbers`), everywhere: the answers'
-cost lines, the panel, ``%dpbudget`` and the plots (ledger event ids are an implementation detail).
+cost lines, the panel, ``%dpbudget``, the plots and ``dpmagic ledger show`` (ledger event ids are an
+implementation detail).  Times are shown to the second (:func:`when`), counts with their noun (:func:`plural`).
+pandas is imported on use: the ledger commands format amounts without it.
 """
 
 from __future__ import annotations
 
 import html
+import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import pandas as pd
 
 if TYPE_CHECKING:
     from dpmagic.accountant.bounds import BoundsSummary
@@ -32,7 +35,10 @@ __all__ = [
     "budget_state",
     "clean",
     "fmt",
+    "numbered",
+    "plural",
     "query_numbers",
+    "when",
 ]
 
 #: Fraction of the budget from which the panel and the budget line show the "nearly spent" state.
@@ -61,12 +67,13 @@ BOUND_LABELS: dict[str, tuple[str, str]] = {
 
 
 def clean(x: float, scale: float = 1.0) -> float:
-    """``x`` with float leftovers removed, for display only: rounded to 9 digits relative to ``scale``."""
+    """``x`` with float leftovers removed, for display only: rounded to 9 digits relative to ``scale``
+    (``0.15000000000000002`` → ``0.15``, ``0.9999999999999999`` → ``1``)."""
     digits = 9
-    if scale > 0:
-        import math
-
+    if scale > 0 and math.isfinite(scale):
         digits = max(0, 9 - int(math.floor(math.log10(scale))))
+    if not math.isfinite(float(x)):
+        return float(x)
     v = round(float(x), digits)
     return v + 0.0  # no "-0"
 
@@ -74,6 +81,16 @@ def clean(x: float, scale: float = 1.0) -> float:
 def fmt(x: float, scale: float = 1.0, spec: str = ".4g") -> str:
     """Display form of an amount of budget (float leftovers rounded away)."""
     return format(clean(x, scale), spec)
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 query``, ``2 queries``, ``0 queries``."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def when(created: float) -> str:
+    """A ledger time for display: local date and time to the second (never nanoseconds)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
 
 
 def budget_state(spent: float, total: float) -> tuple[str, float]:
@@ -127,6 +144,12 @@ def query_numbers(session: Session) -> dict[int, int]:
     return {e.id: i for i, e in enumerate(session.accountant.entries(), 1)}
 
 
+def numbered(frame: Any, numbers: dict[int, int]) -> Any:
+    """``frame`` (with ledger entry ids in ``id``) with the queries' numbers as the analyst sees them in ``#``."""
+    frame.insert(0, "#", [numbers.get(int(i), 0) for i in frame["id"]])
+    return frame
+
+
 def _is_count(col: str, result: QueryResult) -> bool:
     counts = {a.alias for a in result.query.aggregates if a.func == "count"}
     return any(col == a or col in (f"{a}_ci_low", f"{a}_ci_high") for a in counts)
@@ -134,6 +157,8 @@ def _is_count(col: str, result: QueryResult) -> bool:
 
 def formatters(result: QueryResult) -> dict[str, Any]:
     """Per-column display formats: counts as whole numbers (display only), other numbers with 2 decimals."""
+    import pandas as pd
+
     out: dict[str, Any] = {}
     aliases = {a.alias for a in result.query.aggregates}
     for col in result.df.columns:
@@ -210,8 +235,11 @@ _BOUND_SYMBOLS = {
 }
 
 
-def row_text(row: dict[str, Any] | None, empty: str = "—") -> str:
-    """A domain row (a witness) as ``col=value, ...``; ``empty`` when there is none."""
+def row_text(row: dict[str, Any] | None, empty: str = "any row") -> str:
+    """A domain row (a witness) as ``col=value, ...``; ``empty`` when every row is as loaded (``{}``), and
+    ``none yet`` when nothing is charged (``None``)."""
+    if row is None:
+        return "none yet (no query charged)"
     return ", ".join(f"{k}={v!r}" for k, v in row.items()) if row else empty
 
 

@@ -90,17 +90,25 @@ class Preview:
             return "dry run: this exact query was already answered; re-running it returns the stored answer for free"
         verdict = "would be admitted" if self.admissible else "would be REFUSED (over budget)"
         row = display.row_text(self.charge.worst_row, "any row")
+        total = self.budget
+
+        def amount(x: float) -> str:
+            return display.fmt(x, total)
+
         return (
-            f"dry run ({cur.symbol}={self.cost:.4g}): {verdict}; charged loss {cur.cost(self.charge.before):.4g} → "
-            f"{cur.cost(self.charge.after):.4g} (+{self.increase:.4g}, {self.charge.charged_as}); overlaps "
-            f"{self.charge.overlaps} registered quer{'y' if self.charge.overlaps == 1 else 'ies'}; worst-case row "
-            f"after it: {row}; at most {cur.symbol}={self.affordable:.4g} is affordable on this query's region. "
+            f"dry run ({cur.symbol}={amount(self.cost)}): {verdict}; charged loss {amount(cur.cost(self.charge.before))}"
+            f" → {amount(cur.cost(self.charge.after))} (+{amount(self.increase)}, {self.charge.charged_as}); overlaps "
+            f"{display.plural(self.charge.overlaps, 'registered query', 'registered queries')}; worst-case row "
+            f"after it: {row}; at most {cur.symbol}={amount(self.affordable)} is affordable on this query's region. "
             "Nothing was spent and no data was read."
         )
 
     def _repr_html_(self) -> str:
         noise = "; ".join(f"{k}: {v} (95% ±{self.halfwidth[k]:.4g})" for k, v in self.noise.items())
-        table = self.overlapping.to_html(index=False) if len(self.overlapping) else "<p>no overlapping queries</p>"
+        shown = self.overlapping.drop(columns=["id"], errors="ignore").assign(
+            cost=[display.fmt(c, self.budget) for c in self.overlapping["cost"]]
+        )
+        table = shown.to_html(index=False) if len(shown) else "<p>no overlapping queries</p>"
         return f"<div><b>{html.escape(self.summary())}</b><br>noise: {html.escape(noise)}</div>{table}"
 
     def __repr__(self) -> str:

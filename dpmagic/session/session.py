@@ -46,12 +46,14 @@ from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError,
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.sql import parse_query
+from dpmagic.query.where import check_categories
 from dpmagic.releases import Mechanism, QueryMechanism
 from dpmagic.releases.postprocess import tidy
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import CostSpec, parse_cost, session_cost
 from dpmagic.session.events import EventBus, Listener
 from dpmagic.session.progress import Ticker
+from dpmagic.session.rendering import numbered, plural, query_numbers
 from dpmagic.session.results import Preview, QueryResult, Released
 
 if TYPE_CHECKING:
@@ -195,10 +197,13 @@ class Session:
 
     # -- queries -----------------------------------------------------------------------------------------
     def parse(self, sql: str) -> Query:
-        """Parse and validate ``sql`` against the schema (no data, no budget)."""
+        """Parse and validate ``sql`` against the schema (no data, no budget); a comparison with a category the
+        schema does not declare is refused (:func:`~dpmagic.query.where.check_categories`)."""
         # a schema that declares no table name ("data", the default) accepts any one name in FROM
         names = None if self.table_names == ("data",) else self.table_names
-        return parse_query(sql, self.schema, tables=names)
+        q = parse_query(sql, self.schema, tables=names)
+        check_categories(q, self.schema)  # a category that is not declared is a typo: refused, with the nearest
+        return q
 
     def affordable(self, sql_or_query: str | Query) -> float:
         """The largest cost a query could be given now: budget minus the maximum current load on its region.
@@ -235,7 +240,7 @@ class Session:
             currency=self.currency,
             charge=ch,
             affordable=self.affordable(q),
-            overlapping=tables.overlapping_frame(self.accountant, ch.neighbors),
+            overlapping=numbered(tables.overlapping_frame(self.accountant, ch.neighbors), query_numbers(self)),
             noise=noise,
             halfwidth={k: v.ci_halfwidth(0.95) for k, v in noise.items()},
             cached=cached,
@@ -474,7 +479,7 @@ class Session:
         return (
             f"<dpmagic.Session table={self.schema.table!r} "
             f"{cur.parameter}: {self.spent:.4g} of {self.budget.total:.4g} charged ({self.bound}), "
-            f"{len(self.accountant)} queries>"
+            f"{plural(len(self.accountant), 'query', 'queries')}>"
         )
 
 

@@ -47,6 +47,7 @@ from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError, QueryError, UnsupportedQueryError
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
+from dpmagic.query.where import check_categories
 from dpmagic.statistical.accountant import StatisticalPrivacyAccountant
 from dpmagic.statistical.curves import BernoulliPrior
 from dpmagic.statistical.priors import column_domain, parse_prior, prior_text  # parse_prior re-exported
@@ -270,6 +271,7 @@ class StatisticalSession:
         if not isinstance(sql, str):
             raise QueryError(f"the query must be SQL text, got {type(sql).__name__}")
         q = parse_query(sql, self.schema)
+        check_categories(q, self.schema)  # a category that is not declared is a typo: refused before any charge
         if q.group_by:
             raise UnsupportedQueryError(
                 "GROUP BY is not supported by statistical privacy here: each query uses one secret part",
