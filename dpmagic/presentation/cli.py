@@ -325,7 +325,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
                 else:
                     note = (
                         "hash chain intact (unkeyed ledger: not tamper-evident, anyone who can write the file "
-                        "can rewrite it; see the README's threat model)"
+                        "can rewrite it; see docs/threat-model.md)"
                     )
                 print(f"{args.path}: {note}")
                 return 0

@@ -2,7 +2,7 @@
 charges are :mod:`dpmagic.accountant.tables`).
 
 Presentation only: it reads a :class:`~dpmagic.accountant.ledger.Ledger` or an
-:class:`~dpmagic.accountant.accountant.Accountant` through their public methods and never writes to them.  Nothing here shows a function of the rows: the ledger holds none (see the README's threat model).
+:class:`~dpmagic.accountant.accountant.Accountant` through their public methods and never writes to them.  Nothing here shows a function of the rows: the ledger holds none (see docs/threat-model.md).
 """
 
 from __future__ import annotations

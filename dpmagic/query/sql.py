@@ -1,6 +1,6 @@
 """SQL subset → :class:`~dpmagic.query.model.Query`, via sqlglot.
 
-Supported (the README's "The SQL subset" lists every construct with its privacy cost)::
+Supported (docs/sql.md lists every construct with its privacy cost)::
 
     SELECT [TOP n] item [, item ...] FROM <table> [WHERE ...] [GROUP BY key, ...]
            [HAVING ...] [ORDER BY ... [ASC|DESC]] [LIMIT n]

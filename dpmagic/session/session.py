@@ -17,7 +17,7 @@ long read never delays another query's admission nor the time it reports.
 
 Time: the ledger records a query's time when it is charged, before its data is read; its release carries that
 same time, and a release that reads several times (a decision query) records the time it was asked on every
-charge.  No clock read after a data read is recorded or shown (invariant 5; the README's threat model).
+charge.  No clock read after a data read is recorded or shown (invariant 5; docs/threat-model.md).
 
 Orchestration only (a little over 400 lines, most of them the public API's docstrings): parsing is
 :mod:`dpmagic.query`, costs :mod:`dpmagic.session.costs`, the re-run cache :mod:`dpmagic.session.cache`, events
