@@ -173,7 +173,7 @@ def test_split_statements() -> None:
         ("DROP TABLE t", UnsupportedQueryError, "only SELECT"),
         ("SELECT COUNT(*) FROM t; SELECT COUNT(*) FROM t", UnsupportedQueryError, "one statement"),
         ("SELECT COUNT(*) FROM t JOIN u ON t.a = u.b", UnsupportedQueryError, "JOIN"),
-        ("SELECT COUNT(*) FROM (SELECT * FROM t) s", UnsupportedQueryError, "subquery"),
+        ("SELECT COUNT(*) FROM (SELECT * FROM t LIMIT 5) s", UnsupportedQueryError, "limits"),
         ("SELECT COUNT(*) FROM t WHERE age IN (SELECT 1)", UnsupportedQueryError, "subquery"),
         ("SELECT MAX(*) FROM t", UnsupportedQueryError, "MAX"),
         ("SELECT * FROM t", UnsupportedQueryError, "SELECT \\*"),

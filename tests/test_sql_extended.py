@@ -20,7 +20,7 @@ PUMS = Schema.from_json(DATA / "pums.schema.json")
         ("SELECT age FROM PUMS", "row-level"),
         ("SELECT * FROM PUMS", "row-level"),
         ("SELECT COUNT(*) FROM PUMS JOIN other ON PUMS.age = other.age", "JOIN"),
-        ("SELECT COUNT(*) FROM (SELECT * FROM PUMS) AS t", "subquer"),
+        ("SELECT COUNT(*) FROM (SELECT sex, COUNT(*) AS n FROM PUMS GROUP BY sex) AS t", "groups, aggregates"),
         ("SELECT MIN(sex) FROM PUMS", "categorical"),
         ("SELECT MAX(*) FROM PUMS", "not '*'"),
         ("SELECT SUM(age * 2) FROM PUMS", "CLAMP"),

@@ -46,6 +46,7 @@ from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, base_aggregate, is_aggregate
 from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_column
 from dpmagic.query.evaluate import EvalError, evaluate
+from dpmagic.query.flatten import flatten_table_subqueries
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.syntax import syntax_error
@@ -140,6 +141,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
                 f"{tree.key.upper()} is not supported in dpmagic's SQL subset: ask one query per part"
             )
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
+    tree = flatten_table_subqueries(tree, schema)  # a CTE or FROM subquery that only shapes the bound table
     subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
     for node in tree.walk():
         kind = _node_kind(type(node))

@@ -1,0 +1,93 @@
+"""Subqueries and CTEs that only shape the table, flattened into the one aggregate they are.
+
+``SELECT COUNT(*) FROM (SELECT * FROM pums)``, ``WITH adults AS (SELECT * FROM t WHERE age >= 18) SELECT ...
+FROM adults WHERE sex = 1`` and derived columns in the inner query (``SELECT SUM(a) FROM (SELECT age AS a FROM
+t WHERE educ > 3)``) select and filter rows of the bound table: the outer aggregate over them is the same
+aggregate over the bound table with the inner filters joined by AND and the inner expressions substituted — the
+same coverage and the same sensitivity, so it is answered as that one query.  The rewriting is sqlglot's own
+optimizer (``qualify``, ``eliminate_subqueries``, ``merge_subqueries``), which merges a derived table only when
+that preserves the result; whatever it leaves (an inner GROUP BY, aggregate, LIMIT, DISTINCT, UNION, JOIN, a
+scalar subquery in WHERE) is refused with the reason.  Reads nothing: text and the schema's column names only.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError, SqlglotError
+
+from dpmagic.domain.schema import CategoricalColumn, Schema
+from dpmagic.errors import UnsupportedQueryError
+
+__all__ = ["flatten_table_subqueries", "shapes_the_table"]
+
+
+def _arg(node: exp.Expr, name: str) -> exp.Expr | None:
+    """``node``'s ``name`` argument, under sqlglot's older key (``from``) or newer one (``from_``)."""
+    value = node.args.get(name)
+    return value if value is not None else node.args.get(name + "_")
+
+
+def shapes_the_table(tree: exp.Select) -> bool:
+    """Whether ``tree`` reads its rows from a CTE or a subquery in FROM (the cases :func:`flatten_table_subqueries`
+    rewrites); O(size of the FROM clause)."""
+    if _arg(tree, "with") is not None:
+        return True
+    source = _arg(tree, "from")
+    return source is not None and isinstance(source.this, exp.Subquery)
+
+
+def _sql_type(schema: Schema, name: str) -> str:
+    col = schema[name]
+    if isinstance(col, CategoricalColumn):
+        return "VARCHAR" if any(isinstance(v, str) for v in col.values) else "BIGINT"
+    return "BIGINT" if col.is_int else "DOUBLE"
+
+
+def flatten_table_subqueries(tree: exp.Select, schema: Schema) -> exp.Select:
+    """``tree`` with its table-shaping CTEs and FROM subqueries merged into one SELECT over a base table.
+
+    The outer SELECT list keeps its names (an item the analyst did not alias stays unaliased); columns lose the
+    table qualifiers the rewriting adds.  Raises :class:`UnsupportedQueryError` naming what cannot be merged.
+    """
+    if not shapes_the_table(tree):
+        return tree
+    # sqlglot's optimizer is imported only for nested queries: the CLI parses thousands of flat statements
+    from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+    from sqlglot.optimizer.merge_subqueries import merge_subqueries
+    from sqlglot.optimizer.qualify import qualify
+
+    aliased = [isinstance(item, exp.Alias) for item in tree.expressions]
+    bases = {t.name for t in tree.find_all(exp.Table)} - {cte.alias for cte in tree.find_all(exp.CTE)}
+    columns = {name: _sql_type(schema, name) for name in schema.columns}
+    try:
+        qualified = qualify(
+            tree.copy(),
+            schema={base: columns for base in bases},
+            quote_identifiers=False,
+            identify=False,
+            validate_qualify_columns=True,
+        )
+        merged = merge_subqueries(eliminate_subqueries(qualified))
+    except (OptimizeError, SqlglotError) as e:
+        raise UnsupportedQueryError(
+            f"cannot flatten this subquery or WITH clause into one query over the bound table ({e})",
+            hint="select and filter the bound table's columns in the inner query, or write the one query directly",
+        ) from None
+    assert isinstance(merged, exp.Select)
+    source = _arg(merged, "from")
+    if _arg(merged, "with") is not None or source is None or not isinstance(source.this, exp.Table):
+        raise UnsupportedQueryError(
+            "a subquery or WITH clause that groups, aggregates, limits, de-duplicates or combines rows is not a "
+            "shaping of the bound table: dpmagic answers one aggregate over the table itself",
+            hint="move the inner filters into the outer WHERE clause; an aggregate of aggregates needs two queries",
+        )
+    source.this.set("alias", None)
+    for column in merged.find_all(exp.Column):
+        column.set("table", None)
+    for i, was_aliased in enumerate(aliased):
+        item = merged.expressions[i]
+        # the optimizer names every unaliased item (_col_0, ...): drop those names so dpmagic names the output as
+        # for the direct query; an inner alias the outer item referred to (SELECT b FROM (... AS b)) is kept
+        if not was_aliased and isinstance(item, exp.Alias) and item.alias.startswith("_col_"):
+            item.replace(item.this)
+    return merged
