@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 . scripts/_python.sh
 echo "dpmagic demo: installing into $("$PY" -c 'import sys; print(sys.prefix)')"
 "$PY" -m pip install --quiet -e .
+# SQL highlighting in %%dpquery / %%dpbatch cells: the JupyterLab extension, built from labextension/ (npm)
+PY="$PY" bash scripts/build_labextension.sh || echo "dpmagic demo: the JupyterLab extension was not built:" \
+  "%%dpquery cells will not be highlighted as SQL (completion works without it)" >&2
 if [ "${1:-}" = "--headless" ]; then
   exec "$PY" scripts/run_notebook.py notebooks/quickstart.ipynb
 fi
