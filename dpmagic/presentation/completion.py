@@ -110,9 +110,7 @@ def _prefixed(candidates: Iterable[tuple[str, str]], fragment: str) -> list[tupl
     out = []
     for text, kind in candidates:
         low = text.lower()
-        if low.startswith(frag) or (frag[:1] in "'\"" and low.lstrip("'\"").startswith(bare)):
-            out.append((text, kind))
-        elif frag[:1] not in ("'", '"') and low.lstrip("'\"").startswith(frag):
+        if low.startswith(frag) or low.lstrip("'\"").startswith(bare):
             out.append((text, kind))
     return out
 
@@ -217,5 +215,3 @@ def register(ipython: Any, magics: Any) -> None:
         }
 
     completer.custom_matchers.append(dpmagic_matcher)
-
-
