@@ -199,7 +199,7 @@ def register(ipython: Any, magics: Any) -> None:
     def parsers() -> dict[str, Any]:
         return {name: getattr(getattr(magics, name, None), "parser", None) for name in ("dpquery", "dpbatch")}
 
-    @context_matcher(identifier="dpmagic.sql")  # type: ignore[misc]
+    @context_matcher(identifier="dpmagic.sql")
     def dpmagic_matcher(context: Any) -> dict[str, Any]:
         lines = context.full_text.split("\n")
         offset = sum(len(ln) + 1 for ln in lines[: context.cursor_line]) + context.cursor_position
