@@ -30,7 +30,7 @@ fi
 stale=0
 if [ "$force" = "--force" ] || [ ! -f "$out/package.json" ]; then
   stale=1
-elif [ -n "$(find labextension/src labextension/package.json labextension/package-lock.json labextension/tsconfig.json \
+elif [ -n "$(find labextension/src labextension/style labextension/package.json labextension/package-lock.json labextension/tsconfig.json \
   -newer "$out/package.json" 2>/dev/null | head -n 1)" ]; then
   stale=1
 fi
