@@ -10,6 +10,7 @@
  * MIME type (for instance when the kernel's language info arrives).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { IEditorLanguageRegistry } from '@jupyterlab/codemirror';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 /** The cell magics whose body is SQL. */
@@ -27,6 +28,7 @@ interface ICellModelLike {
 }
 
 const watched = new WeakSet<object>();
+let languages: IEditorLanguageRegistry;
 
 function isSqlCell(model: ICellModelLike): boolean {
   return SQL_MAGIC.test(model.sharedModel.getSource());
@@ -37,8 +39,18 @@ function update(panel: NotebookPanel, model: ICellModelLike): void {
     return;
   }
   if (isSqlCell(model)) {
-    if (model.mimeType !== SQL_MIME) {
-      model.mimeType = SQL_MIME;
+    const pending = model.mimeType;
+    if (pending !== SQL_MIME) {
+      // The editor starts loading the language of `pending` when it is set; setting SQL at once would race with
+      // that load (the slower one wins).  Wait for the same load, then switch: the SQL language is applied last.
+      void languages
+        .getLanguage(pending)
+        .catch(() => null)
+        .then(() => {
+          if (isSqlCell(model) && model.mimeType !== SQL_MIME) {
+            model.mimeType = SQL_MIME;
+          }
+        });
     }
   } else if (model.mimeType === SQL_MIME) {
     // no longer a dpmagic SQL cell: back to the kernel's language
@@ -84,8 +96,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'dpmagic-labextension:sql-highlighting',
   description: 'SQL highlighting in %%dpquery and %%dpbatch cells',
   autoStart: true,
-  requires: [INotebookTracker],
-  activate: (_app: JupyterFrontEnd, tracker: INotebookTracker): void => {
+  requires: [INotebookTracker, IEditorLanguageRegistry],
+  activate: (_app: JupyterFrontEnd, tracker: INotebookTracker, registry: IEditorLanguageRegistry): void => {
+    languages = registry;
+    void registry.getLanguage(SQL_MIME).catch(() => null); // load CodeMirror's SQL language once, early
     tracker.forEach(panel => watchNotebook(panel));
     tracker.widgetAdded.connect((_, panel) => watchNotebook(panel));
     document.body.dataset.dpmagicLabextension = 'active';
