@@ -27,7 +27,7 @@ else
 fi
 say_cli() {
   echo "dpmagic demo: the ledger and overlap commands:  $cli ledger show   $cli overlap --help"
-  if [ "$cli" != "dpmagic" ]; then
+  if [ "$cli" != "dpmagic" ] && [ -f "$(dirname "$cli")/activate" ]; then
     echo "              (or put them on PATH first:  source $(dirname "$cli")/activate)"
   fi
 }
