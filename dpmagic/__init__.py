@@ -94,7 +94,11 @@ def load_adult() -> tuple[Any, Schema]:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext dpmagic``: register the magics."""
+    """``%load_ext dpmagic``: register the magics and the schema-aware completion of ``%%dpquery`` /
+    ``%%dpbatch`` cells (:mod:`dpmagic.presentation.completion`)."""
+    from dpmagic.presentation.completion import register
     from dpmagic.presentation.magics import DPMagic
 
-    ipython.register_magics(DPMagic(ipython))
+    magics = DPMagic(ipython)
+    ipython.register_magics(magics)
+    register(ipython, magics)

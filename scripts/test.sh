@@ -8,6 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_python.sh
 "$PY" -m pip install --quiet -e ".[test]"
+# the JupyterLab extension (SQL highlighting), built from its TypeScript source (labextension/, npm ci) and
+# linked into this environment; the browser test checks it in JupyterLab and Notebook 7
+PY="$PY" bash scripts/build_labextension.sh
 
 # System packages of the browser test (Debian's Chromium) and the Spark tests (a Java 17 runtime): installed here
 # when this user may (root; Java also through a password-less sudo), so that this one command sets up a fresh

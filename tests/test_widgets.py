@@ -37,6 +37,10 @@ def test_panel_updates_in_place(session: Session) -> None:
     with pytest.raises(BudgetExceededError):
         session.query("SELECT COUNT(*) FROM adult", epsilon=0.5)
     assert panel.progress.bar_style == "danger" and "refused" in panel.status.value
+    # issue 30, friction 6: the word once, a glyph DejaVu/Liberation have (not ⛔), no mid-word breaks
+    status = panel.status.value
+    assert status.count("refused") == 1 and "⛔" not in status and "✗ refused: " in status, status
+    assert "word-break:normal" in status
     assert "worst-case row" in panel.worst.value and "sex=&#x27;Male&#x27;" in panel.worst.value
     # newest first in the query table
     table = panel.queries.value

@@ -7,7 +7,7 @@ Presentation only, through the session's public API: the bounds are rendered by
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpmagic.accountant.bounds import BoundsSummary
 from dpmagic.session.rendering import (
@@ -21,7 +21,9 @@ from dpmagic.session.rendering import (
     row_text,
     when,
 )
-from dpmagic.session.session import Session
+
+if TYPE_CHECKING:  # imported on use: %load_ext stays light (benchmarks/bench_load_ext.py)
+    from dpmagic.session.session import Session
 
 __all__ = [
     "BudgetReport",

@@ -94,7 +94,7 @@ class BudgetWidget:
     def on_event(self, kind: str, info: dict[str, Any]) -> None:
         """Session callback: ``computing`` / ``charged`` / ``cached`` / ``refused`` / ``failed``."""
         if kind == "computing":
-            self.status.value = _status("⏳ " + info.get("message", "computing the maximum overlap…"), "#555")
+            self.status.value = _status("… " + info.get("message", "computing the maximum overlap…"), "#555")
             return
         if kind == "progress":  # the accountant has worked > 0.5 s: elapsed time against its time limit
             elapsed, limit = float(info.get("elapsed", 0.0)), float(info.get("limit", 0.0) or 0.0)
@@ -104,7 +104,7 @@ class BudgetWidget:
             self.working.layout.display = None
             msg = info.get("message", "computing the maximum overlap")
             self.status.value = _status(
-                f"⏳ {msg}… {elapsed:.1f} s" + (f" (limit {limit:g} s)" if limit else ""), "#555"
+                f"… {msg}… {elapsed:.1f} s" + (f" (limit {limit:g} s)" if limit else ""), "#555"
             )
             return
         self.working.layout.display = "none"
@@ -112,13 +112,13 @@ class BudgetWidget:
         number = query_numbers(self.session).get(info.get("entry", -1), info.get("entry"))
         if kind == "refused":
             self.progress.bar_style = "danger"
-            self.status.value = _status("⛔ refused: " + info.get("message", ""), "#b00020")
+            self.status.value = _status("✗ refused: " + _without_prefix(info.get("message", ""), "refused"), "#b00020")
         elif kind == "cached":
             self.status.value = _status(f"↺ re-run of query #{number}: stored answer, charged nothing", "#555")
         elif kind == "charged":
             self.status.value = _status(f"✓ query #{number} answered in {info.get('seconds', 0.0):.2f} s", "#2e7d32")
         elif kind == "failed":
-            self.status.value = _status("error: " + info.get("message", ""), "#b00020")
+            self.status.value = _status("✗ error: " + _without_prefix(info.get("message", ""), "error"), "#b00020")
 
     def refresh(self) -> None:
         """Redraw every part from the session's current state."""
@@ -154,8 +154,17 @@ class BudgetWidget:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
+def _without_prefix(message: str, word: str) -> str:
+    """``message`` without a leading ``word:`` (the session's messages may start with it: never "refused: refused:")."""
+    text = message.strip()
+    if text.lower().startswith(word + ":"):
+        text = text[len(word) + 1 :].lstrip()
+    return text
+
+
 def _status(text: str, color: str) -> str:
-    return f"<span style='color:{color}'>{html.escape(text)}</span>"
+    # glyphs present in common fonts (DejaVu, Liberation): ✓ ✗ ↺ …; long words wrap, never break mid-word
+    return f"<span style='color:{color};word-break:normal;overflow-wrap:anywhere'>{html.escape(text)}</span>"
 
 
 def _query_table(s: Session) -> str:

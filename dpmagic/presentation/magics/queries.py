@@ -14,8 +14,6 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.magic_cells import cost_arg
 from dpmagic.presentation.magics.base import MagicCall, MagicsBase, friendly, routed
-from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
-from dpmagic.releases.postprocess import POSTPROCESS_OPTIONS
 
 __all__ = ["QueryMagics", "DECISION_OPTIONS", "given"]
 
@@ -155,12 +153,16 @@ class QueryMagics(MagicsBase):
         costs = {k: cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         options = [o.strip() for o in self.postprocess.split(",") if o.strip()]
         options += [o for o, on in (("nonnegative", args.nonneg), ("integer", args.integer)) if on]
+        from dpmagic.releases.postprocess import POSTPROCESS_OPTIONS
+
         bad = [o for o in options if o not in POSTPROCESS_OPTIONS]
         if bad:
             raise ConfigurationError(
                 f"DPMagic.postprocess: unknown option(s) {bad}; choose from {', '.join(POSTPROCESS_OPTIONS)}"
             )
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
+        from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
+
         empty = empty_region_message(session.parse(sql))
         if empty is not None:
             print(f"⚠ warning: {empty}", file=sys.stderr, flush=True)

@@ -14,8 +14,6 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from dpmagic.accountant.ledger import default_ledger_path
-from dpmagic.backends.bind import is_file_source
-from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.magic_cells import unquote
 from dpmagic.presentation.magics.base import MagicsBase, bind, friendly
@@ -159,6 +157,8 @@ class SessionMagics(MagicsBase):
 
 def schema_arg(arg: str, ns: Mapping[str, Any]) -> Any:
     """``--schema``: a notebook variable holding a Schema or dict, or the path of a schema JSON file."""
+    from dpmagic.domain.schema import Schema
+
     name = unquote(arg)
     schema: Any = ns.get(name) if name in ns else name
     if isinstance(schema, str) and not Path(schema).is_file():
@@ -172,6 +172,8 @@ def data_arg(arg: str, ns: Mapping[str, Any]) -> tuple[Any, str]:
     """The data ``%dpsession`` binds and the table name FROM may use: a notebook variable (pandas, DuckDB or
     Spark), else a Parquet/CSV path or glob (a DuckDB binding; a missing file is named by the binding)."""
     import pandas as pd
+
+    from dpmagic.backends.bind import is_file_source
 
     if arg in ns:
         data = ns[arg]
