@@ -303,3 +303,22 @@ def test_release_at_negligible_noise_is_the_quantile() -> None:
     s = Session(df, SCHEMA, "epsilon=1e9")
     r = s.query("SELECT MEDIAN(i) AS m, MAX(i) AS hi, MIN(i) AS lo FROM t", epsilon=1e8).df
     assert (r["m"][0], r["hi"][0], r["lo"][0]) == (3.0, 20.0, 1.0)
+
+
+def test_a_quantile_over_int_candidates_that_are_not_distinct_doubles_is_refused_before_the_charge() -> None:
+    """An int range beyond 2⁵³ with few values has candidates that round to the same double: one clear refusal
+    (was OpenDP's raw exception), nothing charged."""
+    import pandas as pd
+
+    from dpmagic.domain.schema import Schema
+    from dpmagic.errors import UnsupportedQueryError
+    from dpmagic.session.session import Session
+
+    schema = Schema.from_dict(
+        {"table": "t", "columns": {"j": {"type": "int", "lower": 2**53 - 3, "upper": 2**53 + 40}}}
+    )
+    s = Session(pd.DataFrame({"j": [2**53 - 3, 2**53 + 7]}), schema, "epsilon=1")
+    for sql in ("SELECT MEDIAN(j) FROM t", "SELECT MAX(j) FROM t"):
+        with pytest.raises(UnsupportedQueryError, match="not distinct double"):
+            s.query(sql, epsilon=0.5)
+    assert s.spent == 0.0 and len(s.accountant) == 0

@@ -82,3 +82,11 @@ def test_what_is_not_a_shaping_of_the_table_is_refused_with_its_reason(sql: str,
     with pytest.raises((UnsupportedQueryError, QueryError)):
         s.query(sql, epsilon=0.1)
     assert s.spent == 0.0 and len(s.accountant) == 0
+
+
+def test_a_column_alias_list_on_a_subquery_is_refused() -> None:
+    """Positional column names would follow the inner SELECT's order, which ``*`` leaves to the data."""
+    with pytest.raises(UnsupportedQueryError, match="column alias list"):
+        parse_query("SELECT COUNT(*) FROM (SELECT * FROM pums) AS s(income, age) WHERE income > 50", PUMS)
+    with pytest.raises(UnsupportedQueryError, match="column alias list"):
+        parse_query("WITH a(x) AS (SELECT age FROM pums) SELECT COUNT(*) FROM a WHERE x > 50", PUMS)

@@ -74,14 +74,17 @@ def open_binding(ledger: Ledger, key: str, schema: Schema, budget: Budget, neigh
         raise BudgetError(
             f"this data set's ledger is kept in {opening['parameter']} ({opening['definition']}); it cannot be "
             f"re-bound under {cur.definition}",
-            hint=f"bind with --budget {opening['parameter']}=...",
+            hint=f"bind with --budget {opening['parameter']}=..., or use another ledger for a separate, throw-away "
+            "budget (--ledger memory, or --ledger PATH; Session(..., ledger=None))",
         )
     recorded = ledger.budget_of(key)
     if recorded is not None and abs(recorded - budget.total) > 1e-12 * max(1.0, recorded):
         raise BudgetError(
             f"this data set's ledger has a budget of {cur.parameter}={recorded:g}, not {budget.total:g}: "
             "changing a budget is a custodian action",
-            hint=f"bind with --budget {cur.parameter}={recorded:g}, or ask the custodian (dpmagic ledger set-budget)",
+            hint=f"bind with --budget {cur.parameter}={recorded:g} to continue this budget, ask the custodian "
+            "(dpmagic ledger set-budget), or use another ledger for a separate, throw-away budget (--ledger memory, "
+            "or --ledger PATH; Session(..., ledger=None))",
         )
     if opening.get("neighbors", "add-remove") != neighbors:
         raise ConfigurationError(f"this data set's ledger uses {opening.get('neighbors')} neighbours, not {neighbors}")

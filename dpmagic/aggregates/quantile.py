@@ -280,6 +280,12 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration,
             hint="bind the data under epsilon (pure DP) or rho (zCDP) to ask quantiles",
         )
     cands = candidates(lo, hi, is_int)
+    if any(b <= a for a, b in zip(cands, cands[1:])):  # e.g. an int range beyond 2⁵³: its values are not all doubles
+        raise UnsupportedQueryError(
+            f"the quantile's candidates over [{lo!r}, {hi!r}] are not distinct double values (integers beyond 2^53 "
+            "round to the same double)",
+            hint="clamp the column to a range within ±2^53 (CLAMP(col, lo, hi)) to ask a quantile",
+        )
     size = n_cells * histogram_bins(len(cands))
     if size > MAX_HISTOGRAM_BINS:
         raise UnsupportedQueryError(

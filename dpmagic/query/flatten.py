@@ -56,6 +56,12 @@ def flatten_table_subqueries(tree: exp.Select, schema: Schema) -> exp.Select:
     from sqlglot.optimizer.merge_subqueries import merge_subqueries
     from sqlglot.optimizer.qualify import qualify
 
+    for derived in tree.find_all(exp.TableAlias):
+        if derived.columns:  # (SELECT ...) AS s(a, b): positional names over the inner SELECT list's order
+            raise UnsupportedQueryError(
+                f"a column alias list on a subquery or CTE ({derived.sql()}) is not supported",
+                hint="name the columns inside the inner SELECT instead (SELECT income AS a, ...)",
+            )
     aliased = [isinstance(item, exp.Alias) for item in tree.expressions]
     bases = {t.name for t in tree.find_all(exp.Table)} - {cte.alias for cte in tree.find_all(exp.CTE)}
     columns = {name: _sql_type(schema, name) for name in schema.columns}
