@@ -50,6 +50,18 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 EXTRA_QUERY = ("%%dpquery --epsilon 0.05", "SELECT COUNT(*) FROM adult WHERE age >= 60")
+# every other kind of release must refresh the panel the same way (one release path: Session.run's charged event);
+# the quickstart leaves ε = 0.25 on age >= 60, the extra query takes 0.05, these two about 0.02
+MORE_RELEASES = [
+    ("batch", ("%%dpbatch --epsilon 0.02", "identity(sex)", "WHERE age >= 60")),
+    (
+        "decision",
+        (
+            "%%dpquery --fnr 0.2 --max-group-size 50000",
+            "SELECT sex, COUNT(*) FROM adult WHERE age >= 60 GROUP BY sex HAVING COUNT(*) > 100",
+        ),
+    ),
+]
 
 SERVER_START_TIMEOUT = 90  # s until the server answers /api/status
 RUN_ALL_TIMEOUT = 150  # s for Run All Cells on the quickstart (≈ 10 s of kernel work)
@@ -418,6 +430,33 @@ def test_quickstart_in_jupyterlab_shows_live_budget_panel(lab: LabServer) -> Non
             panel.first.scroll_into_view_if_needed()
             shot3 = _screenshot(page, "03-panel-after-extra-query.png")
             page.locator(".dpmagic-budget").first.screenshot(path=str(ARTIFACTS / "04-panel.png"))
+
+            # a batch and a decision query: the panel refreshes after every kind of release (issue 25)
+            for k, (kind, lines) in enumerate(MORE_RELEASES, start=1):
+                before_k = _numbers(page)
+                queries_k = _parse_numbers(before_k)[2]
+                cell_k = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell").nth(n_code + k)
+                _wait_until(lambda c=cell_k: c.count() == 1, STEP_TIMEOUT, f"an empty cell for the {kind}", page)
+                cell_k.locator(".cm-content").click()
+                for j, line in enumerate(lines):
+                    if j:
+                        page.keyboard.press("Enter")
+                    page.keyboard.type(line)
+                page.keyboard.press("Shift+Enter")
+                _wait_until(
+                    lambda i=n_code + k: re.fullmatch(r"\[\d+\]:", _cell_state(page)["prompts"][i]) is not None,
+                    STEP_TIMEOUT,
+                    f"the {kind} cell to run",
+                    page,
+                )
+                out_k = cell_k.locator(".jp-OutputArea").inner_text()
+                assert "Error" not in out_k, f"the {kind} failed: {out_k!r}"
+                after_k = _wait_until(
+                    lambda b=before_k: (t := _numbers(page)) != b and t, STEP_TIMEOUT, f"the panel after the {kind}"
+                )
+                assert _parse_numbers(after_k)[2] > queries_k, (kind, before_k, after_k)
+                assert page.locator(".dpmagic-budget").count() == 1, "the panel was displayed again"
+                _screenshot(page, f"14-panel-after-{kind}.png")
         except BaseException:
             try:
                 if "page" in locals():
