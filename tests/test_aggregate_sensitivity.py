@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests_support import assert_covered as _covered
 
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.aggregates import variance
@@ -83,39 +84,6 @@ def _cell_of(q, where: str, group: str) -> list[int]:
         else:
             out.append(labels.index(GROUPS[group](r)) if group else 0)
     return out
-
-
-def _brute(contrib: np.ndarray, k: int, replace_one: bool) -> tuple[float, float, float, int]:
-    """max L1, L2, L∞ and number of changed cells over every neighbouring pair of data sets of ≤ 2 rows."""
-    zero = np.zeros((1, contrib.shape[1]), dtype=np.int64)
-    contrib = np.unique(contrib, axis=0)
-    bases = np.unique(np.vstack([zero, contrib]), axis=0)
-
-    def grid(a: np.ndarray) -> np.ndarray:  # ⌊a/k + 1/2⌋, exactly as the release rounds
-        return (2 * a + k) // (2 * k)
-
-    l1 = l2 = linf = 0.0
-    cells = 0
-    for b in bases:
-        with_x = grid(b + contrib)
-        diff = with_x[:, None, :] - with_x[None, :, :] if replace_one else (with_x - grid(b))[:, None, :]
-        a = np.abs(diff).astype(float)
-        l1 = max(l1, float(a.sum(axis=2).max()))
-        l2 = max(l2, float(np.sqrt((a**2).sum(axis=2)).max()))
-        linf = max(linf, float(a.max()))
-        cells = max(cells, int((a > 0).sum(axis=2).max()))
-    return l1, l2, linf, cells
-
-
-def _covered(noise, contrib: np.ndarray, definition: str, replace_one: bool) -> None:
-    l1, l2, linf, cells = _brute(contrib, noise.factor, replace_one)
-    d = noise.calibrated
-    if definition == "pure":
-        assert l1 <= d, (noise, l1)
-    elif definition == "zcdp":
-        assert l2 <= d * (1 + 1e-12), (noise, l2)
-    else:
-        assert linf <= d and cells <= noise.cells, (noise, linf, cells)
 
 
 def _contrib(cell: list[int], n_cells: int, values: list[int]) -> np.ndarray:

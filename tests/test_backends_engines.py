@@ -1,8 +1,7 @@
 """pandas, DuckDB and Spark backends: identical exact aggregates, identical charges, identical bind errors.
 
-The SQL corpus of ``test_sql_corpus.py`` (PUMS and Adult) runs through every backend and the exact ``Cells``
-(before noise) must be equal — counts, integer sums, and the inputs of COUNT(DISTINCT), VAR / STDDEV and the
-quantiles.  Spark tests are marked ``spark`` (one local[2] SparkSession per test run: ``conftest.spark``).
+The SQL corpus (``sql_corpus.py``) runs through every backend in the conformance suite (``test_conformance.py``);
+here: charges, bind errors on files, the engines' SQL pieces.  Spark tests are marked ``spark`` (one local[2] SparkSession per test run: ``conftest.spark``).
 """
 
 from __future__ import annotations
@@ -14,17 +13,17 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from conformance import assert_same_cells
+from conformance import plan_query as _plan
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
-from test_sql_corpus import CASES
 from tests_support import DATA
 
 import dpmagic
 from dpmagic.accountant.currency import parse_budget
 from dpmagic.backends.bind import backend_for
 from dpmagic.backends.duckdb import DuckDBBackend
-from dpmagic.backends.pandas import Cells
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import DataValidationError, DPMagicError
 from dpmagic.query.sql import parse_query
@@ -47,62 +46,6 @@ def tables(tmp_path_factory) -> dict[str, tuple[pd.DataFrame, Schema, Path]]:
         df = pd.read_csv(DATA / f"{t}.csv")
         out[t] = (df, Schema.from_json(DATA / f"{t}.schema.json"), _parquet(DATA / f"{t}.csv", d / f"{t}.parquet"))
     return out
-
-
-def _plan(sql: str, schema: Schema):
-    q = parse_query(sql, schema, tables=None)
-    mech = QueryMechanism(q, schema, CURRENCY, 1.0, replace_one=False)
-    return q, units_of(mech.plan), mech.plan.extra
-
-
-def assert_same_cells(a: Cells, b: Cells) -> None:
-    assert a.keys == b.keys
-    assert a.counts.tolist() == b.counts.tolist()
-    assert a.sums == b.sums
-    assert set(a.extra) == set(b.extra)
-    for k, va in a.extra.items():
-        vb = b.extra[k]
-        if isinstance(va, dict):  # VAR / STDDEV: exact n, S, Q
-            assert {x: list(map(int, v)) for x, v in va.items()} == {x: list(map(int, v)) for x, v in vb.items()}
-        elif isinstance(va, np.ndarray) and va.ndim == 2:  # a quantile: the same histogram over its candidates
-            assert va.shape == np.asarray(vb).shape and va.tolist() == np.asarray(vb).tolist()
-        else:  # COUNT(DISTINCT)
-            assert np.asarray(va).tolist() == np.asarray(vb).tolist()
-
-
-def _supported(schema: Schema, sql: str):
-    try:
-        return _plan(sql, schema)
-    except DPMagicError:
-        return None
-
-
-def _same_cells_on_corpus(tables, backends, cases) -> int:
-    """Every supported case of ``cases`` gives identical exact Cells on pandas and the engine; how many ran."""
-    ran = 0
-    for table, sql, _ in cases:
-        planned = _supported(tables[table][1], sql)
-        if planned is None:
-            continue
-        q, units, extra = planned
-        pb, eb = backends[table]
-        assert_same_cells(pb.evaluate(q, units, extended=extra), eb.evaluate(q, units, extended=extra))
-        ran += 1
-    return ran
-
-
-def test_corpus_identical_on_duckdb(tables) -> None:
-    backends = {t: (backend_for(df, s), DuckDBBackend(p, s)) for t, (df, s, p) in tables.items()}
-    assert _same_cells_on_corpus(tables, backends, CASES) >= 120  # nearly the whole corpus is supported
-
-
-@pytest.mark.spark
-def test_corpus_identical_on_spark(tables, spark) -> None:
-    """Every third corpus query on Spark (a few dozen Spark jobs, not one per case)."""
-    backends = {}
-    for t, (df, s, p) in tables.items():
-        backends[t] = (backend_for(df, s), backend_for(spark.read.parquet(str(p)), s))
-    assert _same_cells_on_corpus(tables, backends, CASES[::3]) >= 35
 
 
 QUERIES = [
@@ -407,7 +350,7 @@ def test_csv_file_and_row_limit(tables, monkeypatch) -> None:
     assert_same_cells(
         backend_for(df, schema).evaluate(q, units, extended=extra), csv.evaluate(q, units, extended=extra)
     )
-    import dpmagic.backends.compiler as sql_backend
+    import dpmagic.backends.engine as sql_backend
     import dpmagic.backends.pandas as pandas_backend
 
     monkeypatch.setattr(pandas_backend, "MAX_ROWS", 100)

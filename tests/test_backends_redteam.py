@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 import pytest
-from test_backends_engines import _plan
+from conformance import plan_query as _plan
 
 from dpmagic.backends.bind import backend_for
 from dpmagic.backends.duckdb import DuckDBBackend

@@ -26,6 +26,7 @@ from dpmagic.batch.spec import MAX_BATCH_CELLS, parse_workload
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.presentation.magics import current_session, split_batch_cell
+from dpmagic.releases.backend import Backend
 from dpmagic.session.batch import BatchPreview, BatchResult
 
 SCHEMA = Schema.from_dict(
@@ -55,7 +56,7 @@ def _frame(seed: int = 0, rows: int = 60) -> pd.DataFrame:
     )
 
 
-class FailingBackend:
+class FailingBackend(Backend):
     """A backend stand-in that fails the test if any row is read."""
 
     def __init__(self, schema: Schema) -> None:

@@ -20,6 +20,7 @@ from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError, DPMagicError, QueryError
 from dpmagic.presentation.magics import current_session
 from dpmagic.query.sql import parse_query
+from dpmagic.releases.backend import Backend
 from dpmagic.session.session import Session
 
 GROUPS, SCHEMA, SPEC, SQL, frame = DECISION_GROUPS, DECISION_SCHEMA, DECISION_SPEC, DECISION_SQL, decision_frame
@@ -35,7 +36,7 @@ def schema() -> Schema:
     return Schema.from_dict(SCHEMA)
 
 
-class SpyBackend:
+class SpyBackend(Backend):
     """A backend stand-in: records how many charges the ledger holds each time data is read."""
 
     def __init__(self, session: Session) -> None:

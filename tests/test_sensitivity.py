@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 import pytest
+from tests_support import brute_change as _brute
 
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.domain.schema import Schema
@@ -76,31 +77,6 @@ def _contributions(q, column: str | None, unit: float) -> np.ndarray:
         else:
             out[i, cell] = int(np.rint(row["f"] / unit))
     return out
-
-
-def _brute(contrib: np.ndarray, k: int, replace_one: bool) -> tuple[float, float, float, int]:
-    """max L1, L2, L∞ and number of changed cells over every neighbouring pair of data sets of ≤ 2 rows."""
-    zero = np.zeros((1, contrib.shape[1]), dtype=np.int64)
-    contrib = np.unique(contrib, axis=0)  # rows with the same contribution give the same pairs
-    bases = np.unique(np.vstack([zero, contrib]), axis=0)  # answers of every data set D with |D| ≤ 1
-
-    def grid(a: np.ndarray) -> np.ndarray:  # ⌊a/k + 1/2⌋, exactly as the release rounds
-        return (2 * a + k) // (2 * k)
-
-    l1 = l2 = linf = 0.0
-    cells = 0
-    for b in bases:
-        with_x = grid(b + contrib)  # D + x for every row x
-        if replace_one:
-            diff = with_x[:, None, :] - with_x[None, :, :]  # (D + x) vs (D + x′)
-        else:
-            diff = (with_x - grid(b))[:, None, :]  # (D + x) vs D
-        a = np.abs(diff).astype(float)
-        l1 = max(l1, float(a.sum(axis=2).max()))
-        l2 = max(l2, float(np.sqrt((a**2).sum(axis=2)).max()))
-        linf = max(linf, float(a.max()))
-        cells = max(cells, int((a > 0).sum(axis=2).max()))
-    return l1, l2, linf, cells
 
 
 CASES = list(itertools.product(["pure", "zcdp", "gdp"], [False, True], WHERES, GROUPS, SELECTS))

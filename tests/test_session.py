@@ -23,6 +23,7 @@ from dpmagic.errors import (
     UnknownColumnError,
     UnsupportedQueryError,
 )
+from dpmagic.releases.backend import Backend
 
 
 @pytest.fixture
@@ -316,7 +317,7 @@ def test_a_release_event_leaves_the_charged_bound_untouched(monkeypatch) -> None
     assert s.spent == spent
 
 
-class _UnreadableBackend:
+class _UnreadableBackend(Backend):
     """Stands in for the data: fails the test if any row is read."""
 
     def evaluate(self, *args, **kwargs):  # pragma: no cover - must never run

@@ -152,3 +152,45 @@ DECISION_SQL = (
 def decision_frame() -> pd.DataFrame:
     rows = [(g, r, x, 0.5) for r in ("N", "S") for g, (n, x) in DECISION_SPEC.items() for _ in range(n)]
     return pd.DataFrame(rows, columns=["g", "r", "x", "f"])
+
+
+def brute_change(contrib: np.ndarray, k: int, replace_one: bool) -> tuple[float, float, float, int]:
+    """max L1, L2, L∞ and number of changed cells over every neighbouring pair of data sets of ≤ 2 rows.
+
+    ``contrib[r, c]``: what domain row r adds to cell c of an exact sum release; the release rounds to a grid of
+    ``k`` units (⌊a/k + 1/2⌋).  Add/remove: (D, D + x), |D| ≤ 1; replace: (D + x, D + x′), |D| ≤ 1."""
+    zero = np.zeros((1, contrib.shape[1]), dtype=np.int64)
+    contrib = np.unique(contrib, axis=0)  # rows with the same contribution give the same pairs
+    bases = np.unique(np.vstack([zero, contrib]), axis=0)  # answers of every data set D with |D| ≤ 1
+
+    def grid(a: np.ndarray) -> np.ndarray:  # ⌊a/k + 1/2⌋, exactly as the release rounds
+        return (2 * a + k) // (2 * k)
+
+    l1 = l2 = linf = 0.0
+    cells = 0
+    for b in bases:
+        with_x = grid(b + contrib)  # D + x for every row x
+        diff = with_x[:, None, :] - with_x[None, :, :] if replace_one else (with_x - grid(b))[:, None, :]
+        a = np.abs(diff).astype(float)
+        l1 = max(l1, float(a.sum(axis=2).max()))
+        l2 = max(l2, float(np.sqrt((a**2).sum(axis=2)).max()))
+        linf = max(linf, float(a.max()))
+        cells = max(cells, int((a > 0).sum(axis=2).max()))
+    return l1, l2, linf, cells
+
+
+def assert_change_covered(noise: Any, l1: float, l2: float, linf: float, cells: int, definition: str) -> None:
+    """The noise's calibrated change covers the brute-force one: L1 (pure ε), L2 (ρ-zCDP), L∞ and the number of
+    changed cells (μ-GDP, per-cell discrete Gaussians)."""
+    d = noise.calibrated
+    if definition == "pure":
+        assert l1 <= d, (noise, l1)
+    elif definition == "zcdp":
+        assert l2 <= d * (1 + 1e-12), (noise, l2)
+    else:
+        assert linf <= d and cells <= noise.cells, (noise, linf, cells)
+
+
+def assert_covered(noise: Any, contrib: np.ndarray, definition: str, replace_one: bool) -> None:
+    """:func:`brute_change` of ``contrib`` on the noise's grid, covered by its calibration."""
+    assert_change_covered(noise, *brute_change(contrib, noise.factor, replace_one), definition)

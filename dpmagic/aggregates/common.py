@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from dpmagic.accountant.currency import Definition
+from dpmagic.aggregates.exactsum import exact_cell_sums  # re-exported (the helpers' old home)
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Aggregate
@@ -53,17 +52,3 @@ def effective_bounds(agg: Aggregate, schema: Schema) -> tuple[float, float]:
     assert isinstance(col, NumericColumn)
     lo, hi = clamp_bounds(col, agg.clamp)
     return float(lo), float(hi)
-
-
-def exact_cell_sums(cell: np.ndarray, values: np.ndarray, n_bins: int) -> list[int]:
-    """Exact Σ of int64 ``values`` per bin of ``cell`` (vectorised, no overflow, at most 2³² rows).
-
-    Each value is split into three 21-bit limbs of its two's complement, v = h·2⁴² + m·2²¹ + l with
-    0 ≤ l, m < 2²¹ and |h| ≤ 2²¹; each limb is summed per bin with a float64 ``bincount``, exact because every
-    partial sum is an integer below 2³²·2²¹ = 2⁵³.  O(rows + bins).
-    """
-    v = np.asarray(values, dtype=np.int64)
-    mask = np.int64(0x1FFFFF)
-    limbs = (v & mask, (v >> 21) & mask, v >> 42)
-    lo, mid, hi = (np.bincount(cell, weights=w.astype(np.float64), minlength=n_bins)[:n_bins] for w in limbs)
-    return [int(a) + (int(b) << 21) + (int(c) << 42) for a, b, c in zip(lo, mid, hi)]

@@ -19,14 +19,22 @@ clipped at 0 (post-processing).  Its 95% interval is the noise's (before the cli
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pandas as pd
+from sqlglot import exp
 
 from dpmagic.accountant.currency import Definition
+from dpmagic.aggregates.registry import AggregateUnit, PlanContext, SqlInputs, SqlResults, UnitPlan, register
+from dpmagic.aggregates.sqlexpr import col
 from dpmagic.noise.calibration import Noise, calibrate, release_integer
 from dpmagic.noise.sensitivity import Coverage, patterns
 
-__all__ = ["plan", "exact", "release"]
+if TYPE_CHECKING:
+    from dpmagic.query.model import Aggregate
+
+__all__ = ["CountDistinctUnit", "plan", "exact", "release"]
 
 
 def plan(definition: Definition, share: float, cov: Coverage, *, replace_one: bool) -> Noise:
@@ -52,3 +60,42 @@ def release(counts: np.ndarray, noise: Noise, level: float = 0.95) -> tuple[np.n
     low = noisy - h
     high = np.where(clipped_high, np.inf, noisy + h)
     return np.maximum(noisy, 0.0), low, high
+
+
+class CountDistinctUnit(AggregateUnit):
+    """COUNT(DISTINCT col): one integer release per cell."""
+
+    kind = "count_distinct"
+    releases = 1
+
+    def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
+        return UnitPlan(agg, plan(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one))
+
+    def describe(self, u: UnitPlan) -> dict[str, str]:
+        return {f"count_distinct({u.agg.column})": str(u.plan)}
+
+    def exact(self, u: UnitPlan, values: np.ndarray, cell: np.ndarray, n_cells: int) -> Any:
+        return exact(values, cell, n_cells)
+
+    def sql(self, u: UnitPlan, alias: str, b: SqlInputs) -> Any:
+        k = b.value(col(str(u.agg.column)))
+        b.aggregate(f"d_{alias}", exp.Count(this=exp.Distinct(expressions=[exp.column(k)])))
+        return None
+
+    def read(self, u: UnitPlan, alias: str, handle: Any, r: SqlResults) -> Any:
+        return np.asarray(r.per_cell(f"d_{alias}"), dtype=np.int64)
+
+    def release(self, u: UnitPlan, inputs: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return release(inputs, u.plan, level)
+
+    def halfwidth(self, u: UnitPlan, level: float = 0.95) -> float:
+        return float(u.plan.ci_halfwidth(level))
+
+    def sensitivities(self, u: UnitPlan) -> dict[str, Any]:
+        return {"count_distinct": u.plan}
+
+    def integer_releases(self, u: UnitPlan, inputs: Any) -> dict[str, list[int]]:
+        return {"count_distinct": [int(v) for v in inputs]}
+
+
+register(CountDistinctUnit())

@@ -26,15 +26,23 @@ is stated (the ``_ci_low`` / ``_ci_high`` columns are NaN).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+from sqlglot import exp
 
 from dpmagic.accountant.currency import Definition
-from dpmagic.aggregates.common import exact_cell_sums
+from dpmagic.aggregates.exactsum import exact_cell_sums
+from dpmagic.aggregates.registry import AggregateUnit, PlanContext, SqlInputs, SqlResults, UnitPlan, register
+from dpmagic.aggregates.sqlexpr import Quantised, as_double, clip, col, lit, quantise_sql
+from dpmagic.domain.schema import NumericColumn
 from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, quantise, release_integer
-from dpmagic.noise.sensitivity import Coverage, patterns
+from dpmagic.noise.sensitivity import Coverage, patterns, value_range
 
-__all__ = ["VariancePlan", "SumPart", "plan", "exact", "release", "center"]
+if TYPE_CHECKING:
+    from dpmagic.query.model import Aggregate
+
+__all__ = ["StddevUnit", "VarUnit", "VariancePlan", "SumPart", "plan", "exact", "release", "center", "sql_values"]
 
 #: Largest |per-row value| summed as an exact int64 (the limbs of exact_cell_sums need int64 values).
 _INT_LIMIT = 2**62
@@ -145,3 +153,96 @@ def release(
     out = np.sqrt(var) if sqrt else var
     nan = np.full(len(out), np.nan)
     return out, nan, nan.copy()
+
+
+def sql_values(name: str, p: VariancePlan) -> tuple[tuple[exp.Expr | Quantised, int], tuple[exp.Expr | Quantised, int]]:
+    """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units),
+    each with a proven bound of its magnitude (:func:`exact_sum`)."""
+    x = col(name)
+    if p.is_int:
+        y = clip(x, int(p.lo), int(p.hi))
+        c = int(p.c)
+        dev = max(abs(int(p.lo) - c), abs(int(p.hi) - c))  # |y - c|
+        yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
+        s: tuple[exp.Expr | Quantised, int]
+        q: tuple[exp.Expr | Quantised, int]
+        if p.total.quantised:
+            qs = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
+            s = (qs, qs.bound)
+        else:
+            s = (exp.Sub(this=y.copy(), expression=lit(c)), dev)
+        if p.squares.quantised:
+            qq = quantise_sql(
+                exp.Mul(this=exp.paren(yd.copy()), expression=exp.paren(yd.copy())),
+                p.squares.noise.unit,
+                p.squares.a,
+                p.squares.b,
+            )
+            q = (qq, qq.bound)
+        else:
+            yc = exp.paren(exp.Sub(this=y.copy(), expression=lit(c)))
+            q = (exp.Mul(this=yc, expression=yc.copy()), dev * dev)
+        return s, q
+    xc = exp.paren(exp.Sub(this=clip(as_double(x), float(p.lo), float(p.hi)), expression=lit(float(p.c))))
+    qs = quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b)
+    qq = quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b)
+    return (qs, qs.bound), (qq, qq.bound)
+
+
+class VarUnit(AggregateUnit):
+    """VAR (sample or population: ``param`` is the ddof): a COUNT, a centred SUM and a centred sum of squares."""
+
+    kind = "var"
+    releases = 3
+    sqrt: ClassVar[bool] = False
+
+    def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
+        c = ctx.schema[str(agg.column)]
+        assert isinstance(c, NumericColumn)
+        lo, hi = value_range(ctx.query, ctx.schema, str(agg.column), agg.clamp)  # the box's clamped value range
+        p = plan(lo, hi, c.is_int, ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one)
+        return UnitPlan(agg, p, lo, hi)
+
+    def describe(self, u: UnitPlan) -> dict[str, str]:
+        a, p = u.agg, u.plan
+        return {
+            f"{a.func}({a.column}) count": str(p.count),
+            f"{a.func}({a.column}) sum": str(p.total),
+            f"{a.func}({a.column}) sum of squares": str(p.squares),
+        }
+
+    def exact(self, u: UnitPlan, values: np.ndarray, cell: np.ndarray, n_cells: int) -> Any:
+        return exact(values, cell, n_cells, u.plan)
+
+    def sql(self, u: UnitPlan, alias: str, b: SqlInputs) -> Any:
+        (s_expr, s_bound), (q_expr, q_bound) = sql_values(str(u.agg.column), u.plan)
+        ks = b.value(s_expr)
+        kq = b.value(q_expr)
+        b.exact_sum(f"vs_{alias}", ks, s_bound)
+        b.exact_sum(f"vq_{alias}", kq, q_bound)
+        return None
+
+    def read(self, u: UnitPlan, alias: str, handle: Any, r: SqlResults) -> Any:
+        return {"n": [int(v) for v in r.counts], "s": r.per_cell(f"vs_{alias}"), "q": r.per_cell(f"vq_{alias}")}
+
+    def release(self, u: UnitPlan, inputs: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ddof = 1.0 if u.agg.param is None else float(u.agg.param)
+        return release(inputs, u.plan, ddof, self.sqrt)
+
+    def sensitivities(self, u: UnitPlan) -> dict[str, Any]:
+        p = u.plan
+        return {"n": p.count, "s": p.total.noise, "q": p.squares.noise}
+
+    def integer_releases(self, u: UnitPlan, inputs: Any) -> dict[str, list[int]]:
+        return {k: [int(v) for v in inputs[k]] for k in ("n", "s", "q")}
+
+
+class StddevUnit(VarUnit):
+    """STDDEV: the square root of :class:`VarUnit`'s variance (post-processing)."""
+
+    kind = "stddev"
+    sqrt = True
+
+
+register(VarUnit())
+register(StddevUnit())

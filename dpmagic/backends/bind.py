@@ -24,6 +24,7 @@ from typing import Any
 
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError
+from dpmagic.releases.backend import Backend
 
 __all__ = ["backend_for", "is_file_source"]
 
@@ -53,7 +54,7 @@ def backend_for(
     table: str | None = None,
     spark: Any = None,
     diagnostics: bool = False,
-) -> Any:
+) -> Backend:
     """The backend of ``data`` under ``schema``, validated (the same errors on every backend; values and counts
     of the data in them only with ``diagnostics``)."""
     import pandas as pd

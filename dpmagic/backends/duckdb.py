@@ -39,7 +39,9 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpmagic.backends.compiler import EngineBackend, SourceColumn, _pandas_string_dtype, col
+from dpmagic.aggregates.sqlexpr import col
+from dpmagic.backends.compiler import SourceColumn
+from dpmagic.backends.engine import EngineBackend, _pandas_string_dtype
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError, DataValidationError
 from dpmagic.query.model import Query

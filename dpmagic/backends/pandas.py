@@ -21,6 +21,7 @@ from dpmagic.errors import DataValidationError
 from dpmagic.noise.calibration import MAX_ROWS, quantise
 from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Filter, GroupKey, Query
+from dpmagic.releases.backend import Backend
 from dpmagic.releases.cells import Cells  # re-exported: the backends' result type lives in dpmagic.releases.cells
 
 __all__ = ["PandasBackend", "Cells"]
@@ -34,7 +35,7 @@ def too_many_rows_error() -> DataValidationError:
     )
 
 
-class PandasBackend:
+class PandasBackend(Backend):
     """Evaluates queries on a DataFrame already validated against ``schema``."""
 
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:

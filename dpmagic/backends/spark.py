@@ -15,7 +15,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpmagic.backends.compiler import Compiler, EngineBackend, SourceColumn, _pandas_string_dtype
+from dpmagic.backends.compiler import Compiler, SourceColumn
+from dpmagic.backends.engine import EngineBackend, _pandas_string_dtype
 from dpmagic.backends.pandas import too_many_rows_error
 from dpmagic.domain.columns import CategoricalColumn
 from dpmagic.domain.schema import OutOfRangePolicy, Schema

@@ -18,13 +18,11 @@ from functools import cached_property
 from typing import Any, Literal
 
 from dpmagic.domain.sets import Box, ValueSet, box_to_json
+from dpmagic.query.kinds import kind_of
 
 __all__ = ["Aggregate", "AggregateFunction", "Filter", "GroupKey", "Output", "Query"]
 
 AggregateFunction = Literal["count", "sum", "avg", "count_distinct", "var", "stddev", "quantile"]
-
-#: noisy releases per cell of each aggregate (the cost is split equally over them)
-_RELEASES = {"count": 1, "sum": 1, "avg": 2, "count_distinct": 1, "var": 3, "stddev": 3, "quantile": 1}
 
 
 @dataclass(frozen=True)
@@ -45,12 +43,12 @@ class Aggregate:
     @property
     def releases(self) -> int:
         """How many noisy values it needs per cell (AVG: a SUM and a COUNT; VAR: a COUNT, SUM and sum of squares)."""
-        return _RELEASES[self.func]
+        return kind_of(self.func).releases
 
     @property
     def is_basic(self) -> bool:
         """COUNT/SUM/AVG: released by :mod:`dpmagic.releases.plan`; the others by :mod:`dpmagic.aggregates`."""
-        return self.func in ("count", "sum", "avg")
+        return kind_of(self.func).basic
 
     @property
     def sum_key(self) -> str:

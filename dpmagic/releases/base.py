@@ -24,35 +24,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from dpmagic.releases.backend import Backend  # re-exported: the one backend interface
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpmagic.domain.schema import Schema
     from dpmagic.domain.sets import Box
     from dpmagic.noise.calibration import Noise
     from dpmagic.query.model import Query
-    from dpmagic.releases.cells import Cells
 
 __all__ = ["Backend", "Mechanism", "QueryBoxMechanism"]
-
-
-class Backend(Protocol):
-    """Exact aggregates over boxes of the declared domain: the only layer that reads rows.
-
-    ``evaluate`` returns, for every cell of the query's declared GROUP BY keys (zero-filled, in declared
-    order), the exact count and the exact integer sums of the summed columns (float columns in the quantum
-    ``units[column]``), with ``extended``'s plans of the non-basic aggregates answered in ``Cells.extra``.  Its
-    work must not depend on how many rows fall in the box.  Implementations:
-    :class:`~dpmagic.backends.pandas.PandasBackend` and the SQL engines of :mod:`dpmagic.backends`.
-    """
-
-    schema: Schema
-
-    def evaluate(
-        self, query: Query, units: Mapping[str, float] | None = None, *, extended: Mapping[str, Any] | None = None
-    ) -> Cells: ...
 
 
 class Mechanism(ABC):
@@ -111,9 +94,7 @@ class QueryBoxMechanism(Mechanism):
 
     def check(self, backend: Backend) -> None:
         """The backend's own check of the query (an engine backend's ``check``: its settings, its memory limit)."""
-        check = getattr(backend, "check", None)
-        if check is not None:
-            check(self.query, self._extended())
+        backend.check(self.query, self._extended())
 
     def _extended(self) -> Mapping[str, Any] | None:
         """The plans of the query's non-basic aggregates (none by default)."""

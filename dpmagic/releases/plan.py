@@ -29,14 +29,15 @@ import pandas as pd
 
 from dpmagic.accountant.currency import Currency
 from dpmagic.aggregates import plan_extended, release_extended
+from dpmagic.aggregates.basic import BasicUnit
 from dpmagic.aggregates.common import effective_bounds
+from dpmagic.aggregates.registry import releases_per_cell, unit_for
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, release_integer
 from dpmagic.noise.sensitivity import release_sensitivity
 from dpmagic.query.model import Query
 from dpmagic.releases.cells import Cells
-from dpmagic.releases.postprocess import ratio_estimate
 
 __all__ = ["plan_noise", "plan_halfwidth", "cost_for_target", "release", "units_of", "ReleasePlan", "effective_bounds"]
 
@@ -77,16 +78,18 @@ def plan_noise(
     calibrated exactly (:func:`~dpmagic.noise.calibration.calibrate`), which needs slightly more noise than the
     continuous Gaussian's σ = Δ/μ.
     """
-    k = query.releases_per_cell
+    k = releases_per_cell(query)  # an unknown aggregate kind is refused here, before anything else
     share = currency.cost(currency.weight(cost) / k)
     definition = currency.definition
-    needs_count = any(a.func in ("count", "avg") for a in query.aggregates)
+    basic = {a.alias: u for a in query.aggregates if isinstance(u := unit_for(a.func), BasicUnit)}
+    needs_count = any(u.needs_count for u in basic.values())
     count = None
     if needs_count:
         count = calibrate(definition, share, release_sensitivity(query, schema, None, replace_one=replace_one))
     sums: dict[str, Noise] = {}
     for agg in query.aggregates:
-        if agg.column is None or not agg.is_basic or agg.sum_key in sums:
+        member = basic.get(agg.alias)
+        if member is None or not member.needs_sum or agg.column is None or agg.sum_key in sums:
             continue
         col = schema[agg.column]
         assert isinstance(col, NumericColumn)
@@ -126,32 +129,13 @@ def plan_halfwidth(
     at least N rows and the noisy count lands inside its interval.
     """
     widths: list[float] = []
-    half = 1.0 - (1.0 - level) / 2.0
     for agg in query.aggregates:
-        if agg.func == "count_distinct":
-            widths.append(plan.extra[agg.alias].plan.ci_halfwidth(level))
-        elif not agg.is_basic:
-            raise ConfigurationError(
-                f"an accuracy target (--ci) is not available for {agg.func.upper()}: give a cost instead",
-                hint="use --epsilon / --rho / --mu",
-            )
-        elif agg.func == "count":
-            assert plan.count is not None
-            widths.append(plan.count.ci_halfwidth(level))
-        elif agg.func == "sum":
-            assert agg.column is not None
-            widths.append(plan.sums[agg.sum_key].ci_halfwidth(level))
+        unit = unit_for(agg.func)
+        if isinstance(unit, BasicUnit):
+            total = plan.sums[agg.sum_key] if unit.needs_sum else None
+            widths.append(unit.basic_halfwidth(agg, plan.count, total, schema, min_rows, level))
         else:
-            assert agg.column is not None and plan.count is not None
-            if min_rows is None:
-                raise ConfigurationError(
-                    "an accuracy target for AVG needs --min-rows N (min_rows=N): a public lower bound on the group size",
-                    hint="add --min-rows N: the target then holds for groups of at least N rows",
-                )
-            lo, hi = effective_bounds(agg, schema)
-            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half), plan.count.ci_halfwidth(half)
-            m = max(abs(lo), abs(hi))
-            widths.append(math.inf if hc >= min_rows else (hs + m * hc) / (min_rows - hc))
+            widths.append(unit.halfwidth(plan.extra[agg.alias], level))
     return max(widths)
 
 
@@ -214,42 +198,21 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
         noisy_count = release_integer(cells.counts, plan.count)
     noisy_sums = {name: release_integer(cells.sums[name], noise) for name, noise in plan.sums.items()}
 
-    def interval(x: np.ndarray, noise: Noise, lev: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        h = noise.ci_halfwidth(lev)
-        clipped_high = x + h >= noise.clamp  # post-processing of the noisy value only
-        clipped_low = x - h <= -noise.clamp
-        low = np.where(clipped_low, -np.inf, x - h)
-        high = np.where(clipped_high, np.inf, x + h)
-        return low, high, clipped_low | clipped_high
-
     extended: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     if plan.extra:
         extended = release_extended(plan.extra, cells.extra, level)
     for agg in query.aggregates:
-        if not agg.is_basic:
-            v, lo_ci, hi_ci = extended[agg.alias]
-            out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
-        elif agg.func == "count":
-            assert plan.count is not None and noisy_count is not None
-            out[agg.alias] = noisy_count
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(noisy_count, plan.count, level)
-        elif agg.func == "sum":
-            assert agg.column is not None
-            x = noisy_sums[agg.sum_key]
-            out[agg.alias] = x
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"], _ = interval(x, plan.sums[agg.sum_key], level)
+        unit = unit_for(agg.func)
+        if isinstance(unit, BasicUnit):
+            count = None
+            if unit.needs_count:
+                assert plan.count is not None and noisy_count is not None
+                count = (noisy_count, plan.count)
+            total = (noisy_sums[agg.sum_key], plan.sums[agg.sum_key]) if unit.needs_sum else None
+            v, lo_ci, hi_ci = unit.answer(agg, count, total, schema, level)
         else:
-            assert agg.column is not None and plan.count is not None and noisy_count is not None
-            s, c = noisy_sums[agg.sum_key], noisy_count
-            lo_b, hi_b = effective_bounds(agg, schema)  # the declared bounds, or the analyst's clamp
-            half_level = 1.0 - (1.0 - level) / 2.0
-            hs, hc = plan.sums[agg.sum_key].ci_halfwidth(half_level), plan.count.ci_halfwidth(half_level)
-            avg, low, high = ratio_estimate(s, hs, c, hc, lo_b, hi_b)  # NaN where the noisy count is too small
-            # an interval side whose true value may have been clamped (overflow guard): the whole declared range
-            unsure = interval(s, plan.sums[agg.sum_key], half_level)[2] | interval(c, plan.count, half_level)[2]
-            low[unsure], high[unsure] = lo_b, hi_b
-            out[agg.alias] = avg
-            out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = low, high
+            v, lo_ci, hi_ci = extended[agg.alias]
+        out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
     return pd.DataFrame(out)
 
 

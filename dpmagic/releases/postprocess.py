@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from dpmagic.aggregates.basic import ratio_estimate  # the AVG unit's interval; re-exported here
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.query.model import Query
 
@@ -31,46 +32,6 @@ __all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
 
 #: The switches :func:`tidy` understands (``%config DPMagic.postprocess = "integer,nonnegative"``).
 POSTPROCESS_OPTIONS = ("integer", "nonnegative")
-
-
-def ratio_estimate(
-    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """AVG = noisy SUM / noisy COUNT per cell, with its interval (post-processing of the two noisy values).
-
-    ``hs`` and ``hc`` are the half-widths of the SUM and COUNT intervals at level 1 − α/2 (a union bound makes
-    the ratio's interval a 1 − α one).  Where ``c − hc < 1`` the count's interval admits an empty or
-    one-row group: the ratio is meaningless there, so the estimate is ``NaN`` and the interval is the whole
-    declared range ``[lo, hi]`` (which contains every possible average).  Elsewhere the estimate is S/C
-    clamped into ``[lo, hi]`` and the interval is the range of S/C over the rectangle of the two intervals,
-    intersected with ``[lo, hi]``; if that intersection is empty or a single point (the noise pushed both
-    ends past a bound), the interval is the whole declared range, never a zero-width one.
-
-    O(number of cells).
-    """
-    s = np.asarray(s, dtype=float)
-    c = np.asarray(c, dtype=float)
-    c_lo = c - hc
-    ok = c_lo >= 1.0
-    est = np.full(len(s), np.nan, dtype=float)
-    low = np.full(len(s), lo, dtype=float)
-    high = np.full(len(s), hi, dtype=float)
-    if ok.any():
-        est[ok] = np.clip(s[ok] / c[ok], lo, hi)
-        corners = np.stack(
-            [
-                (s[ok] - hs) / c_lo[ok],
-                (s[ok] - hs) / (c[ok] + hc),
-                (s[ok] + hs) / c_lo[ok],
-                (s[ok] + hs) / (c[ok] + hc),
-            ]
-        )
-        a = np.clip(corners.min(axis=0), lo, hi)
-        b = np.clip(corners.max(axis=0), lo, hi)
-        degenerate = b <= a
-        low[ok] = np.where(degenerate, lo, a)
-        high[ok] = np.where(degenerate, hi, b)
-    return est, low, high
 
 
 def _avg_columns(query: Query) -> list[str]:
