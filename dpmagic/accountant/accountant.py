@@ -11,7 +11,7 @@ invariant").  The bound charged is chosen per session:
 * ``chromatic`` — the weight of a proper colouring χ_w ≥ ω_w;
 * ``sequential`` — Σ w, plain sequential composition.
 
-Size: one module (≈ 430 lines) because admission, the charge transaction and the ledger fold share one
+Size: one module (≈ 510 lines) because admission, the charge transaction and the ledger fold share one
 state — the engine's registered boxes and the budget — that must change together or not at all.
 
 The charged bound is computed first and exactly (``sequential`` runs no overlap search at all; ``chromatic``

@@ -9,7 +9,7 @@ bad schema or query.
 ``dpmagic ledger show|verify|export|backup|keygen|init|upgrade|set-budget|reset`` inspects and administers a
 ledger file (README, "The ledger" and "Threat model"); ``--key-file`` gives the custodian key of a keyed ledger.
 
-One module (about 400 lines) because it is the command line's argument parsing and its small command bodies,
+One module (about 540 lines) because it is the command line's argument parsing and its small command bodies,
 each a few lines over the library's public API (bounds: :class:`~dpmagic.accountant.bounds.BoundsSummary`;
 reports: :mod:`dpmagic.presentation.reports`; ledger: :mod:`dpmagic.accountant.ledger`).
 """

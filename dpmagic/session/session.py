@@ -19,7 +19,7 @@ Time: the ledger records a query's time when it is charged, before its data is r
 same time, and a release that reads several times (a decision query) records the time it was asked on every
 charge.  No clock read after a data read is recorded or shown (invariant 5; docs/threat-model.md).
 
-Orchestration only (a little over 400 lines, most of them the public API's docstrings): parsing is
+Orchestration only (under 500 lines, most of them the public API's docstrings): parsing is
 :mod:`dpmagic.query`, costs :mod:`dpmagic.session.costs`, the re-run cache :mod:`dpmagic.session.cache`, events
 :mod:`dpmagic.session.events`, the ledger binding :mod:`dpmagic.accountant.binding`, releases :mod:`dpmagic.releases`.
 """
