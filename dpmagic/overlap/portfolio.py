@@ -90,6 +90,16 @@ class PortfolioConfig:
     milp_early_nnz: float = 0
     #: the search tried first when both apply (None: chosen by the atom product)
     prefer: str | None = None
+    #: dense analyst instances (issue 28): few columns of few atoms each (the integer program has at most
+    #: ``milp_dense_vars`` variables over at most ``milp_dense_columns`` columns), each query constraining few
+    #: of them (on average at most ``milp_dense_scope``), non-Helly, too many cells for the tensor: the
+    #: searches' bounds are weak there (column sums, colourings) while the integer program's relaxation is
+    #: tight, so HiGHS runs right after a graph probe of at most ``milp_dense_probe`` seconds.  (Uniform
+    #: category sets constrain half the columns on average: there the searches win, see ``milp_early_nnz``.)
+    milp_dense_vars: float = 1500
+    milp_dense_columns: int = 16
+    milp_dense_scope: float = 3.5
+    milp_dense_probe: float = 0.02
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -145,6 +155,21 @@ class Instance:
         return True
 
     @cached_property
+    def mean_scope(self) -> float:
+        """The mean number of columns a query constrains (inside the problem's domain).  ``O(Σ_c n·a_c)``."""
+        n = self.prob.n
+        if n == 0:
+            return 0.0
+        total = 0
+        for c in self.prob.columns:
+            if c.M is not None:
+                total += int((~c.M.all(axis=1)).sum())
+            else:
+                whole = (c.rs[:, 0] <= 0) & (c.re[:, 0] >= c.a)  # type: ignore[index]
+                total += int((~whole).sum())
+        return total / n
+
+    @cached_property
     def _milp(self) -> tuple[float, float]:
         nvar, nnz = milp_size(self.prob)
         return float(nvar), float(nnz)
@@ -192,7 +217,7 @@ class _State:
             self.best_val, self.best_atoms = val, atoms
 
     def bound(self, ub: float) -> None:
-        self.upper = min(self.upper, ub)
+        self.upper = min(self.upper, self.rnd.snap(ub))
 
 
 @dataclass(frozen=True)
@@ -293,6 +318,19 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if ok("tensor") and tensor_s <= cfg.probe_min_seconds:
         return [(STEPS["tensor"], None)]
     out: list[tuple[Step, float | None]] = []
+    if (
+        not ok("tensor")
+        and ok("milp")
+        and len(inst.prob.columns) <= cfg.milp_dense_columns
+        and inst.nvar <= cfg.milp_dense_vars
+        and not inst.helly
+        and inst.mean_scope <= cfg.milp_dense_scope
+    ):
+        if ok("graph"):
+            out.append((STEPS["graph"], cfg.milp_dense_probe))
+        out.append((STEPS["milp"], None))
+        out.extend((STEPS[n], None) for n in ("graph", "columns", "lp") if ok(n))
+        return out
     if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
         searches = ["graph", "columns"]
     else:
