@@ -134,3 +134,17 @@ def test_dense_admission_equals_from_scratch(wl, box, w) -> None:
         scratch = max_overlap(bx, ws, SCHEMA, config=DENSE)
         assert ov.exact and scratch.exact
         assert ov.lower == pytest.approx(scratch.lower, abs=1e-12) == pytest.approx(truth, abs=1e-12)
+
+
+@given(dense_workloads, st.integers(0, 3))
+@FAST
+def test_highs_folds_unary_and_merges_duplicates(wl, extra) -> None:
+    """The integer program folds one-column queries into the objective, drops unconstrained ones into a constant
+    and merges identical queries: still a proven bound, exact (snap) and equal to brute force."""
+    wl = wl + wl[:extra] + [(Box({}), 0.05)] * (extra % 2)  # duplicates and an unconstrained query
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    r = max_overlap(bx, ws, SCHEMA, config=HIGHS)
+    assert r.lower <= truth + 1e-12 and truth <= r.upper + 1e-12
+    assert r.exact and r.lower == pytest.approx(truth, abs=1e-12)
+    assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
