@@ -23,7 +23,7 @@ from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.portfolio import Instance
 from dpmagic.overlap.rounding import DecimalLattice, ProblemRounding, is_exact
-from dpmagic.sets import Box, CategorySet
+from dpmagic.sets import Box, CategorySet, Interval, IntervalSet
 
 #: ε typed by an analyst: short decimals (no power-of-two lattice below 2^-50)
 decimal_weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.011])
@@ -148,3 +148,91 @@ def test_highs_folds_unary_and_merges_duplicates(wl, extra) -> None:
     assert r.lower <= truth + 1e-12 and truth <= r.upper + 1e-12
     assert r.exact and r.lower == pytest.approx(truth, abs=1e-12)
     assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
+
+
+def _sound(ov, bx, ws) -> None:
+    truth = brute_max(SCHEMA, bx, ws)
+    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
+    assert ov.exact == is_exact(ov.lower, ov.upper)
+    if ov.exact:
+        assert ov.lower == pytest.approx(truth, abs=1e-12)
+    if ov.witness is not None and bx:
+        assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
+
+
+@given(st.lists(st.tuples(boxes(), st.one_of(decimal_weights, st.floats(0.01, 3.0))), min_size=1, max_size=8))
+@FAST
+def test_pending_terms_are_sound_and_retighten_recovers(wl) -> None:
+    """Admissions whose region search cannot run (HiGHS alone, no time) keep proven intervals as pending terms:
+    γ ≤ upper and lower ≤ γ after every admission, the witness's load is the lower end; ``retighten`` with time
+    then recovers the exact γ (= brute force = a from-scratch solve)."""
+    eng = OverlapEngine(
+        SCHEMA, charged="exact", solver=HIGHS, quick_time_limit=0.0, hard_time_limit=0.0, retighten_seconds=0.0
+    )
+    bx, ws = [], []
+    for b, w in wl:
+        adm = eng.admit(b, w)
+        eng.commit(adm)
+        bx.append(b)
+        ws.append(w)
+        _sound(adm.bounds.overlap, bx, ws)
+        _sound(eng.bounds().overlap, bx, ws)
+    eng.quick_time_limit = 2.0
+    assert eng.retighten(30.0)
+    ov = eng.overlap()
+    _sound(ov, bx, ws)
+    assert ov.exact
+    assert ov.lower == pytest.approx(max_overlap(bx, ws, SCHEMA).lower, abs=1e-12)
+
+
+def test_pending_terms_drop_and_budget_buys_time() -> None:
+    """Three pairwise overlapping boxes with no common row (Smith et al. 2022, Prop. 4) admitted without time for
+    a search: γ = 1.0 kept as the interval [1.0, 1.5] (one pending term).  A heavier disjoint box raises the
+    witness past the term, which drops out (exact again without re-solving).  With a budget inside the interval
+    (near the budget), the same admission searches for the whole time limit and is exact."""
+    c3, c4, i = SCHEMA["c3"], SCHEMA["c4"], SCHEMA["i"]
+    tri = [
+        Box({"c3": CategorySet.of_indices(c3, [0, 1]), "i": IntervalSet.of(i, [Interval(0, 3)])}),
+        Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
+        Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
+    ]
+    cfg = dict(solver=HIGHS, quick_time_limit=0.0, hard_time_limit=0.0, retighten_seconds=0.0, charge_rel_slack=0.0)
+    eng = OverlapEngine(SCHEMA, charged="exact", **cfg)
+    for b in tri:
+        eng.add(b, 0.5)
+    ov = eng.overlap()
+    assert not ov.exact and ov.lower == 1.0 and ov.upper >= 1.5
+    far = Box({"i": IntervalSet.of(i, [Interval(5, 6)]), "c4": CategorySet.of_indices(c4, [3])})
+    eng.add(far, 2.0)
+    ov = eng.overlap()
+    assert ov.exact and ov.lower == 2.0
+    _sound(ov, [*tri, far], [0.5, 0.5, 0.5, 2.0])
+    near = OverlapEngine(SCHEMA, charged="exact", **cfg)
+    near.add(tri[0], 0.5)
+    near.add(tri[1], 0.5)
+    assert not near.admit(tri[2], 0.5, budget=2.0).bounds.overlap.exact  # far from the budget: the interval
+    adm = near.admit(tri[2], 0.5, budget=1.2)  # 1.0 ≤ 1.2 < 1.5: near the budget, the whole time limit
+    assert adm.bounds.overlap.exact and adm.bounds.overlap.lower == 1.0
+
+
+@given(dense_workloads, st.floats(-0.5, 1.5))
+@FAST
+def test_highs_cutoff_at_the_floor(wl, frac) -> None:
+    """HiGHS with the row "objective ≥ floor" (an admission's floor): either exact above the floor or a proven
+    upper bound (infeasible: every load ≤ floor); never below the truth."""
+    from dpmagic.overlap.maxoverlap import solve_overlap
+
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    floor = frac * truth
+    store = BoxStore(SCHEMA)
+    store.extend(bx, np.asarray(ws))
+    r = solve_overlap(store, floor=floor, config=HIGHS)
+    assert r.lower <= truth + 1e-12 and truth <= r.upper
+    assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
+    if r.exact:
+        assert r.lower == pytest.approx(truth, abs=1e-12)
+    if truth > floor + 1e-9:
+        assert r.exact  # above the floor HiGHS finds and proves the maximum
+    else:
+        assert r.upper <= max(floor, truth) + 1e-6

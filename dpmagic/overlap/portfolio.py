@@ -39,7 +39,7 @@ from .columns import KR_ENTRIES, TENSOR_CELLS, column_search
 from .deadline import SearchTimeout
 from .encoding import BoxStore, Problem
 from .gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
-from .milp import MILP_MAX_NNZ, MILP_MAX_VARS, milp_overlap, milp_size
+from .milp import MILP_MAX_NNZ, MILP_MAX_VARS, MILP_OVERRUN_PER_NNZ, milp_overlap, milp_size
 from .rounding import ProblemRounding, is_exact, sum_down
 from .tensor import tensor_cost, tensor_max
 
@@ -263,10 +263,11 @@ def _run_columns(s: _State, deadline: float) -> bool:
 
 def _run_milp(s: _State, deadline: float) -> bool:
     left = deadline - time.perf_counter()
-    if left <= MILP_MIN_SECONDS:
+    # HiGHS overruns its limit by about MILP_OVERRUN_PER_NNZ per non-zero: small models may start with less time
+    if left <= min(MILP_MIN_SECONDS, 0.03 + 2.0 * MILP_OVERRUN_PER_NNZ * s.inst.nnz):
         return False
     try:
-        _, at, ub = milp_overlap(s.inst.prob, left)
+        _, at, ub = milp_overlap(s.inst.prob, left, floor=s.floor)
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
     if at is not None or ub is not None:
@@ -328,8 +329,9 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     ):
         if ok("graph"):
             out.append((STEPS["graph"], cfg.milp_dense_probe))
-        out.append((STEPS["milp"], None))
-        out.extend((STEPS[n], None) for n in ("graph", "columns", "lp") if ok(n))
+        out.append((STEPS["milp"], None))  # all the time left: the searches after it would not finish here
+        if ok("lp"):
+            out.append((STEPS["lp"], None))
         return out
     if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
         searches = ["graph", "columns"]
