@@ -37,12 +37,7 @@ PRESOLVE_SECONDS_PER_NNZ = 3e-4
 
 
 def milp_overlap(
-    prob: Problem,
-    time_limit: float,
-    *,
-    relax: bool = False,
-    rel_gap: float = MILP_REL_GAP,
-    floor: float = -math.inf,
+    prob: Problem, time_limit: float, *, relax: bool = False, rel_gap: float = MILP_REL_GAP
 ) -> tuple[float | None, dict[str, int] | None, float | None]:
     """Solve the max-overlap integer program of ``prob`` with HiGHS.
 
@@ -55,10 +50,7 @@ def milp_overlap(
     the solve; HiGHS gets only what is left.  Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]`` for
     the distinct queries constraining two columns or more (the others are folded into the objective, see below).
     At most ``Σ a_c + n`` variables and ``Σ_c (1 + #queries constraining c)`` rows.  ``rel_gap``: HiGHS's
-    relative gap (its dual bound is used either way).  ``floor``: only loads above it matter (an admission):
-    the integer program gets the row "objective ≥ floor" (a cutoff: HiGHS prunes every node whose bound is
-    below it); infeasible then means every load is ≤ floor, and the upper bound is ``max(floor, dual bound)``
-    plus the margin either way.
+    relative gap (its dual bound is used either way).
     """
     from scipy.optimize import Bounds as LBounds
     from scipy.optimize import LinearConstraint, milp
@@ -135,15 +127,6 @@ def milp_overlap(
         lo.append(np.full(len(constrained), -np.inf))
         hi.append(np.zeros(len(constrained)))
         r += len(constrained)
-    cut_s = -math.inf
-    if not relax and math.isfinite(floor) and floor > const and len(coefs):
-        cut_s = (floor - const) * scale  # scaled objective without the constant ≥ this (rounding: see margin)
-        rows_i.append(np.full(nvar, r))
-        rows_j.append(np.arange(nvar))
-        vals.append(coefs * scale)
-        lo.append(np.array([cut_s]))
-        hi.append(np.array([np.inf]))
-        r += 1
     import scipy.sparse as sp
 
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(rows_j))), shape=(r, nvar))
@@ -177,9 +160,7 @@ def milp_overlap(
     else:
         dual = getattr(res, "mip_dual_bound", None)
         if dual is not None and np.isfinite(dual):
-            bound_s = max(-float(dual), cut_s)  # loads below the cutoff are below the floor
-        elif res.status == 2 and math.isfinite(cut_s):
-            bound_s = cut_s  # no row reaches the floor
+            bound_s = -float(dual)
     upper = None
     if bound_s is not None:
         # scaled → unscaled is exact (power of two); the margin covers HiGHS's absolute tolerances; the constant

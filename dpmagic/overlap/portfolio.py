@@ -267,7 +267,7 @@ def _run_milp(s: _State, deadline: float) -> bool:
     if left <= min(MILP_MIN_SECONDS, 0.03 + 2.0 * MILP_OVERRUN_PER_NNZ * s.inst.nnz):
         return False
     try:
-        _, at, ub = milp_overlap(s.inst.prob, left, floor=s.floor)
+        _, at, ub = milp_overlap(s.inst.prob, left)
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
     if at is not None or ub is not None:
