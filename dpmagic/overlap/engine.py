@@ -41,7 +41,17 @@ each (once per state).  Before any search an admission tries cheap certificates:
 exact γ witness inside the box (R = γ, exact); a *pool* of heavy rows (witnesses seen, their loads kept as
 lower bounds), each moved into the box column by column — a row reaching γ_old makes R exact, otherwise
 its load seeds the search's floor.  When ω is not derived from R, the search itself only needs R above
-``γ_old − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+``γ_old.lower − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+
+Hard instances degrade gracefully (issue 28).  Under a ``charged`` bound the region search first gets
+``quick_time_limit``; an inexact result gets up to ``hard_time_limit`` in all only when the interval after the
+add would be wider than ``charge_rel_slack`` (relative), and the whole ``time_limit`` only when the admission is
+near the budget (``admit(budget=...)``: the upper end above it, the lower end not).  γ's interval is kept as
+*pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
+(the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
+``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
+admissions recover exactness without solving again), and each commit spends up to ``retighten_seconds``
+re-solving the largest term's unchanging historical problem with doubling time (:meth:`retighten`).
 
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤

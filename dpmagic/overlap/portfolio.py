@@ -15,7 +15,12 @@ Steps (``tensor``, ``graph``, ``columns``, ``milp``, ``lp``):
 * ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
 * ``milp`` / ``lp`` — HiGHS (:mod:`.milp`): a dual bound with a margin (``lp`` only when the MILP gave none).
 
-Order: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
+Dense analyst instances (issue 28: few columns of few atoms, each query constraining about three of them,
+non-Helly, no tensor): a graph probe of ``milp_dense_probe`` seconds, then HiGHS with all the time left (the
+searches' column-sum and colouring bounds are weak there, the integer program's relaxation is within a few
+per cent and its dual bound snaps to the exact value on decimal costs, :class:`~.rounding.DecimalLattice`).
+
+Order otherwise: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
 columns, sparse query graphs), else the column search.  In that second case (few small columns: a dense
 domain) *non-Helly* instances (some query has a category set of several values, ``!=``, ``NOT IN`` or several
 intervals in a column) whose integer program is small (``milp_early_nnz``) can go to HiGHS right after the
