@@ -164,6 +164,18 @@ def run_sequential(n: int, max_s: float) -> dict[str, Any]:
     }
 
 
+def _dense_engine(eng: Any) -> str:
+    """``DPMAGIC_BENCH_DENSE_PLAN=1``: the engine's opt-in dense configuration (HiGHS after a graph probe on dense
+    instances, quick / hard region limits 0.05 / 0.6 s), as measured in ``bench_session_issue28.md``."""
+    if os.environ.get("DPMAGIC_BENCH_DENSE_PLAN") != "1":
+        return "defaults"
+    from dpmagic.overlap import PortfolioConfig
+
+    eng.solver = PortfolioConfig(milp_dense_vars=1500)
+    eng.quick_time_limit, eng.hard_time_limit = 0.05, 0.6
+    return "dense plan (milp_dense_vars=1500, quick 0.05 s, hard 0.6 s)"
+
+
 def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[str, Any]:
     """Dense analyst sessions (issue 28), one fresh session per (variant, seed); ``max_s`` caps each."""
     df, schema = _adult()
@@ -174,6 +186,7 @@ def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[s
     for variant, seed in runs:
         s = _session(df, schema)
         eng = s.accountant.engine
+        config = _dense_engine(eng)
         spent = [0.0]
 
         def timed(f: Any, spent: list[float] = spent) -> Any:
@@ -213,6 +226,7 @@ def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[s
             "asked": n,
             "answered": len(lat),
             "capped": len(lat) < n,
+            "engine_config": config,
             "frontier": bad[0] if bad else len(lat),
             "frontier_engine": eng_bad[0] if eng_bad else len(lat),
             "frontier_sustained": sustained,
@@ -242,6 +256,7 @@ def run_dense_prefilled(n: int, k: int, max_s: float) -> dict[str, Any]:
     boxes = [parse_query(q, schema).coverage for q, _ in log[:n]]
     t0 = pc()
     eng = s.accountant.engine
+    config = _dense_engine(eng)
     eng.extend(boxes, [e for _, e in log[:n]])  # benchmark shortcut, as ``prefilled``
     s.accountant._entry_ids.extend([-1] * n)
     eng.bounds()
@@ -268,6 +283,7 @@ def run_dense_prefilled(n: int, k: int, max_s: float) -> dict[str, Any]:
         "rss_after_prefill_mb": rss_after_prefill,
         "loadavg_after": list(os.getloadavg()),
         "peak_rss_mb": _rss_mb(),
+        "engine_config": config,
     }
 
 

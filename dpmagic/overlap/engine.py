@@ -128,7 +128,10 @@ DISPLAY_CLIQUE_MAX = 2000
 POOL_SIZE = 32
 #: default ``hard_time_limit`` (seconds): the most an admission's region search gets unless it is near the budget
 HARD_TIME_LIMIT = 0.6
-#: default ``quick_time_limit`` (seconds): what an admission's region search gets first
+#: ``quick_time_limit`` (seconds) that turns the graceful degradation on: what an admission's region search gets
+#: first.  Off by default (None: one search with the whole ``time_limit``, as before issue 28): measured on the
+#: sparse generator it made admissions that need 0.05–0.6 s inexact, and an inexact γ makes every later admission
+#: search (no exact witness to reuse); on dense sessions it capped every admission at ≈ 0.6 s
 QUICK_TIME_LIMIT = 0.05
 #: default ``charge_rel_slack``: after the quick search, a proven interval with upper ≤ (1 + this)·lower is kept
 #: (charged at its upper) instead of searching on, unless the admission is near the budget
@@ -262,7 +265,7 @@ class OverlapEngine:
         display_time_limit: float = 0.05,
         hard_time_limit: float = HARD_TIME_LIMIT,
         solver: PortfolioConfig | None = None,
-        quick_time_limit: float = QUICK_TIME_LIMIT,
+        quick_time_limit: float | None = None,
         charge_rel_slack: float = CHARGE_REL_SLACK,
         retighten_seconds: float = RETIGHTEN_SECONDS,
     ) -> None:
@@ -279,7 +282,7 @@ class OverlapEngine:
         #: ``time_limit`` (γ_new stays a proven interval; the colouring usually bounds it more tightly anyway)
         self.hard_time_limit = float(hard_time_limit)
         #: the first search of an admission's region; see the class docstring (graceful degradation)
-        self.quick_time_limit = float(quick_time_limit)
+        self.quick_time_limit = None if quick_time_limit is None else float(quick_time_limit)
         self.charge_rel_slack = float(charge_rel_slack)
         self.retighten_seconds = float(retighten_seconds)
         #: pending terms of γ's upper bound (see :class:`_Term`), and a proven bound of every other term
@@ -477,7 +480,8 @@ class OverlapEngine:
             assert g is not None
             term = max(self._pending, key=lambda t: t.upper)
             left = seconds - (time.perf_counter() - t0)
-            limit = min(left, self.quick_time_limit * 2.0**term.tries)
+            base = self.quick_time_limit if self.quick_time_limit is not None else QUICK_TIME_LIMIT
+            limit = min(left, base * 2.0**term.tries)
             st = self._store
             ids = np.flatnonzero(st.alive[: term.n])
             floor = g.lower - term.weight
@@ -494,7 +498,7 @@ class OverlapEngine:
                     best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
             terms = tuple(new if t is term else t for t in self._pending)
             self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
-            if limit < self.quick_time_limit * 2.0**term.tries:
+            if limit < base * 2.0**term.tries:
                 break  # the time left did not cover this try: the next call gets it
         self._version += 1
         return self._gamma is not None and self._gamma.exact
@@ -663,7 +667,7 @@ class OverlapEngine:
             floor = self._gamma.lower - w
         helly = is_helly_box(box) and bool(st.helly[nb].all())
         # uncharged engines (every bound exact) search for the whole limit at once
-        quick = limit if self.charged is None else min(limit, self.quick_time_limit)
+        quick = limit if self.charged is None or self.quick_time_limit is None else min(limit, self.quick_time_limit)
         region = self._region(box, nb, quick, floor, helly)
         if not region.exact and limit > quick:
             lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)

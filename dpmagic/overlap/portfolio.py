@@ -101,7 +101,11 @@ class PortfolioConfig:
     #: searches' bounds are weak there (column sums, colourings) while the integer program's relaxation is
     #: tight, so HiGHS runs right after a graph probe of at most ``milp_dense_probe`` seconds.  (Uniform
     #: category sets constrain half the columns on average: there the searches win, see ``milp_early_nnz``.)
-    milp_dense_vars: float = 1500
+    #: Off by default (0; 1500 turns it on): measured (benchmarks/results/bench_session_issue28.md, 2 cores, load
+    #: ≈ 4), it kept dense sessions exact about 4× longer (first inexact admission 81–223 instead of 116–186 …) but
+    #: slowed the sparse generator (mixed_analyst_log, 500 queries: p99 0.14 s → 0.6–4.8 s), where the graph
+    #: search it cuts short solves what HiGHS takes seconds for
+    milp_dense_vars: float = 0
     milp_dense_columns: int = 16
     milp_dense_scope: float = 3.5
     milp_dense_probe: float = 0.02
