@@ -12,7 +12,14 @@ Sections (each runs in its own subprocess, so that its peak RSS is its own):
   the exact data scan alone (``backend.evaluate``), to show which of the two dominates;
 * ``cli`` — ``dpmagic overlap --json`` on 2,000 census statements, end to end (a subprocess), and
   ``python -c "import dpmagic"``;
-* ``uniform`` — exact γ from scratch on uniform category sets (10 columns t = 2,000; 12 columns t = 1,000).
+* ``uniform`` — exact γ from scratch on uniform category sets (10 columns t = 2,000; 12 columns t = 1,000 and
+  2,000; 15 columns t = 1,000);
+* ``dense`` — issue 28: :func:`workloads.dense_analyst_log` (one analyst slicing 7 categorical and 4 numeric
+  Adult columns) answered one after another through :meth:`Session.query`, one fresh session per tuned
+  variant (:data:`DENSE_RUNS`); per query the latency and whether the charged bound is exact, and the
+  *frontier*: the first query that is not answered exactly within 50 ms;
+* ``heldout`` — the same for the held-out variant (parameters fixed before any tuning; measured at the end);
+* ``dense_prefilled`` — ``prefilled`` on the dense generator (10,000 registered, ``k`` more answered).
 
     python benchmarks/bench_session.py --mode quick      # minutes; results/bench_session_quick.{md,json}
     python benchmarks/bench_session.py --mode full       # the issue's sizes; results/bench_session_full.*
@@ -40,10 +47,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import machine_info, md_table, percentile, write_results  # noqa: E402
-from workloads import census_schema, census_workload, mixed_analyst_log, uniform_schema, uniform_workload  # noqa: E402
+from workloads import (  # noqa: E402
+    census_schema,
+    census_workload,
+    dense_analyst_log,
+    mixed_analyst_log,
+    uniform_schema,
+    uniform_workload,
+)
 
 pc = time.perf_counter
-SECTIONS = ("sequential", "prefilled", "rows3m", "cli", "uniform")
+SECTIONS = ("sequential", "prefilled", "rows3m", "cli", "uniform", "dense", "heldout", "dense_prefilled")
+#: (variant, seed) of the dense sessions; the held-out one is its own section
+DENSE_RUNS = (("dense", 1), ("dense", 2), ("dense-complements", 3), ("dense-narrow", 4))
+HELDOUT_RUNS = (("heldout", 5),)
+#: an admission is "on the frontier" while it is answered exactly within this many seconds
+FRONTIER_SECONDS = 0.05
 SIZES = {
     "quick": {
         "sequential": 300,
@@ -52,6 +71,7 @@ SIZES = {
         "rows3m": 30,
         "census": 2000,
         "unif": [(10, 1000)],
+        "dense": 300,
     },
     "full": {
         "sequential": 1000,
@@ -59,7 +79,8 @@ SIZES = {
         "prefilled_k": 100,
         "rows3m": 200,
         "census": 2000,
-        "unif": [(10, 2000), (12, 1000)],
+        "unif": [(10, 2000), (12, 1000), (12, 2000), (15, 1000)],
+        "dense": 1000,
     },
 }
 WINDOWS = ((1, 50), (51, 100), (101, 250), (251, 500), (501, 1000), (1001, 10**9))
@@ -140,6 +161,129 @@ def run_sequential(n: int, max_s: float) -> dict[str, Any]:
         "exact_share": sum(1 for x in ratios if x == 1.0) / max(1, len(ratios)),
         "total_s": sum(lat),
         "peak_rss_mb": _rss_mb(),
+    }
+
+
+def _dense_engine(eng: Any) -> str:
+    """``DPMAGIC_BENCH_DENSE_PLAN=1``: the engine's opt-in dense configuration (HiGHS after a graph probe on dense
+    instances, quick / hard region limits 0.05 / 0.6 s), as measured in ``bench_session_issue28.md``."""
+    if os.environ.get("DPMAGIC_BENCH_DENSE_PLAN") != "1":
+        return "defaults"
+    from dpmagic.overlap import PortfolioConfig
+
+    eng.solver = PortfolioConfig(milp_dense_vars=1500)
+    eng.quick_time_limit, eng.hard_time_limit = 0.05, 0.6
+    return "dense plan (milp_dense_vars=1500, quick 0.05 s, hard 0.6 s)"
+
+
+def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[str, Any]:
+    """Dense analyst sessions (issue 28), one fresh session per (variant, seed); ``max_s`` caps each."""
+    df, schema = _adult()
+    warm = _session(df, schema)
+    for sql, eps in dense_analyst_log(5, seed=999, schema=schema, variant=runs[0][0]):
+        warm.query(sql, epsilon=eps, fresh=True)  # imports and first-call costs, outside the timed runs
+    out: dict[str, Any] = {}
+    for variant, seed in runs:
+        s = _session(df, schema)
+        eng = s.accountant.engine
+        config = _dense_engine(eng)
+        spent = [0.0]
+
+        def timed(f: Any, spent: list[float] = spent) -> Any:
+            def g(*a: Any, **k: Any) -> Any:
+                t = pc()
+                try:
+                    return f(*a, **k)
+                finally:
+                    spent[0] += pc() - t
+
+            return g
+
+        eng.admit, eng.commit = timed(eng.admit), timed(eng.commit)  # the accountant's share of each query
+        lat: list[float] = []
+        acc: list[float] = []
+        ratios: list[float] = []
+        t_end = pc() + max_s
+        for sql, eps in dense_analyst_log(n, seed=seed, schema=schema, variant=variant):
+            spent[0] = 0.0
+            t0 = pc()
+            r = s.query(sql, epsilon=eps, fresh=True)
+            lat.append(pc() - t0)
+            acc.append(spent[0])
+            ratios.append(_exactness(r))
+            if pc() > t_end:
+                break
+        bad = [i for i, (x, q) in enumerate(zip(lat, ratios)) if x > FRONTIER_SECONDS or q != 1.0]
+        bad_set = set(bad)
+        sustained = next((i for i in bad if sum(1 for j in range(i, i + 50) if j in bad_set) > 5), len(lat))
+        eng_bad = [i for i, (x, q) in enumerate(zip(acc, ratios)) if x > FRONTIER_SECONDS or q != 1.0]
+        windows = {}
+        for lo, hi in WINDOWS:
+            part = lat[lo - 1 : hi]
+            if part:
+                windows[f"{lo}-{min(hi, len(lat))}"] = _stats(part)
+        out[f"{variant}/seed{seed}"] = {
+            "asked": n,
+            "answered": len(lat),
+            "capped": len(lat) < n,
+            "engine_config": config,
+            "frontier": bad[0] if bad else len(lat),
+            "frontier_engine": eng_bad[0] if eng_bad else len(lat),
+            "frontier_sustained": sustained,
+            "engine": _stats(acc),
+            "first_inexact": next((i for i, q in enumerate(ratios) if q != 1.0), None),
+            "first_over_50ms": next((i for i, x in enumerate(lat) if x > FRONTIER_SECONDS), None),
+            "over_50ms": sum(1 for x in lat if x > 0.05),
+            "over_100ms": sum(1 for x in lat if x > 0.1),
+            "over_1s": sum(1 for x in lat if x > 1.0),
+            "all": _stats(lat),
+            "windows": windows,
+            "worst_upper_over_lower": max(ratios) if ratios else None,
+            "exact_share": sum(1 for x in ratios if x == 1.0) / max(1, len(ratios)),
+            "loadavg_after": list(os.getloadavg()),
+        }
+    out["peak_rss_mb"] = _rss_mb()
+    return out
+
+
+def run_dense_prefilled(n: int, k: int, max_s: float) -> dict[str, Any]:
+    """``k`` dense statements answered with ``n`` dense statements already registered (bulk-loaded)."""
+    from dpmagic.query.sql import parse_query
+
+    df, schema = _adult()
+    s = _session(df, schema)
+    log = dense_analyst_log(n + k, seed=21, schema=schema, variant="dense")
+    boxes = [parse_query(q, schema).coverage for q, _ in log[:n]]
+    t0 = pc()
+    eng = s.accountant.engine
+    config = _dense_engine(eng)
+    eng.extend(boxes, [e for _, e in log[:n]])  # benchmark shortcut, as ``prefilled``
+    s.accountant._entry_ids.extend([-1] * n)
+    eng.bounds()
+    prefill_s = pc() - t0
+    rss_after_prefill = _rss_mb()
+    lat: list[float] = []
+    ratios: list[float] = []
+    t_end = pc() + max_s
+    for sql, eps in log[n:]:
+        t1 = pc()
+        r = s.query(sql, epsilon=eps, fresh=True)
+        lat.append(pc() - t1)
+        ratios.append(_exactness(r))
+        if pc() > t_end:
+            break
+    return {
+        "registered": n,
+        "asked": k,
+        "answered": len(lat),
+        "capped": len(lat) < k,
+        "prefill_s": prefill_s,
+        "admission": _stats(lat),
+        "worst_upper_over_lower": max(ratios) if ratios else None,
+        "rss_after_prefill_mb": rss_after_prefill,
+        "loadavg_after": list(os.getloadavg()),
+        "peak_rss_mb": _rss_mb(),
+        "engine_config": config,
     }
 
 
@@ -313,6 +457,12 @@ def _child(section: str, mode: str, max_s: float) -> dict[str, Any]:
         return run_cli(z["census"])
     if section == "uniform":
         return run_uniform(z["unif"], max_s)
+    if section == "dense":
+        return run_dense(z["dense"], DENSE_RUNS, max_s)
+    if section == "heldout":
+        return run_dense(z["dense"], HELDOUT_RUNS, max_s)
+    if section == "dense_prefilled":
+        return run_dense_prefilled(z["prefilled"], z["prefilled_k"], max_s)
     raise ValueError(section)
 
 
@@ -446,6 +596,72 @@ def _markdown(mode: str, data: dict[str, Any]) -> str:
             f"{d['import_s']['median']:.2f} s ({d.get('import_pyc_s', {}).get('median', float('nan')):.2f} s with "
             f".pyc; bare interpreter {d['python_startup_s']['median']:.2f} s); load average after "
             f"{d.get('loadavg_after')}.",
+            "",
+        ]
+    for sec in ("dense", "heldout"):
+        if sec not in data:
+            continue
+        runs = {k: v for k, v in data[sec].items() if isinstance(v, dict)}
+        md += [
+            f"## Dense analyst sessions through Session.query ({sec}; issue 28)",
+            "",
+            "Frontier: the first query (0-based) not answered exactly within 50 ms (end to end); engine: the same "
+            "with the accountant's share of the time (the engine's admit + commit); sustained: the first such "
+            "query followed by more than 5 others among the next 50.  Load average after each run (2 cores, "
+            "shared).",
+            "",
+            md_table(
+                [
+                    "variant",
+                    "answered",
+                    "frontier",
+                    "engine",
+                    "sustained",
+                    "first inexact",
+                    "p50 ms",
+                    "p99 ms",
+                    "max ms",
+                    ">50 ms",
+                    ">100 ms",
+                    ">1 s",
+                    "worst upper/lower",
+                    "load avg",
+                ],
+                [
+                    [
+                        k,
+                        v["answered"],
+                        v["frontier"],
+                        v.get("frontier_engine", "—"),
+                        v.get("frontier_sustained", "—"),
+                        _fmt(v["first_inexact"]),
+                        v["all"]["p50_ms"],
+                        v["all"]["p99_ms"],
+                        v["all"]["max_ms"],
+                        v["over_50ms"],
+                        v["over_100ms"],
+                        v["over_1s"],
+                        v["worst_upper_over_lower"],
+                        _fmt(v["loadavg_after"]),
+                    ]
+                    for k, v in runs.items()
+                ],
+            ),
+            "",
+            f"Peak RSS {data[sec].get('peak_rss_mb', 0):.0f} MB.",
+            "",
+        ]
+    if "dense_prefilled" in data:
+        d = data["dense_prefilled"]
+        a = d["admission"]
+        md += [
+            f"## Dense: {d['answered']} more queries with {d['registered']:,} registered"
+            + (" — capped" if d["capped"] else ""),
+            "",
+            f"Prefill {d['prefill_s']:.1f} s. Per query: p50 {a.get('p50_ms', 0):.1f} ms, p99 "
+            f"{a.get('p99_ms', 0):.1f} ms, max {a.get('max_ms', 0):.1f} ms; worst upper/lower "
+            f"{d['worst_upper_over_lower']}; RSS after prefill {d['rss_after_prefill_mb']:.0f} MB, peak "
+            f"{d['peak_rss_mb']:.0f} MB; load average after {d.get('loadavg_after')}.",
             "",
         ]
     if "uniform" in data:

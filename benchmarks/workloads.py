@@ -50,6 +50,9 @@ __all__ = [
     "box_to_sql",
     "write_sql",
     "adult_query_log",
+    "mixed_analyst_log",
+    "dense_analyst_log",
+    "DENSE_VARIANTS",
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -694,6 +697,142 @@ def mixed_analyst_log(n: int, seed: int = 0, schema: Schema | None = None, *, me
 
 
 _MIX_NUMERIC_NAMES = tuple(_MIX_NUMERIC)
+
+
+# --------------------------------------------------------------------------------------------------
+# dense analyst sessions (issue 28): one analyst slicing the same few variables again and again
+
+#: the values an analyst actually types for each dense numeric column (round numbers, and the usual thresholds)
+_DENSE_POINTS: dict[str, tuple[int, ...]] = {
+    "age": (18, 20, 21, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 70, 75, 80),
+    '"hours-per-week"': (10, 20, 25, 30, 32, 35, 40, 45, 50, 55, 60, 70, 80),
+    '"education-num"': tuple(range(1, 17)),
+    '"capital-gain"': (0, 1, 1000, 2000, 3000, 5000, 7500, 10000, 15000, 20000, 50000),
+    '"capital-loss"': (0, 1, 500, 1000, 1500, 2000, 2500, 3000),
+}
+
+
+#: the dense variants: columns (7 categorical, 4 numeric), predicate-count and operator mixes, GROUP BY shares.
+#: ``cat_ops``: P(=, IN, !=, NOT IN, same-column OR); ``num_ops``: P(BETWEEN, >=, <, OR-complement, =).
+#: ``heldout`` was fixed before any tuning (different columns and mix) and is only measured at the end.
+DENSE_VARIANTS: dict[str, dict[str, Any]] = {
+    "dense": {
+        "cats": ("workclass", "education", '"marital-status"', "occupation", "relationship", "race", "sex"),
+        "nums": ("age", '"hours-per-week"', '"education-num"', '"capital-gain"'),
+        "k": (0.35, 0.40, 0.25),
+        "cat_ops": (0.35, 0.25, 0.15, 0.15, 0.10),
+        "num_ops": (0.35, 0.20, 0.20, 0.15, 0.10),
+        "group": (0.35, 0.40, 0.25),
+    },
+    "dense-complements": {
+        "cats": ("workclass", "education", '"marital-status"', "occupation", "relationship", "race", "sex"),
+        "nums": ("age", '"hours-per-week"', '"education-num"', '"capital-gain"'),
+        "k": (0.15, 0.40, 0.45),
+        "cat_ops": (0.20, 0.25, 0.20, 0.20, 0.15),
+        "num_ops": (0.30, 0.15, 0.15, 0.30, 0.10),
+        "group": (0.30, 0.40, 0.30),
+    },
+    "dense-narrow": {
+        "cats": ("workclass", "education", '"marital-status"', "occupation", "relationship", "race", "sex"),
+        "nums": ("age", '"hours-per-week"', '"education-num"', '"capital-gain"'),
+        "k": (0.30, 0.40, 0.30),
+        "cat_ops": (0.50, 0.25, 0.10, 0.05, 0.10),
+        "num_ops": (0.50, 0.15, 0.15, 0.10, 0.10),
+        "group": (0.20, 0.50, 0.30),
+        "col_skew": 2.0,
+    },
+    "heldout": {
+        "cats": ("education", '"marital-status"', "occupation", "relationship", "race", "sex", '"class"'),
+        "nums": ("age", '"hours-per-week"', '"education-num"', '"capital-loss"'),
+        "k": (0.25, 0.45, 0.30),
+        "cat_ops": (0.30, 0.30, 0.15, 0.10, 0.15),
+        "num_ops": (0.40, 0.15, 0.15, 0.20, 0.10),
+        "group": (0.40, 0.35, 0.25),
+        "col_skew": 1.0,
+    },
+}
+
+
+def dense_analyst_log(
+    n: int, seed: int = 0, schema: Schema | None = None, *, variant: str = "dense"
+) -> list[tuple[str, float]]:
+    """``n`` (statement, ε) pairs of one analyst slicing the same few Adult variables (issue 28).
+
+    Predicates are concentrated on the 7 categorical and 4 numeric columns of the variant
+    (:data:`DENSE_VARIANTS`), 1–3 predicates per statement on distinct columns (P = ``k``), the columns drawn
+    with a skew (``col_skew``: column i of each kind has weight ``1/(i+1)^skew``, default 1.5: an analyst has
+    favourite variables); GROUP BY over 0, 1 or 2 of the variant's categorical columns (P = ``group``),
+    never one that is also filtered.  Categorical predicates: ``= v``, ``IN (2–4 values)``, ``!= v``,
+    ``NOT IN (2–3 values)``, ``c = a OR c = b`` (P = ``cat_ops``); numeric: ``BETWEEN``, ``>=`` / ``>``,
+    ``<`` / ``<=``, ``c < a OR c > b``, ``= v`` (P = ``num_ops``), endpoints among the round values of
+    :data:`_DENSE_POINTS`.  The SELECT is ``COUNT(*)`` (60%), ``AVG`` or ``SUM`` of a numeric column; each
+    statement's ε is uniform in [0.01, 0.1] (rounded to 3 decimals).  Same arguments → same statements.
+    """
+    if schema is None:
+        from importlib.resources import files
+
+        schema = Schema.from_json(str(files("dpmagic") / "data" / "adult.schema.json"))
+    spec = DENSE_VARIANTS[variant]
+    rng = np.random.default_rng(seed)
+    cats, nums = list(spec["cats"]), list(spec["nums"])
+    skew = float(spec.get("col_skew", 1.5))
+    cols = cats + nums
+    wts = np.array(
+        [1.0 / (i + 1) ** skew for i in range(len(cats))] + [1.0 / (i + 1) ** skew for i in range(len(nums))]
+    )
+    wts = wts / wts.sum()
+
+    def values(col: str) -> list[str]:
+        c = schema[col.strip('"')]
+        assert isinstance(c, CategoricalColumn)
+        return [str(v) for v in c.values]
+
+    def cat_pred(col: str) -> str:
+        vals = values(col)
+        op = int(rng.choice(5, p=spec["cat_ops"]))
+        pick = [vals[i] for i in rng.choice(len(vals), size=min(len(vals), 4), replace=False)]
+        if op == 0 or len(vals) < 3:
+            return f"{col} {'!=' if op in (2, 3) else '='} {_q(pick[0])}"
+        if op == 1:
+            k = int(rng.integers(2, min(4, len(vals) - 1) + 1))
+            return f"{col} IN ({', '.join(_q(v) for v in pick[:k])})"
+        if op == 2:
+            return f"{col} {'!=' if rng.random() < 0.5 else '<>'} {_q(pick[0])}"
+        if op == 3:
+            k = int(rng.integers(2, min(3, len(vals) - 1) + 1))
+            return f"{col} NOT IN ({', '.join(_q(v) for v in pick[:k])})"
+        return f"({col} = {_q(pick[0])} OR {col} = {_q(pick[1])})"
+
+    def num_pred(col: str) -> str:
+        pts = _DENSE_POINTS[col]
+        op = int(rng.choice(5, p=spec["num_ops"]))
+        i, j = sorted(rng.choice(len(pts), size=2, replace=False).tolist())
+        a, b = pts[i], pts[j]
+        if op == 0:
+            return f"{col} BETWEEN {a} AND {b}"
+        if op == 1:
+            return f"{col} {'>=' if rng.random() < 0.5 else '>'} {a}"
+        if op == 2:
+            return f"{col} {'<' if rng.random() < 0.5 else '<='} {b}"
+        if op == 3:
+            return f"({col} < {a} OR {col} > {b})"
+        return f"{col} = {a}"
+
+    out: list[tuple[str, float]] = []
+    for _ in range(n):
+        k = 1 + int(rng.choice(3, p=spec["k"]))
+        chosen = [cols[i] for i in rng.choice(len(cols), size=k, replace=False, p=wts)]
+        preds = [cat_pred(c) if c in cats else num_pred(c) for c in chosen]
+        g = int(rng.choice(3, p=spec["group"]))
+        free = [c for c in cats if c not in chosen]
+        group = ", ".join(free[i] for i in sorted(rng.choice(len(free), size=min(g, len(free)), replace=False)))
+        r = rng.random()
+        measure = nums[int(rng.integers(len(nums)))]
+        agg = "COUNT(*)" if r < 0.6 else (f"AVG({measure})" if r < 0.8 else f"SUM({measure})")
+        select = f"{group}, {agg}" if group else agg
+        eps = round(float(rng.uniform(0.01, 0.1)), 3)
+        out.append((_statement(select, preds, group or None), eps))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

@@ -437,7 +437,8 @@ def test_plan_orders_steps_by_instance():
     assert not inst.helly  # category sets of several values
     no_tensor = replace(probe, tensor_cells=1, milp_early_nnz=1e9)
     assert _names(plan(inst, no_tensor))[:2] == [("graph", True), ("milp", False)]
-    assert _names(plan(inst, replace(no_tensor, milp_early_nnz=0)))[-2:] == [("milp", False), ("lp", False)]
+    late = replace(no_tensor, milp_early_nnz=0, milp_dense_vars=0)
+    assert _names(plan(inst, late))[-2:] == [("milp", False), ("lp", False)]
     # interval-only boxes (Helly): HiGHS stays last
     col = NumericColumn("x", "int", 0, 99)
     hsch = Schema({"x": col, "y": NumericColumn("y", "int", 0, 99)})

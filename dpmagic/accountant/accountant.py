@@ -290,7 +290,9 @@ class Accountant:
         self._sync()
         weight = self.currency.weight(cost)
         before = self.charged_weight
-        adm = self.engine.admit(box, weight)
+        # the engine searches longer only when its proven interval straddles the budget (replace-one: ≤ 2γ)
+        total = self.budget.total_weight
+        adm = self.engine.admit(box, weight, budget=total if self.neighbors == "add-remove" else total / 2.0)
         after_bounds = adm.bounds
         after, label = self._charge_value(after_bounds, (box, weight))
         neighbors = tuple(self._entry_ids[int(i)] for i in adm.neighbors)

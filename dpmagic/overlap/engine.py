@@ -41,7 +41,17 @@ each (once per state).  Before any search an admission tries cheap certificates:
 exact γ witness inside the box (R = γ, exact); a *pool* of heavy rows (witnesses seen, their loads kept as
 lower bounds), each moved into the box column by column — a row reaching γ_old makes R exact, otherwise
 its load seeds the search's floor.  When ω is not derived from R, the search itself only needs R above
-``γ_old − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+``γ_old.lower − w`` (``solve_overlap(floor=...)``) and stops on reaching ``γ_old`` (``target``).
+
+Hard instances degrade gracefully (issue 28).  Under a ``charged`` bound the region search first gets
+``quick_time_limit``; an inexact result gets up to ``hard_time_limit`` in all only when the interval after the
+add would be wider than ``charge_rel_slack`` (relative), and the whole ``time_limit`` only when the admission is
+near the budget (``admit(budget=...)``: the upper end above it, the lower end not).  γ's interval is kept as
+*pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
+(the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
+``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
+admissions recover exactness without solving again), and each commit spends up to ``retighten_seconds``
+re-solving the largest term's unchanging historical problem with doubling time (:meth:`retighten`).
 
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
@@ -115,8 +125,18 @@ _ENGINE_TOKENS = itertools.count(1)
 DISPLAY_CLIQUE_MAX = 2000
 #: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
 POOL_SIZE = 32
-#: default ``hard_time_limit`` (seconds)
-HARD_TIME_LIMIT = 0.5
+#: default ``hard_time_limit`` (seconds): the most an admission's region search gets unless it is near the budget
+HARD_TIME_LIMIT = 0.6
+#: ``quick_time_limit`` (seconds) that turns the graceful degradation on: what an admission's region search gets
+#: first.  Off by default (None: one search with the whole ``time_limit``, as before issue 28): measured on the
+#: sparse generator it made admissions that need 0.05–0.6 s inexact, and an inexact γ makes every later admission
+#: search (no exact witness to reuse); on dense sessions it capped every admission at ≈ 0.6 s
+QUICK_TIME_LIMIT = 0.05
+#: default ``charge_rel_slack``: after the quick search, a proven interval with upper ≤ (1 + this)·lower is kept
+#: (charged at its upper) instead of searching on, unless the admission is near the budget
+CHARGE_REL_SLACK = 0.004
+#: default ``retighten_seconds``: re-tightening of pending terms after each commit (seconds)
+RETIGHTEN_SECONDS = 0.015
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -163,6 +183,24 @@ def _omega(lower: float, upper: float, exact: bool, members: tuple[int, ...]) ->
     return OverlapResult(lower, upper, exact, None, members, "clique")
 
 
+@dataclass(frozen=True)
+class _Term:
+    """One pending term of γ's upper bound (issue 28): ``weight + max load over box`` of the nodes registered
+    before ``n`` (``box`` None: the maximum over the whole domain, weight 0) is at most ``upper``.
+
+    γ = max over these terms' true values and the exact ones (each ≤ γ.lower): the last node covering a row
+    of maximum load is either bulk-loaded (the global term bounds it) or admitted with a region search (its
+    term bounds it), so ``γ.upper = max(γ.lower, terms)``.  A term ≤ γ.lower is dropped; a term is
+    re-tightened by solving its (historical, unchanging) problem again with more time.
+    """
+
+    n: int
+    box: Box | None
+    weight: float
+    upper: float
+    tries: int = 0
+
+
 @dataclass
 class _Admission:
     box: Box
@@ -195,6 +233,7 @@ class Admission:
     _gamma: OverlapResult
     _clique: OverlapResult
     _rows: tuple[tuple[dict[str, Any], float], ...] = ()
+    _pending: tuple[float, tuple[_Term, ...]] = (0.0, ())
 
 
 class OverlapEngine:
@@ -205,6 +244,13 @@ class OverlapEngine:
     given); beyond it the results are intervals with ``exact=False``.  Once
     ω is only bounded (a search timed out), later additions bound ``ω(N(q))`` by a greedy colouring
     instead of searching again, so one hard instance does not make every admission wait for the limit.
+
+    Graceful degradation (issue 28): an admission's region search first gets ``quick_time_limit``; a result
+    that is not exact then gets up to ``hard_time_limit`` in all only when its interval is wider than
+    ``charge_rel_slack`` or the admission is near the budget (``admit(budget=...)``: the upper end exceeds it
+    and the lower end does not — then the whole ``time_limit``).  The proven interval of γ is kept as pending
+    terms (:class:`_Term`): they drop out when γ's lower bound (a witness) passes them, and each commit spends
+    up to ``retighten_seconds`` re-solving the largest one, so later admissions recover exactness.
     """
 
     def __init__(
@@ -218,6 +264,9 @@ class OverlapEngine:
         display_time_limit: float = 0.05,
         hard_time_limit: float = HARD_TIME_LIMIT,
         solver: PortfolioConfig | None = None,
+        quick_time_limit: float | None = None,
+        charge_rel_slack: float = CHARGE_REL_SLACK,
+        retighten_seconds: float = RETIGHTEN_SECONDS,
     ) -> None:
         self.schema = schema
         #: the configuration of every γ computation's portfolio (:class:`~.portfolio.PortfolioConfig`)
@@ -231,6 +280,13 @@ class OverlapEngine:
         #: region search gets at most this long, so one hard instance does not make every admission wait for
         #: ``time_limit`` (γ_new stays a proven interval; the colouring usually bounds it more tightly anyway)
         self.hard_time_limit = float(hard_time_limit)
+        #: the first search of an admission's region; see the class docstring (graceful degradation)
+        self.quick_time_limit = None if quick_time_limit is None else float(quick_time_limit)
+        self.charge_rel_slack = float(charge_rel_slack)
+        self.retighten_seconds = float(retighten_seconds)
+        #: pending terms of γ's upper bound (see :class:`_Term`), and a proven bound of every other term
+        self._pending: tuple[_Term, ...] = ()
+        self._exact_up = 0.0
         self._version = 0
         self._refined: tuple[int, int] | None = None
         self._wsum, self._wsum_n = Fraction(0), 0  # exact Σw of nodes [0, _wsum_n)
@@ -272,6 +328,7 @@ class OverlapEngine:
             self._pool = []
             self._gamma = None
             self._clique = None
+            self._pending, self._exact_up = (), 0.0
         return ids
 
     # -- the container ------------------------------------------------------------------------------------
@@ -347,22 +404,28 @@ class OverlapEngine:
         """(this engine's identity, a counter bumped by every change of its nodes or of its colouring)."""
         return self._token, self._version
 
-    def admit(self, box: Box, weight: float) -> Admission:
+    def admit(self, box: Box, weight: float, *, budget: float | None = None) -> Admission:
         """Compute, once, what adding ``(box, weight)`` does to every bound; the engine does not change.
 
         ``admission.bounds`` is what :meth:`preview` returns; :meth:`commit` applies it.  Cost: the region
         sub-problem ``max_load_over(box)`` (skipped when the charged bound does not need it, see ``charged``)
-        plus ``O(t·m)`` for the neighbours and the colour.
+        plus ``O(t·m)`` for the neighbours and the colour.  ``budget`` (the total the charged bound is checked
+        against, same unit as the weights): an admission whose proven interval straddles it searches for up to
+        ``time_limit``, the others for at most ``hard_time_limit`` (class docstring).
         """
         self._check_weight(weight)
         g = self._current_gamma()
         c = self._current_clique()
         self._sync_coloring()
-        adm = self._admission(box, float(weight))
+        adm = self._admission(box, float(weight), budget)
         seq = _float_up(self._weight_sum() + Fraction(float(weight)))
         cm = self._cm_after(adm)
         chi = sum_up(cm.tolist())
         g2 = self._gamma_after(g, adm, committed=False)
+        ex = self._exact_up
+        if not adm.empty and adm.region is not None and adm.region.exact:
+            ex = max(ex, add_up(float(weight), adm.region.upper))  # an exactly solved term, rounded up
+        g2, ex, terms = _settle(g2, ex, self._pending + self._new_terms(adm, g2))
         c2 = _clique_after(c, adm)
         rows: tuple[tuple[dict[str, Any], float], ...] = ()
         if adm.region is not None and adm.region.witness is not None and g2.witness is not None:
@@ -371,7 +434,7 @@ class OverlapEngine:
                 rows += ((dict(adm.region.witness), sum_down([adm.region.lower, float(weight)])),)
         return Admission(
             box, float(weight), _compose(seq, chi, c2, g2), adm.neighbors, self.state, self.charged,
-            adm.color, cm, g2, c2, rows,
+            adm.color, cm, g2, c2, rows, (ex, terms),
         )  # fmt: skip
 
     def preview(self, box: Box, weight: float) -> Bounds:
@@ -391,11 +454,53 @@ class OverlapEngine:
         self._colors[q] = adm._color
         self._colored = q + 1
         self._gamma = adm._gamma
+        self._exact_up, self._pending = adm._pending
         self._clique = adm._clique
         self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
+        if self._pending and self.retighten_seconds > 0 and self.charged in (None, "exact", "clique"):
+            self.retighten(self.retighten_seconds)
         return q
+
+    def retighten(self, seconds: float) -> bool:
+        """Spend up to ``seconds`` re-solving the largest pending term of γ's upper bound (:class:`_Term`) with
+        twice the time of its previous try (capped by ``seconds``); returns whether γ is now exact.
+
+        Only bounds change (never the nodes): a tighter term, or a better witness (its load now is a lower bound).
+        Callers with idle time (between cells) may call it with a larger ``seconds``.
+        """
+        g = self._gamma
+        if g is None or not self._pending:
+            return g is not None and g.exact
+        t0 = time.perf_counter()
+        while self._pending and time.perf_counter() - t0 < seconds:
+            g = self._gamma
+            assert g is not None
+            term = max(self._pending, key=lambda t: t.upper)
+            left = seconds - (time.perf_counter() - t0)
+            base = self.quick_time_limit if self.quick_time_limit is not None else QUICK_TIME_LIMIT
+            limit = min(left, base * 2.0**term.tries)
+            st = self._store
+            ids = np.flatnonzero(st.alive[: term.n])
+            floor = g.lower - term.weight
+            hint = term.upper - term.weight if term.box is not None else term.upper
+            r = solve_overlap(
+                st, ids, region=term.box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver
+            )
+            new = replace(term, upper=min(term.upper, add_up(term.weight, r.upper)), tries=term.tries + 1)
+            best = g
+            if r.witness is not None:
+                row = self._complete_row(r.witness, term.box) if term.box is not None else dict(r.witness)
+                lr, mr, _ = self._row_load(row, None)  # its load now (loads only grow)
+                if lr > g.lower:
+                    best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
+            terms = tuple(new if t is term else t for t in self._pending)
+            self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
+            if limit < base * 2.0**term.tries:
+                break  # the time left did not cover this try: the next call gets it
+        self._version += 1
+        return self._gamma is not None and self._gamma.exact
 
     def add(self, box: Box, weight: float) -> int:
         """Register one node and update all bounds incrementally; returns its id (``commit(admit(...))``)."""
@@ -463,6 +568,12 @@ class OverlapEngine:
             best = r if r.lower >= g.lower else g
             upper = max(min(r.upper, g.upper), best.lower)
             self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
+            # a from-scratch bound of γ bounds every term's true value: clip them
+            self._gamma, self._exact_up, self._pending = _settle(
+                self._gamma,
+                min(self._exact_up, upper),
+                tuple(replace(t, upper=min(t.upper, upper)) for t in self._pending),
+            )
         c = self._current_clique()
         if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
             gamma = self._gamma
@@ -537,7 +648,7 @@ class OverlapEngine:
             res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
         return res
 
-    def _admission(self, box: Box, w: float) -> _Admission:
+    def _admission(self, box: Box, w: float, budget: float | None = None) -> _Admission:
         st = self._store
         qid = st.n
         if box.is_empty():
@@ -549,14 +660,23 @@ class OverlapEngine:
         limit, need_clique = self._needs()
         if limit is None:  # nothing but Σw is charged: no search at all
             return _Admission(box, w, qid, False, nb, None, color, _omega(w, math.inf, False, (qid,)))
-        # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters
+        # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters (an R below
+        # it leaves the interval as it was: its term w + floor is at most γ_old.lower and drops out)
         floor = -math.inf
-        if not need_clique and self._gamma is not None and self._gamma.exact:
+        if not need_clique and self._gamma is not None:
             floor = self._gamma.lower - w
-        if self._gamma is not None and not self._gamma.exact:
-            limit = min(limit, self.hard_time_limit)
         helly = is_helly_box(box) and bool(st.helly[nb].all())
-        region = self._region(box, nb, limit, floor, helly)
+        # uncharged engines (every bound exact) search for the whole limit at once
+        quick = limit if self.charged is None or self.quick_time_limit is None else min(limit, self.quick_time_limit)
+        region = self._region(box, nb, quick, floor, helly)
+        if not region.exact and limit > quick:
+            lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)
+            up = max(self._gamma.upper if self._gamma is not None else 0.0, add_up(w, region.upper))
+            near = budget is not None and lo <= budget < up
+            if near or up > (1.0 + self.charge_rel_slack) * lo:
+                cap = limit if near else min(limit, self.hard_time_limit)
+                more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly)
+                region = _tighter(region, more)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         if helly:
@@ -587,6 +707,17 @@ class OverlapEngine:
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
             clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
         return _Admission(box, w, qid, False, nb, region, color, clique)
+
+    def _new_terms(self, adm: _Admission, g2: OverlapResult) -> tuple[_Term, ...]:
+        """The pending term an admission adds when its region result is not exact (not searched: unbounded)."""
+        if adm.empty:
+            return ()
+        res = adm.region
+        if res is None:
+            return (_Term(adm.qid, adm.box, adm.weight, math.inf),)
+        if res.exact:
+            return ()
+        return (_Term(adm.qid, adm.box, adm.weight, add_up(adm.weight, res.upper)),)
 
     def _cm_after(self, adm: _Admission) -> np.ndarray:
         cm = self._cm.copy()
@@ -650,6 +781,11 @@ class OverlapEngine:
             limit, _ = self._needs()
             limit = min(self.display_time_limit, self.time_limit) if limit is None else limit
             self._gamma = solve_overlap(self._store, time_limit=limit, config=self.solver)
+            g = self._gamma
+            if g.exact:
+                self._pending, self._exact_up = (), g.upper
+            else:
+                self._pending, self._exact_up = (_Term(self._store.n, None, 0.0, g.upper),), 0.0
         return self._gamma
 
     def _current_clique(self) -> OverlapResult:
@@ -769,6 +905,38 @@ def _complete_in(row: dict[str, Any], box: Box) -> dict[str, Any]:
     for c in missing:
         out[c] = box.constraints[c].some_value()
     return out
+
+
+def _settle(
+    g: OverlapResult, exact_up: float, terms: tuple[_Term, ...]
+) -> tuple[OverlapResult, float, tuple[_Term, ...]]:
+    """γ's interval from the pending terms and ``exact_up``, a proven bound of every other term (the exactly
+    solved ones, the dropped ones): ``upper = max(exact_up, terms)``, never above ``g.upper`` (both proven).
+
+    The witness's exact load (``g.lower`` is it rounded down, so the next float is above it) is itself a load,
+    at most γ: ``exact_up`` may be raised to it, and a term at or below ``exact_up`` drops out.
+    """
+    if math.isfinite(g.lower):
+        exact_up = max(exact_up, math.nextafter(g.lower, math.inf))
+    # a term within REL_TOL of exact_up (e.g. "nothing above the floor", the floor rounded up) is absorbed:
+    # raising exact_up to it keeps every bound proven and leaves nothing pending
+    near = [t.upper for t in terms if t.upper > exact_up and is_exact(exact_up, t.upper)]
+    if near:
+        exact_up = max(near)
+    keep = tuple(t for t in terms if t.upper > exact_up)
+    upper = max([exact_up] + [t.upper for t in keep])
+    upper = max(min(upper, g.upper), g.lower)
+    exact = is_exact(g.lower, upper)
+    if upper == g.upper and exact == g.exact:
+        return g, exact_up, keep
+    return replace(g, upper=upper, exact=exact), exact_up, keep
+
+
+def _tighter(a: OverlapResult, b: OverlapResult) -> OverlapResult:
+    """The intersection of two proven intervals of the same maximum (the witness of the larger lower bound)."""
+    best = b if b.lower > a.lower else a
+    upper = max(min(a.upper, b.upper), best.lower)
+    return replace(best, upper=upper, exact=is_exact(best.lower, upper), method=f"{a.method}|{b.method}")
 
 
 def _clique_after(old: OverlapResult, adm: _Admission) -> OverlapResult:

@@ -118,7 +118,7 @@ def solve_overlap(
     mask = store.contains_mask(witness)
     members = ids[mask[ids]]
     lower = sum_down(store.weights[members].tolist())  # the exact load of the witness, rounded down
-    upper = min(upper, upper_hint, rnd.total)  # Σw (rounded up) always bounds γ
+    upper = rnd.snap(min(upper, upper_hint, rnd.total))  # Σw (rounded up) always bounds γ
     upper = max(upper, lower)
     exact = is_exact(lower, upper)
     return OverlapResult(lower, upper, exact, witness, tuple(int(i) for i in members), used, time.perf_counter() - t0)

@@ -37,7 +37,7 @@ PRESOLVE_SECONDS_PER_NNZ = 3e-4
 
 
 def milp_overlap(
-    prob: Problem, time_limit: float, *, relax: bool = False
+    prob: Problem, time_limit: float, *, relax: bool = False, rel_gap: float = MILP_REL_GAP
 ) -> tuple[float | None, dict[str, int] | None, float | None]:
     """Solve the max-overlap integer program of ``prob`` with HiGHS.
 
@@ -45,10 +45,12 @@ def milp_overlap(
     The incumbent is only a *candidate* witness (its load is recomputed exactly by the caller); the upper
     bound is never the incumbent's objective but HiGHS's dual bound (``mip_dual_bound``; with ``relax=True``
     the LP relaxation's optimum) plus :func:`milp_margin`, rounded up (:func:`~.rounding.proven_upper`).
-    Weights are scaled by a power of two (exact) so the largest is in ``[0.5, 1)`` before HiGHS sees them:
-    its tolerances are absolute.  ``time_limit`` (seconds, wall clock) covers building the model and the
-    solve; HiGHS gets only what is left.  Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]``.
-    Size ``Σ a_c + n`` variables and ``Σ_c (1 + #queries constraining c)`` rows.
+    Weights are scaled by a power of two (exact) so the largest is in ``[0.5, 1)`` before HiGHS sees them: its
+    tolerances are absolute.  ``time_limit`` (seconds, wall clock) covers building the model and
+    the solve; HiGHS gets only what is left.  Variables: ``y[c, v]`` (one-hot per column), ``z_q ∈ [0, 1]`` for
+    the distinct queries constraining two columns or more (the others are folded into the objective, see below).
+    At most ``Σ a_c + n`` variables and ``Σ_c (1 + #queries constraining c)`` rows.  ``rel_gap``: HiGHS's
+    relative gap (its dual bound is used either way).
     """
     from scipy.optimize import Bounds as LBounds
     from scipy.optimize import LinearConstraint, milp
@@ -62,12 +64,38 @@ def milp_overlap(
         return 0.0, {}, 0.0
     if not cols:  # no query constrains any column: every row is covered by all of them
         return float(w.sum()), {}, sum_up(w.tolist())
+    # Reformulation (same integer optimum, same LP relaxation): a query constraining no column is a constant; a
+    # query constraining one column c is, for one-hot y, exactly Σ_{atom ∈ q_c} y[c, atom] (its row z_q ≤ Σ y
+    # is tight at the optimum, also in the relaxation, where Σ_{atom ∈ q_c} y ≤ 1), so its weight goes onto
+    # those y's objective coefficients; queries with identical sets on every column are one variable with the
+    # summed weight.  Dense analyst sessions (issue 28) are mostly such queries.
+    dense = [c.dense() for c in cols]
+    cons = np.stack([~M.all(axis=1) for M in dense], axis=1)  # (n, columns): q constrains column c
+    ncons = cons.sum(axis=1)
+    const = float(w[ncons == 0].sum())
+    ycoef = np.concatenate(
+        [w[ncons == 1] @ (dense[ci][ncons == 1] & cons[ncons == 1, ci, None]) for ci in range(len(cols))]
+    )
+    multi = np.flatnonzero(ncons >= 2)
+    if len(multi):
+        key = np.concatenate([M[multi] for M in dense], axis=1)
+        _, first, inv = np.unique(np.packbits(key, axis=1), axis=0, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+        wm = np.zeros(len(first))
+        np.add.at(wm, inv, w[multi])
+        multi = multi[first]
+    else:
+        wm = np.zeros(0)
+    coefs = np.concatenate([ycoef, wm])
+    cmax = float(coefs.max()) if len(coefs) else 0.0
+    if cmax <= 0.0:  # only constant queries
+        return const, {c.name: 0 for c in cols}, sum_up(w[ncons == 0].tolist())
     wmax = float(w.max())
-    scale = math.ldexp(1.0, -math.frexp(wmax)[1]) if wmax > 0 else 1.0  # largest scaled weight in [0.5, 1)
-    ws = w * scale
+    scale = math.ldexp(1.0, -math.frexp(wmax)[1])  # largest scaled weight in [0.5, 1): exact
     offs = np.cumsum([0] + [c.a for c in cols])
     ny = int(offs[-1])
-    nvar = ny + n
+    nz = len(multi)
+    nvar = ny + nz
     rows_i: list[np.ndarray] = []
     rows_j: list[np.ndarray] = []
     vals: list[np.ndarray] = []
@@ -84,11 +112,10 @@ def milp_overlap(
         lo.append(np.array([1.0]))
         hi.append(np.array([1.0]))
         r += 1
-        M = c.dense()
-        constrained = np.flatnonzero(~M.all(axis=1))
+        constrained = np.flatnonzero(cons[multi, ci])  # z indices
         if len(constrained) == 0:
             continue
-        sub = M[constrained]
+        sub = dense[ci][multi[constrained]]
         qq, vv = np.nonzero(sub)
         row_of = r + np.arange(len(constrained))
         rows_i.append(row_of)
@@ -103,7 +130,7 @@ def milp_overlap(
     import scipy.sparse as sp
 
     A = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows_i), np.concatenate(rows_j))), shape=(r, nvar))
-    cobj = np.concatenate([np.zeros(ny), -ws])
+    cobj = -coefs * scale
     integrality = np.zeros(nvar)
     if not relax:
         integrality[:ny] = 1
@@ -123,7 +150,7 @@ def milp_overlap(
         constraints=LinearConstraint(A, np.concatenate(lo), np.concatenate(hi)),
         integrality=integrality,
         bounds=LBounds(np.zeros(nvar), np.ones(nvar)),
-        options={"time_limit": left, "disp": False, "mip_rel_gap": MILP_REL_GAP, "presolve": presolve},
+        options={"time_limit": left, "disp": False, "mip_rel_gap": rel_gap, "presolve": presolve},
     )
     margin = milp_margin(nvar, r)
     bound_s: float | None = None  # proven (up to HiGHS's tolerances) upper bound, scaled units
@@ -136,13 +163,14 @@ def milp_overlap(
             bound_s = -float(dual)
     upper = None
     if bound_s is not None:
-        # scaled → unscaled is exact (power of two); the margin covers HiGHS's absolute tolerances
-        upper = proven_upper((bound_s + margin) / scale, 2, grid=grid)
+        # scaled → unscaled is exact (power of two); the margin covers HiGHS's absolute tolerances; the constant
+        # queries' weight (and the rounding of its sum and of the folded coefficients) on top
+        upper = proven_upper((bound_s + margin) / scale + const, 2 * n + 4, scale=float(w.sum()) + 1.0, grid=grid)
     if relax or res.x is None:
         return None, None, upper
     x = res.x
     atoms = {c.name: int(np.argmax(x[offs[i] : offs[i + 1]])) for i, c in enumerate(cols)}
-    return (float(-res.fun) / scale if res.fun is not None else None), atoms, upper
+    return (float(-res.fun) / scale + const if res.fun is not None else None), atoms, upper
 
 
 def milp_margin(nvar: int, nrows: int) -> float:

@@ -15,7 +15,12 @@ Steps (``tensor``, ``graph``, ``columns``, ``milp``, ``lp``):
 * ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
 * ``milp`` / ``lp`` — HiGHS (:mod:`.milp`): a dual bound with a margin (``lp`` only when the MILP gave none).
 
-Order: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
+Dense analyst instances (issue 28: few columns of few atoms, each query constraining about three of them,
+non-Helly, no tensor): a graph probe of ``milp_dense_probe`` seconds, then HiGHS with all the time left (the
+searches' column-sum and colouring bounds are weak there, the integer program's relaxation is within a few
+per cent and its dual bound snaps to the exact value on decimal costs, :class:`~.rounding.DecimalLattice`).
+
+Order otherwise: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
 columns, sparse query graphs), else the column search.  In that second case (few small columns: a dense
 domain) *non-Helly* instances (some query has a category set of several values, ``!=``, ``NOT IN`` or several
 intervals in a column) whose integer program is small (``milp_early_nnz``) can go to HiGHS right after the
@@ -39,7 +44,7 @@ from dpmagic.overlap.columns import KR_ENTRIES, TENSOR_CELLS, column_search
 from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import BoxStore, Problem
 from dpmagic.overlap.gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
-from dpmagic.overlap.milp import MILP_MAX_NNZ, MILP_MAX_VARS, milp_overlap, milp_size
+from dpmagic.overlap.milp import MILP_MAX_NNZ, MILP_MAX_VARS, MILP_OVERRUN_PER_NNZ, milp_overlap, milp_size
 from dpmagic.overlap.rounding import ProblemRounding, is_exact, sum_down
 from dpmagic.overlap.tensor import tensor_cost, tensor_max
 
@@ -90,6 +95,20 @@ class PortfolioConfig:
     milp_early_nnz: float = 0
     #: the search tried first when both apply (None: chosen by the atom product)
     prefer: str | None = None
+    #: dense analyst instances (issue 28): few columns of few atoms each (the integer program has at most
+    #: ``milp_dense_vars`` variables over at most ``milp_dense_columns`` columns), each query constraining few
+    #: of them (on average at most ``milp_dense_scope``), non-Helly, too many cells for the tensor: the
+    #: searches' bounds are weak there (column sums, colourings) while the integer program's relaxation is
+    #: tight, so HiGHS runs right after a graph probe of at most ``milp_dense_probe`` seconds.  (Uniform
+    #: category sets constrain half the columns on average: there the searches win, see ``milp_early_nnz``.)
+    #: Off by default (0; 1500 turns it on): measured (benchmarks/results/bench_session_issue28.md, 2 cores, load
+    #: ≈ 4), it kept dense sessions exact about 4× longer (first inexact admission 81–223 instead of 116–186 …) but
+    #: slowed the sparse generator (mixed_analyst_log, 500 queries: p99 0.14 s → 0.6–4.8 s), where the graph
+    #: search it cuts short solves what HiGHS takes seconds for
+    milp_dense_vars: float = 0
+    milp_dense_columns: int = 16
+    milp_dense_scope: float = 3.5
+    milp_dense_probe: float = 0.02
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -145,6 +164,21 @@ class Instance:
         return True
 
     @cached_property
+    def mean_scope(self) -> float:
+        """The mean number of columns a query constrains (inside the problem's domain).  ``O(Σ_c n·a_c)``."""
+        n = self.prob.n
+        if n == 0:
+            return 0.0
+        total = 0
+        for c in self.prob.columns:
+            if c.M is not None:
+                total += int((~c.M.all(axis=1)).sum())
+            else:
+                whole = (c.rs[:, 0] <= 0) & (c.re[:, 0] >= c.a)  # type: ignore[index]
+                total += int((~whole).sum())
+        return total / n
+
+    @cached_property
     def _milp(self) -> tuple[float, float]:
         nvar, nnz = milp_size(self.prob)
         return float(nvar), float(nnz)
@@ -192,7 +226,7 @@ class _State:
             self.best_val, self.best_atoms = val, atoms
 
     def bound(self, ub: float) -> None:
-        self.upper = min(self.upper, ub)
+        self.upper = min(self.upper, self.rnd.snap(ub))
 
 
 @dataclass(frozen=True)
@@ -238,7 +272,8 @@ def _run_columns(s: _State, deadline: float) -> bool:
 
 def _run_milp(s: _State, deadline: float) -> bool:
     left = deadline - time.perf_counter()
-    if left <= MILP_MIN_SECONDS:
+    # HiGHS overruns its limit by about MILP_OVERRUN_PER_NNZ per non-zero: small models may start with less time
+    if left <= min(MILP_MIN_SECONDS, 0.03 + 2.0 * MILP_OVERRUN_PER_NNZ * s.inst.nnz):
         return False
     try:
         _, at, ub = milp_overlap(s.inst.prob, left)
@@ -293,6 +328,20 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if ok("tensor") and tensor_s <= cfg.probe_min_seconds:
         return [(STEPS["tensor"], None)]
     out: list[tuple[Step, float | None]] = []
+    if (
+        not ok("tensor")
+        and ok("milp")
+        and len(inst.prob.columns) <= cfg.milp_dense_columns
+        and inst.nvar <= cfg.milp_dense_vars
+        and not inst.helly
+        and inst.mean_scope <= cfg.milp_dense_scope
+    ):
+        if ok("graph"):
+            out.append((STEPS["graph"], cfg.milp_dense_probe))
+        out.append((STEPS["milp"], None))  # all the time left: the searches after it would not finish here
+        if ok("lp"):
+            out.append((STEPS["lp"], None))
+        return out
     if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
         searches = ["graph", "columns"]
     else:

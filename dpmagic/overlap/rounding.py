@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,7 +28,17 @@ import numpy as np
 if TYPE_CHECKING:
     from dpmagic.overlap.encoding import Problem
 
-__all__ = ["ProblemRounding", "REL_TOL", "sum_up", "sum_down", "add_up", "proven_upper", "grid_of", "is_exact"]
+__all__ = [
+    "ProblemRounding",
+    "DecimalLattice",
+    "REL_TOL",
+    "sum_up",
+    "sum_down",
+    "add_up",
+    "proven_upper",
+    "grid_of",
+    "is_exact",
+]
 
 #: ``[lower, upper]`` is reported exact when ``upper - lower <= REL_TOL * upper`` (the charge is always ``upper``)
 REL_TOL = 1e-9
@@ -112,6 +124,76 @@ def is_exact(lower: float, upper: float) -> bool:
     return upper - lower <= REL_TOL * abs(upper)
 
 
+#: decimal lattices finer than 10^-DECIMAL_MAX_DIGITS are not used (the snap would rarely help)
+DECIMAL_MAX_DIGITS = 9
+_DECOMPOSED: dict[float, tuple[int, int, Fraction]] = {}  # w -> (digits d, k, w - k·10^-d), exact
+
+
+def _decompose(w: float) -> tuple[int, int, Fraction]:
+    """``(d, k, e)`` with ``w = k·10^-d + e`` exactly, ``k·10^-d`` the shortest decimal that rounds to ``w``."""
+    got = _DECOMPOSED.get(w)
+    if got is None:
+        dec = Decimal(repr(w))
+        d = max(0, -int(dec.as_tuple().exponent))
+        k = int(dec.scaleb(d))
+        got = (d, k, Fraction(w) - Fraction(k, 10**d))
+        if len(_DECOMPOSED) > 100_000:
+            _DECOMPOSED.clear()
+        _DECOMPOSED[w] = got
+    return got
+
+
+@dataclass(frozen=True)
+class DecimalLattice:
+    """Weights that are (to within a tiny known error) multiples of ``10^-digits``: ``w_i = k_i·δ + e_i``.
+
+    Costs typed by people are short decimals (ε = 0.05, 0.037): as floats they are not multiples of a power of
+    two, so :func:`grid_of` finds no lattice, but each is ``k_i·δ + e_i`` with ``|e_i| < ulp``, computed exactly
+    (:class:`~fractions.Fraction`).  Any load ``Σ_{i∈S} w_i = K·δ + E`` with ``−neg ≤ E ≤ pos``
+    (``neg = Σ max(−e_i, 0)``, ``pos = Σ max(e_i, 0)`` over all the problem's weights, counted with
+    multiplicity).  So a proven bound ``U ≥`` load gives ``K ≤ ⌊(U + neg)/δ⌋`` and load ``≤ ⌊(U + neg)/δ⌋·δ +
+    pos`` (:meth:`snap`, rounded up): a bound within less than one step of the true maximum snaps to it (up to
+    ``pos + neg``, far below ``REL_TOL``).  Exact rational arithmetic, so the result is a proven upper bound.
+    """
+
+    digits: int
+    neg: Fraction
+    pos: Fraction
+
+    @classmethod
+    def of(cls, weights: np.ndarray) -> DecimalLattice | None:
+        """The lattice of ``weights`` (None when some weight needs more than ``DECIMAL_MAX_DIGITS`` digits).
+        ``O(n log n)`` (distinct weights are decomposed once and cached)."""
+        w = np.asarray(weights, dtype=np.float64)
+        if len(w) == 0 or not bool(np.all(np.isfinite(w))):
+            return None
+        vals, counts = np.unique(w, return_counts=True)
+        parts = [_decompose(float(v)) for v in vals.tolist()]
+        d = max(p[0] for p in parts)
+        if d > DECIMAL_MAX_DIGITS:
+            return None
+        neg, pos = Fraction(0), Fraction(0)
+        for (_, _, e), c in zip(parts, counts.tolist()):
+            # k·10^-di = (k·10^(d-di))·10^-d: the same error e on the common lattice
+            if e > 0:
+                pos += c * e
+            elif e < 0:
+                neg -= c * e
+        return cls(d, neg, pos)
+
+    def snap(self, upper: float) -> float:
+        """A proven upper bound ≤ ``upper`` of any load bounded by ``upper`` (see the class docstring)."""
+        if not math.isfinite(upper) or upper < 0:
+            return upper
+        scale = 10**self.digits
+        big_k = math.floor((Fraction(upper) + self.neg) * scale)
+        v = Fraction(big_k, scale) + self.pos
+        f = float(v)
+        if Fraction(f) < v:
+            f = math.nextafter(f, math.inf)
+        return min(upper, f)
+
+
 @dataclass(frozen=True)
 class ProblemRounding:
     """Proven upper bounds for the float64 values computed on one problem (:mod:`.rounding`).
@@ -125,16 +207,25 @@ class ProblemRounding:
     n_terms: int
     total: float
     grid: float
+    lattice: DecimalLattice | None = None
 
     @classmethod
     def of(cls, prob: Problem) -> ProblemRounding:
         w = np.asarray(prob.weights, dtype=np.float64)
         longest = max((c.a for c in prob.columns), default=0)
-        return cls(2 * len(w) + longest + 4, sum_up(w.tolist()), grid_of(w))
+        grid = grid_of(w)
+        lattice = DecimalLattice.of(w)
+        return cls(2 * len(w) + longest + 4, sum_up(w.tolist()), grid, lattice)
 
     def up(self, x: float) -> float:
-        """A float ≥ the exact value whose float64 evaluation on this problem gave ``x``."""
-        return proven_upper(x, self.n_terms, self.total, self.grid)
+        """A float ≥ the exact value whose float64 evaluation on this problem gave ``x`` (a load: a sum of some
+        of the problem's weights), snapped to the decimal lattice when there is one."""
+        return self.snap(proven_upper(x, self.n_terms, self.total, self.grid))
+
+    def snap(self, upper: float) -> float:
+        """A proven bound of a load of this problem's weights ≤ ``upper`` (a proven bound of it):
+        :meth:`DecimalLattice.snap` when the weights have a decimal lattice, else ``upper``."""
+        return self.lattice.snap(upper) if self.lattice is not None else upper
 
     @property
     def slack(self) -> float:
