@@ -176,7 +176,7 @@ class DuckDBBackend(EngineBackend):
             self._con = con
         self._rel = rel
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in zip(rel.columns, rel.types, strict=True)]
-        #: the source's string columns (checked for a collation before every statement)
+        #: the source's string columns (probed for a collation before every charge and unchecked statement)
         self._strings = [c.name for c in columns if c.kind == "string"]
         self._prechecked: Query | None = None  # the query whose check() last probed the collation
         self._skip_probe = False
