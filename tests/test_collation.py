@@ -12,7 +12,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 import pytest
-from test_backends_engines import _plan
+from conformance import plan_query as _plan
 
 from dpmagic import Session
 from dpmagic.backends.bind import backend_for

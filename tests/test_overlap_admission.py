@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_overlap_engine import FAST, SCHEMA, boxes, brute_clique, brute_max, row_load, weights_st, workloads
+from overlap_support import FAST, SCHEMA, boxes, brute_clique, brute_max, row_load, weights_st, workloads
 
 from dpmagic.domain.sets import Box
 from dpmagic.overlap import OverlapEngine

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_overlap_engine import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
 
 from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan

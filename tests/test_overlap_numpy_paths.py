@@ -15,6 +15,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from overlap_support import SCHEMA, brute_clique, brute_max, workloads
 from scipy.sparse.csgraph import connected_components
 
 from dpmagic.domain.schema import NumericColumn
@@ -23,7 +24,6 @@ from dpmagic.overlap import OverlapEngine, tensor
 from dpmagic.overlap.clique import max_weight_clique
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.graph import CSRGraph, adjacency_graph, as_csr, components, overlap_adjacency
-from tests.test_overlap_engine import SCHEMA, brute_clique, brute_max, workloads
 
 SETTINGS = settings(max_examples=120, deadline=None)
 

@@ -14,10 +14,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pytest
+from conformance import plan_query as _plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
-from test_backends_engines import _plan
 
 from dpmagic import Session
 from dpmagic.aggregates import quantile, units

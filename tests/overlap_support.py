@@ -1,0 +1,112 @@
+"""Brute-force oracles and hypothesis strategies of the overlap engine's tests (not a test module): the maximum
+load and clique of boxes over a small declared domain, enumerated row by row."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
+
+# ------------------------------------------------------------------------------------------------------
+# brute force
+# ------------------------------------------------------------------------------------------------------
+
+
+def _candidates(schema: Schema, boxes: list[Box], region: Box | None = None) -> dict[str, list]:
+    """Per column a list of values meeting every atom of the boxes (whole domain for small ones)."""
+    out: dict[str, list] = {}
+    allb = boxes + ([region] if region is not None else [])
+    for name, col in schema.columns.items():
+        if isinstance(col, CategoricalColumn):
+            out[name] = list(col.values)
+        elif col.is_int:
+            out[name] = list(range(int(col.lower), int(col.upper) + 1))
+        else:
+            pts = {float(col.lower), float(col.upper)}
+            for b in allb:
+                vs = b.constraints.get(name)
+                if isinstance(vs, IntervalSet):
+                    for iv in vs.intervals:
+                        pts.update((iv.lo, iv.hi))
+            s = sorted(pts)
+            out[name] = s + [(a + b) / 2 for a, b in zip(s, s[1:])]
+    return out
+
+
+def brute_max(schema, boxes, weights, region=None):
+    cand = _candidates(schema, boxes, region)
+    names = list(cand)
+    best = 0.0
+    for combo in itertools.product(*(cand[n] for n in names)):
+        row = dict(zip(names, combo))
+        if region is not None and not region.contains_row(row):
+            continue
+        load = math.fsum(w for b, w in zip(boxes, weights) if not b.is_empty() and b.contains_row(row))
+        best = max(best, load)
+    return best
+
+
+def brute_clique(boxes, weights):
+    n = len(boxes)
+    best = 0.0
+    for r in range(1, n + 1):
+        for sub in itertools.combinations(range(n), r):
+            if all(boxes[i].overlaps(boxes[j]) for i, j in itertools.combinations(sub, 2)) and all(
+                not boxes[i].is_empty() for i in sub
+            ):
+                best = max(best, math.fsum(weights[i] for i in sub))
+    return best
+
+
+def row_load(boxes, weights, row):
+    return math.fsum(w for b, w in zip(boxes, weights) if not b.is_empty() and b.contains_row(row))
+
+
+# ------------------------------------------------------------------------------------------------------
+# strategies
+# ------------------------------------------------------------------------------------------------------
+SCHEMA = Schema(
+    {
+        "c3": CategoricalColumn("c3", ("a", "b", "c")),
+        "c4": CategoricalColumn("c4", (1, 2, 3, 4)),
+        "i": NumericColumn("i", "int", 0, 6),
+        "f": NumericColumn("f", "float", 0.0, 4.0),
+    }
+)
+
+
+@st.composite
+def value_sets(draw, name):
+    col = SCHEMA[name]
+    if isinstance(col, CategoricalColumn):
+        idx = draw(st.sets(st.integers(0, col.size - 1), max_size=col.size))
+        cs = CategorySet.of_indices(col, idx)
+        return cs.complement() if draw(st.booleans()) and draw(st.booleans()) else cs
+    grid = [0, 1, 2, 3, 4, 5, 6] if col.is_int else [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
+    k = draw(st.integers(1, 3))
+    ivs = []
+    for _ in range(k):
+        a, b = sorted(draw(st.lists(st.sampled_from(grid), min_size=2, max_size=2)))
+        ivs.append(Interval(float(a), float(b), draw(st.booleans()), draw(st.booleans())))
+    s = IntervalSet.of(col, ivs)
+    return s.complement() if draw(st.integers(0, 4)) == 0 else s
+
+
+@st.composite
+def boxes(draw):
+    cons = {}
+    for name in SCHEMA.names:
+        if draw(st.integers(0, 2)) == 0:
+            cons[name] = draw(value_sets(name))
+    return Box(cons)
+
+
+weights_st = st.sampled_from([1.0, 0.5, 2.0, 0.25, 3.0, 1.5])
+workloads = st.lists(st.tuples(boxes(), weights_st), min_size=0, max_size=9)
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
