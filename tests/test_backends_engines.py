@@ -243,7 +243,8 @@ def _rint_cases(unit: float) -> tuple[list[float], float, float]:
 @pytest.mark.parametrize("unit", [1.0, 0.5, 2.0, 2.0**-40, 2.0**20])
 def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
     """Half-way cases round to even, as ``np.rint``: the engine's integer units equal dpmagic.noise.calibration.quantise."""
-    from dpmagic.backends.compiler import Compiler, quantise_sql
+    from dpmagic.aggregates.sqlexpr import quantise_sql
+    from dpmagic.backends.compiler import Compiler
     from dpmagic.domain.sets import Box
     from dpmagic.noise.calibration import quantise
     from dpmagic.query.model import Query
@@ -270,7 +271,8 @@ def test_quantise_in_sql_is_numpys_rint(unit: float) -> None:
 def test_quantise_on_spark_is_numpys_rint(spark, unit: float, native: bool) -> None:
     """Spark's quantised values, by its ``RINT`` (Java's Math.rint: the compiler's ``native_rint``) and by the
     IEEE spelling, equal dpmagic.noise.calibration.quantise: half-way cases to even, neighbours of the ties exact."""
-    from dpmagic.backends.compiler import Compiler, quantise_sql
+    from dpmagic.aggregates.sqlexpr import quantise_sql
+    from dpmagic.backends.compiler import Compiler
     from dpmagic.domain.sets import Box
     from dpmagic.noise.calibration import quantise
     from dpmagic.query.model import Query
@@ -364,7 +366,7 @@ def test_csv_file_and_row_limit(tables, monkeypatch) -> None:
 def test_spark_limb_sums_are_exact_at_the_int64_extremes(spark) -> None:
     """Spark's exact sums (three BIGINT sums of 21-bit limbs, recombined in the kernel) equal Python's Σ on
     values at and near ±2⁶³ whose true sums overflow int64 many times over."""
-    from dpmagic.backends.compiler import combine, exact_sum
+    from dpmagic.aggregates.exactsum import combine, exact_sum
 
     lo, hi = -(2**63), 2**63 - 1
     groups = {
@@ -388,7 +390,7 @@ def test_spark_limb_sums_are_exact_at_the_int64_extremes(spark) -> None:
 def test_spark_sums_use_as_few_limbs_as_the_bound_allows_and_stay_exact(spark, bound, limbs) -> None:
     """With a proven per-row bound, Spark sums one BIGINT (|v| < 2³¹) or two limbs (|v| < 2⁶⁰); the values at
     ±bound, and their sums, recombine exactly."""
-    from dpmagic.backends.compiler import combine, exact_sum
+    from dpmagic.aggregates.exactsum import combine, exact_sum
 
     vals = [bound, -bound, bound - 1, -(bound - 1) if bound > 1 else 0, 1, -1, 0, (2**30) - 1, -(2**30)]
     vals = [v for v in vals if abs(v) <= bound]

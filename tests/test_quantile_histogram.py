@@ -31,8 +31,8 @@ from dpmagic.aggregates.quantile import (
     grid_of,
     scores,
 )
+from dpmagic.aggregates.quantile_unit import bin_sql, grid_index
 from dpmagic.backends.bind import backend_for
-from dpmagic.backends.compiler import bin_sql, grid_index
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import UnsupportedQueryError
 

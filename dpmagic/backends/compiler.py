@@ -48,20 +48,8 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpmagic.aggregates.exactsum import LIMB_SHIFTS, combine, exact_sum  # noqa: F401  (re-exported)
-from dpmagic.aggregates.quantile_unit import Binned, bin_sql, grid_index, quantile_bin  # noqa: F401  (re-exported)
-from dpmagic.aggregates.sqlexpr import (  # noqa: F401  (re-exported: the compiler's helpers before the split)
-    UNBOUNDED,
-    Quantised,
-    as_double,
-    clip,
-    col,
-    count_if,
-    double_bounds,
-    lit,
-    quantise_sql,
-    rint,
-)
+from dpmagic.aggregates.quantile_unit import Binned, bin_sql, grid_index
+from dpmagic.aggregates.sqlexpr import Quantised, as_double, clip, col, double_bounds, lit, rint
 from dpmagic.aggregates.sqlexpr import and_ as _and
 from dpmagic.aggregates.sqlexpr import case as _case
 from dpmagic.aggregates.sqlexpr import or_ as _or
