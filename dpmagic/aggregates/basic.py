@@ -132,56 +132,43 @@ class BasicUnit(AggregateUnit):
         raise NotImplementedError
 
 
-class CountUnit(BasicUnit):
-    kind = "count"
+class _OneRelease(BasicUnit):
+    """COUNT and SUM: one shared release (the cell counts, or the column's sum), answered with its own interval."""
+
     releases = 1
+
+    def _own(self, count: Any, total: Any) -> Any:
+        own = count if self.needs_count else total
+        assert own is not None
+        return own
+
+    def answer(
+        self, agg: Aggregate, count: Released | None, total: Released | None, schema: Schema, level: float
+    ) -> Interval:
+        x, noise = self._own(count, total)
+        low, high, _ = integer_interval(x, noise, level)
+        return x, low, high
+
+    def basic_halfwidth(
+        self,
+        agg: Aggregate,
+        count: Noise | None,
+        total: Noise | None,
+        schema: Schema,
+        min_rows: int | None,
+        level: float,
+    ) -> float:
+        return float(self._own(count, total).ci_halfwidth(level))
+
+
+class CountUnit(_OneRelease):
+    kind = "count"
     needs_count = True
 
-    def answer(
-        self, agg: Aggregate, count: Released | None, total: Released | None, schema: Schema, level: float
-    ) -> Interval:
-        assert count is not None
-        x, noise = count
-        low, high, _ = integer_interval(x, noise, level)
-        return x, low, high
 
-    def basic_halfwidth(
-        self,
-        agg: Aggregate,
-        count: Noise | None,
-        total: Noise | None,
-        schema: Schema,
-        min_rows: int | None,
-        level: float,
-    ) -> float:
-        assert count is not None
-        return count.ci_halfwidth(level)
-
-
-class SumUnit(BasicUnit):
+class SumUnit(_OneRelease):
     kind = "sum"
-    releases = 1
     needs_sum = True
-
-    def answer(
-        self, agg: Aggregate, count: Released | None, total: Released | None, schema: Schema, level: float
-    ) -> Interval:
-        assert total is not None and agg.column is not None
-        x, noise = total
-        low, high, _ = integer_interval(x, noise, level)
-        return x, low, high
-
-    def basic_halfwidth(
-        self,
-        agg: Aggregate,
-        count: Noise | None,
-        total: Noise | None,
-        schema: Schema,
-        min_rows: int | None,
-        level: float,
-    ) -> float:
-        assert total is not None
-        return total.ci_halfwidth(level)
 
 
 class AvgUnit(BasicUnit):
