@@ -43,6 +43,7 @@ from dpmagic.domain.columns import (  # re-exported: the declared columns live i
     undeclared_columns_error,
     validate_column,
 )
+from dpmagic.domain.unit import PersonUnit, parse_privacy_unit
 from dpmagic.errors import DataValidationError, SchemaError
 
 __all__ = [
@@ -61,7 +62,8 @@ class Schema:
 
     columns: Mapping[str, Column]
     table: str = "data"
-    privacy_unit: str = "one row"
+    #: free text for a row-level table (``"one row"``) or a :class:`~dpmagic.domain.unit.PersonUnit`
+    privacy_unit: str | PersonUnit = "one row"
     #: the custodian's identity of the data set (``"dataset"`` in the JSON); the budget belongs to it
     dataset: str | None = None
     #: optional public bound on the rows of one GROUP BY group (``"max_group_size"``), used by decision queries
@@ -84,6 +86,12 @@ class Schema:
             if col.name != name:
                 raise SchemaError(f"column key {name!r} does not match its column name {col.name!r}")
         object.__setattr__(self, "columns", dict(self.columns))
+        if isinstance(self.privacy_unit, PersonUnit):
+            self.privacy_unit.check_columns(list(self.columns))
+        elif not isinstance(self.privacy_unit, str):
+            object.__setattr__(self, "privacy_unit", parse_privacy_unit(self.privacy_unit))
+            if isinstance(self.privacy_unit, PersonUnit):
+                self.privacy_unit.check_columns(list(self.columns))
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
@@ -113,7 +121,7 @@ class Schema:
         return cls(
             columns,
             table=table,
-            privacy_unit=str(data.get("privacy_unit", "one row")),
+            privacy_unit=parse_privacy_unit(data.get("privacy_unit", "one row")),
             dataset=dataset,
             max_group_size=data.get("max_group_size"),
         )
@@ -215,12 +223,25 @@ class Schema:
     def names(self) -> list[str]:
         return list(self.columns)
 
+    @property
+    def person_unit(self) -> PersonUnit | None:
+        """The person-level unit, or ``None`` for a row-level table."""
+        return self.privacy_unit if isinstance(self.privacy_unit, PersonUnit) else None
+
+    @property
+    def unit_label(self) -> str:
+        """The privacy unit in words: "one row", or "one person (patient_id), at most 40 rows each"."""
+        u = self.person_unit
+        return u.describe() if u is not None else "one row"
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.dataset is None else {"dataset": self.dataset}
         out.update(
             {
                 "table": self.table,
-                "privacy_unit": self.privacy_unit,
+                "privacy_unit": (
+                    self.privacy_unit.to_dict() if isinstance(self.privacy_unit, PersonUnit) else self.privacy_unit
+                ),
                 "columns": {name: col.to_dict() for name, col in self.columns.items()},
             }
         )
