@@ -39,6 +39,8 @@ __all__ = [
     "SETTINGS",
     "claims",
     "claims_schema",
+    "session_queries",
+    "KINDS",
     "rows_per_patient",
     "write_parquet",
 ]
@@ -214,3 +216,90 @@ def write_parquet(rows: int, seed: int = 26, folder: Path | str | None = None) -
     con.close()
     tmp.rename(path)
     return path
+
+
+# --------------------------------------------------------------------------------------------------
+# an analyst's session on the claims table (bench_people.py (b), the notebook)
+
+#: the aggregate shapes of :func:`session_queries` and how often each is drawn
+KINDS: tuple[str, ...] = ("count", "sum", "avg", "group by", "count distinct")
+_KIND_P = np.array([0.3, 0.15, 0.15, 0.25, 0.15])
+_GROUPABLE = ("diagnosis", "setting", "month", "sex", "region")
+
+
+def _invariant_predicate(rng: np.random.Generator, taken: set[str]) -> tuple[str, str] | None:
+    free = [c for c in INVARIANT if c not in taken]
+    if not free:
+        return None
+    c = str(rng.choice(free))
+    if c == "sex":
+        return c, f"sex = '{rng.choice(['F', 'M'])}'"
+    if c == "region":
+        if rng.random() < 0.75:
+            return c, f"region = '{rng.choice(REGIONS)}'"
+        a, b = rng.choice(len(REGIONS), 2, replace=False)
+        return c, f"region IN ('{REGIONS[a]}', '{REGIONS[b]}')"
+    lo = int(rng.integers(1925, 2001)) // 10 * 10
+    return c, f"birth_year BETWEEN {lo} AND {lo + 9}"
+
+
+def _varying_predicate(rng: np.random.Generator, taken: set[str]) -> tuple[str, str] | None:
+    free = [c for c in ("month", "diagnosis", "setting", "amount") if c not in taken]
+    if not free:
+        return None
+    c = str(rng.choice(free))
+    if c == "month":
+        m = int(rng.integers(1, 11))
+        return c, f"month BETWEEN {m} AND {m + 2}"
+    if c == "diagnosis":
+        return c, f"diagnosis = '{rng.choice(DIAGNOSES)}'"
+    if c == "setting":
+        return c, f"setting = '{rng.choice(SETTINGS)}'"
+    return c, f"amount > {int(rng.choice([100, 500, 1000, 5000]))}"
+
+
+def session_queries(t: int = 200, seed: int = 0, table: str = "claims") -> list[dict[str, Any]]:
+    """``t`` mixed analyst queries on the claims table: COUNT, SUM, AVG, GROUP BY and COUNT(DISTINCT patient_id).
+
+    Each query has one to three predicates; a query constrains the invariant demographics (``sex``, ``birth_year``,
+    ``region``: one or two of them) with probability 0.85, and a varying column (``month``, ``diagnosis``,
+    ``setting``, ``amount``) with probability 0.5 — so well over half of all predicates are on invariant columns.
+    Returns one dict per query: ``sql``, ``kind``, ``where`` (the WHERE text, "" for none), ``group_by`` (a
+    column or None), ``invariant`` and ``varying`` (the predicate counts).  Seeded; no global random state.
+    """
+    rng = np.random.default_rng([seed, 26])
+    out: list[dict[str, Any]] = []
+    for _ in range(t):
+        kind = str(rng.choice(KINDS, p=_KIND_P))
+        taken: set[str] = set()
+        preds: list[str] = []
+        inv = var = 0
+        if rng.random() < 0.85:
+            for _ in range(1 if rng.random() < 0.6 else 2):
+                got = _invariant_predicate(rng, taken)
+                if got:
+                    taken.add(got[0])
+                    preds.append(got[1])
+                    inv += 1
+        if rng.random() < 0.5 or not preds:
+            got = _varying_predicate(rng, taken)
+            if got:
+                taken.add(got[0])
+                preds.append(got[1])
+                var += 1
+        where = " AND ".join(preds)
+        w = f" WHERE {where}" if where else ""
+        group = None
+        if kind == "count":
+            sql = f"SELECT COUNT(*) AS n FROM {table}{w}"
+        elif kind == "sum":
+            sql = f"SELECT SUM(amount) AS total FROM {table}{w}"
+        elif kind == "avg":
+            sql = f"SELECT AVG(amount) AS mean FROM {table}{w}"
+        elif kind == "count distinct":
+            sql = f"SELECT COUNT(DISTINCT patient_id) AS patients FROM {table}{w}"
+        else:
+            group = str(rng.choice([c for c in _GROUPABLE if c not in taken]))
+            sql = f"SELECT {group}, COUNT(*) AS n FROM {table}{w} GROUP BY {group}"
+        out.append({"sql": sql, "kind": kind, "where": where, "group_by": group, "invariant": inv, "varying": var})
+    return out

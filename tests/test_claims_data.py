@@ -51,3 +51,18 @@ def test_schema_person_and_row_level_bind() -> None:
     s = Session(df, row, "epsilon=1", ledger=None)  # the generated rows satisfy the declared domain
     assert len(s.backend.df) == len(df)
     assert np.isfinite(df["amount"]).all()
+
+
+def test_session_queries_mostly_on_invariant_columns() -> None:
+    from claims import session_queries
+
+    from dpmagic.query.sql import parse_query
+
+    qs = session_queries(200, seed=0)
+    assert session_queries(200, seed=0) == qs and len(qs) == 200
+    assert {q["kind"] for q in qs} == {"count", "sum", "avg", "group by", "count distinct"}
+    inv, var = sum(q["invariant"] for q in qs), sum(q["varying"] for q in qs)
+    assert inv >= var and all(q["invariant"] + q["varying"] >= 1 for q in qs)
+    schema = Schema.from_dict(claims_schema())
+    for q in qs:
+        parse_query(q["sql"], schema)  # every statement is in dpmagic's SQL subset
