@@ -105,7 +105,7 @@ def tables(draw: st.DrawFn, unit: dict[str, Any]) -> list[tuple[Any, ...]]:
                     draw(st.sampled_from(["a", "b", "c"])),
                     draw(st.sampled_from([10, 20, 30])),
                     draw(st.integers(2000, 2003)),
-                    draw(st.sampled_from(AMTS)),
+                    draw(st.one_of(st.sampled_from(AMTS), st.floats(-5.0, 5.0))),
                 )
             )
     return draw(st.permutations(rows))

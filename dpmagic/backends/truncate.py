@@ -5,10 +5,11 @@ bound rows, the rows each person keeps.  The kept rows are chosen once, at bindi
 
 1. **the row order** — each row's *coded* values (a categorical column as its declared position, an integer as
    itself, a float as itself with −0.0 written +0.0) and its **row hash** h = MD5(salt ‖ "|" ‖ t₁ ‖ "|" ‖ … ‖ tₘ)
-   (lower-case hex), where t₁ … tₘ are the decimal texts of the non-float coded values in declared order (a
-   float's text is not the same in Python, DuckDB and Spark, so floats are left out of the text).  Rows are
-   ordered by (h, every declared column's coded value): a total order on distinct rows (ties only between
-   identical rows), which depends only on the row itself and the public salt;
+   (lower-case hex), where t₁ … tₘ are the decimal texts of the coded values in declared order — a float x as
+   the integer ⌊x / u⌋ for a power of two u ≥ 2⁻⁴⁰·max|bound| (:func:`float_unit`; a double's own text is not the
+   same in Python, DuckDB and Spark, this integer is).  Rows are ordered by (h, every declared column's coded
+   value): a total order on distinct rows (ties only between identical rows), which depends only on the row
+   itself and the public salt;
 2. for each ``per_group`` column A in declared order: with ``max_groups`` g, each person keeps the rows of the g
    first of their values of A by the **group order** (MD5(salt ‖ "|" ‖ A ‖ "|" ‖ id text ‖ "|" ‖ value text),
    then the value), and with ``max_rows`` c, the c first rows of each value of A by the row order;
@@ -29,6 +30,7 @@ only one flag per column crosses to the kernel, and the errors name columns, nev
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,7 +46,7 @@ from dpmagic.errors import DataValidationError
 __all__ = [
     "invariant_check_select",
     "invariant_error",
-    "row_text_columns",
+    "float_unit",
     "truncate_frame",
     "truncated_select",
     "varying_from_row",
@@ -67,9 +69,15 @@ def _is_float(schema: Schema, name: str) -> bool:
     return isinstance(c, NumericColumn) and not c.is_int
 
 
-def row_text_columns(schema: Schema) -> list[str]:
-    """The declared columns whose coded value enters the row hash's text (all but the float columns)."""
-    return [n for n in schema.columns if not _is_float(schema, n)]
+def float_unit(schema: Schema, name: str) -> float:
+    """u, the power of two a float column's values are divided by (and floored) in the hashed text: the least
+    with |x / u| < 2⁴⁰ for every x within the declared bounds, so ⌊x / u⌋ is an exact BIGINT on every engine
+    (division by a power of two and FLOOR are exact IEEE operations, the same in numpy, DuckDB and Java)."""
+    c = schema[name]
+    assert isinstance(c, NumericColumn)
+    m = max(abs(float(c.lower)), abs(float(c.upper)))
+    unit = math.ldexp(1.0, math.frexp(m)[1] - 40) if m > 0 else 1.0
+    return unit if unit > 0 else math.ldexp(1.0, -1074)
 
 
 def salt(schema: Schema) -> str:
@@ -101,6 +109,13 @@ def _coded(df: pd.DataFrame, schema: Schema) -> dict[str, np.ndarray]:
             x = df[name].to_numpy().astype(np.float64)
             out[name] = np.where(x == 0, 0.0, x)
     return out
+
+
+def _text_codes(schema: Schema, name: str, coded: np.ndarray) -> np.ndarray:
+    """The integers whose decimal texts enter the hashes: the coded value, ⌊x / u⌋ for a float (:func:`float_unit`)."""
+    if not _is_float(schema, name):
+        return coded
+    return np.floor(coded / float_unit(schema, name)).astype(np.int64)
 
 
 def _md5(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +153,8 @@ def truncate_frame(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
     n = len(df)
     coded = _coded(df, schema)
     prefix = salt(schema) + SEP
-    hi, lo = _md5(_texts(prefix, [coded[c] for c in row_text_columns(schema)], n))
+    text = {c: _text_codes(schema, c, coded[c]) for c in names}
+    hi, lo = _md5(_texts(prefix, [text[c] for c in names], n))
     # the row order: (h, every declared column's coded value); np.lexsort's last key is the primary one
     pos = np.lexsort([coded[c] for c in reversed(names)] + [lo, hi]).astype(np.int64)
     ident = coded[unit.id]
@@ -147,7 +163,7 @@ def truncate_frame(df: pd.DataFrame, schema: Schema) -> pd.DataFrame:
         keep = np.ones(len(pos), dtype=bool)
         if bound.max_groups is not None:
             pairs = pd.DataFrame({"i": ids, "a": vals}).drop_duplicates(ignore_index=True)
-            parts = [pairs[k].to_numpy() for k in ("i", "a") if not _is_float(schema, unit.id if k == "i" else a)]
+            parts = [_text_codes(schema, unit.id, pairs["i"].to_numpy()), _text_codes(schema, a, pairs["a"].to_numpy())]
             ghi, glo = _md5(_texts(prefix + a + SEP, parts, len(pairs)))
             order = np.lexsort([pairs["a"].to_numpy(), glo, ghi, pairs["i"].to_numpy()])
             ranked = pairs.iloc[order].reset_index(drop=True)
@@ -187,7 +203,11 @@ def _window(fn: exp.Expr, partition: Sequence[exp.Expr], order: Sequence[exp.Exp
     )
 
 
-def _text(x: exp.Expr) -> exp.Expr:
+def _text(schema: Schema, name: str) -> exp.Expr:
+    """The decimal text of a column's hashed integer (:func:`_text_codes`), in SQL."""
+    x: exp.Expr = col(name)
+    if _is_float(schema, name):
+        x = exp.cast(exp.Floor(this=exp.Div(this=x, expression=lit(float_unit(schema, name)))), "BIGINT")
     return exp.cast(x, "TEXT")
 
 
@@ -197,7 +217,7 @@ def _md5_sql(prefix: str, parts: Sequence[exp.Expr]) -> exp.Expr:
     for i, p in enumerate(parts):
         if i:
             pieces.append(exp.Literal.string(SEP))
-        pieces.append(_text(p))
+        pieces.append(p)
     body = pieces[0] if len(pieces) == 1 else exp.Concat(expressions=pieces)
     return exp.MD5(this=body)
 
@@ -222,12 +242,11 @@ def truncated_select(schema: Schema, coded: exp.Expr) -> exp.Select:
         if _is_float(schema, name):
             x = case([(exp.EQ(this=col(name), expression=lit(0.0)), lit(0.0))], col(name))
         items[name] = x
-    items["dp_h"] = _md5_sql(prefix, [col(c) for c in row_text_columns(schema)])
+    items["dp_h"] = _md5_sql(prefix, [_text(schema, c) for c in names])
     group_cols = list(unit.per_group)
     for j, a in enumerate(group_cols):
         if unit.per_group[a].max_groups is not None:
-            parts = [col(k) for k in (unit.id, a) if not _is_float(schema, k)]
-            items[f"dp_gh{j}"] = _md5_sql(prefix + a + SEP, parts)
+            items[f"dp_gh{j}"] = _md5_sql(prefix + a + SEP, [_text(schema, unit.id), _text(schema, a)])
     carried = list(items)
     stmt = _select(items, coded, "dp_t0")
     row_order = [exp.column("dp_h"), *[col(c) for c in names]]
