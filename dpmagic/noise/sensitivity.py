@@ -75,6 +75,7 @@ __all__ = [
     "person_contribution",
     "person_distance",
     "person_patterns",
+    "person_rows",
     "release_sensitivity",
     "value_range",
 ]
@@ -362,7 +363,9 @@ def distinct_sensitivity(cov: Coverage, column: str, *, replace_one: bool) -> Se
     return NormSensitivity((), n, math.sqrt(n), 1, n)
 
 
-def person_distance(contribution: Contribution, cells: int, *, replace_one: bool, definition: str, extreme: bool) -> float:
+def person_distance(
+    contribution: Contribution, cells: int, *, replace_one: bool, definition: str, extreme: bool
+) -> float:
     """The distance a per-cell OpenDP quantile measurement is calibrated at when one step adds, removes or
     replaces one person whose rows fall in the query's ``cells`` cells (docs/people.md §2, Proposition 2.5).
 
@@ -383,6 +386,14 @@ def person_distance(contribution: Contribution, cells: int, *, replace_one: bool
     else:
         d = math.sqrt(2.0) * ell if extreme else 2.0 * ell
     return d if extreme else float(math.ceil(d))
+
+
+def person_rows(schema: Schema, query: Query) -> int:
+    """T: the most rows one person has in ``query``'s cells (1 for a row-level schema): the factor by which a
+    linear release's row-level L1 sensitivity grows at person level (batches, decision queries; docs/people.md
+    §2, Proposition 2.6)."""
+    cov = coverage_of(query, schema)
+    return 1 if cov.contribution is None else cov.contribution.total
 
 
 def release_sensitivity(
