@@ -181,6 +181,18 @@ def test_affordable_is_the_largest_admissible_cost(work, probe, invariant, k) ->
     assert left == pytest.approx(lo, abs=1e-6) or (left == 0.0 and lo < 1e-6)
 
 
+def test_one_person_in_three_waves_is_charged_for_all_three() -> None:
+    """Three queries disjoint only on the non-invariant ``d``: one person (K′ = 3) has a row in each, so the loss is 3,
+    where the per-row filter alone charges 1."""
+    schema = schema_for(("s",), 3)
+    d = COLUMNS["d"]
+    work = [(Box({"d": CategorySet.of_values(d, [v])}), 1.0) for v in (1, 2, 3)]
+    acc = accountant_for(schema, "add-remove")
+    charge_all(acc, work)
+    assert true_person_max(schema, [b for b, _ in work], [1.0] * 3) == 3.0
+    assert acc.charged_weight == 3.0
+
+
 def test_projection_keeps_only_the_separating_constraints() -> None:
     schema = schema_for(("s",), 2)
     b = Box({"s": CategorySet.of_values(COLUMNS["s"], ["F"]), "d": CategorySet.of_values(COLUMNS["d"], [1])})
