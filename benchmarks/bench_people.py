@@ -219,10 +219,20 @@ def session_figures(engine: str, n: int, t: int, seed: int = 0) -> dict[str, Any
     b = person.bounds()
     out["charged"] = float(b.charged)
     out["sequential"] = float(b.sequential)
+    pb = getattr(person.accountant, "person_bounds", None)  # the accountant's own three bounds (docs/people.md §3)
+    if pb is not None:
+        out["accountant"] = {
+            "projected": pb.projected,
+            "projected_as": pb.projected_as,
+            "rows": pb.rows,
+            "rows_as": pb.rows_as,
+            "sequential": pb.sequential,
+            "which": pb.which,
+        }
     out["bounds"] = b.to_dict()
     boxes = [person.parse(q["sql"]).coverage for q in qs]
-    inv = set(unit.invariant)
-    projected = [Box({c: s for c, s in box.constraints.items() if c in inv}) for box in boxes]
+    sep = set(unit.separating)  # the id and the invariant columns: constant within a person
+    projected = [Box({c: s for c, s in box.constraints.items() if c in sep}) for box in boxes]
     out["gamma_rows"], out["gamma_rows_exact"] = _bounds(person.schema, boxes, EPSILON)
     out["gamma_invariant"], out["gamma_invariant_exact"] = _bounds(person.schema, projected, EPSILON)
     out["K_prime"] = unit.kept_rows
@@ -317,6 +327,14 @@ def _session_md(s: dict[str, Any]) -> list[str]:
         ),
         "",
     ]
+    acc = s.get("accountant")
+    if acc:
+        lines += [
+            f"The accountant's own three bounds: projected on the id and invariant columns {acc['projected']:.4g} "
+            f"({acc['projected_as']}), K′ × γ {acc['rows']:.4g} ({acc['rows_as']}), Σw {acc['sequential']:.4g}; "
+            f"charged: the {acc['which']} bound.",
+            "",
+        ]
     seq = s["sequential"]
     for key in ("gamma_invariant", "K_gamma"):
         s[key + "_ratio"] = s[key] / seq if seq else None

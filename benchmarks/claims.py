@@ -264,12 +264,13 @@ def session_queries(t: int = 200, seed: int = 0, table: str = "claims") -> list[
     Each query has one to three predicates; a query constrains the invariant demographics (``sex``, ``birth_year``,
     ``region``: one or two of them) with probability 0.85, and a varying column (``month``, ``diagnosis``,
     ``setting``, ``amount``) with probability 0.5 — so well over half of all predicates are on invariant columns.
-    Returns one dict per query: ``sql``, ``kind``, ``where`` (the WHERE text, "" for none), ``group_by`` (a
+    The statements are distinct (a repeat is drawn again).  Returns one dict per query: ``sql``, ``kind``, ``where`` (the WHERE text, "" for none), ``group_by`` (a
     column or None), ``invariant`` and ``varying`` (the predicate counts).  Seeded; no global random state.
     """
     rng = np.random.default_rng([seed, 26])
     out: list[dict[str, Any]] = []
-    for _ in range(t):
+    seen: set[str] = set()
+    while len(out) < t:
         kind = str(rng.choice(KINDS, p=_KIND_P))
         taken: set[str] = set()
         preds: list[str] = []
@@ -301,5 +302,8 @@ def session_queries(t: int = 200, seed: int = 0, table: str = "claims") -> list[
         else:
             group = str(rng.choice([c for c in _GROUPABLE if c not in taken]))
             sql = f"SELECT {group}, COUNT(*) AS n FROM {table}{w} GROUP BY {group}"
+        if sql in seen:  # a repeated statement would be answered from the session's cache, uncharged
+            continue
+        seen.add(sql)
         out.append({"sql": sql, "kind": kind, "where": where, "group_by": group, "invariant": inv, "varying": var})
     return out

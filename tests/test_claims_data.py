@@ -60,6 +60,7 @@ def test_session_queries_mostly_on_invariant_columns() -> None:
 
     qs = session_queries(200, seed=0)
     assert session_queries(200, seed=0) == qs and len(qs) == 200
+    assert len({q["sql"] for q in qs}) == 200  # distinct: none answered from the cache
     assert {q["kind"] for q in qs} == {"count", "sum", "avg", "group by", "count distinct"}
     inv, var = sum(q["invariant"] for q in qs), sum(q["varying"] for q in qs)
     assert inv >= var and all(q["invariant"] + q["varying"] >= 1 for q in qs)

@@ -31,13 +31,6 @@ def _outputs() -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="needs issue 26's person-level accountant (part A: parallel composition only on invariant columns, "
-    "fallback on a date) and stable truncation (part T) on main; until they land a person-level schema is "
-    "accounted at row level. Remove this marker when they have landed.",
-)
 def test_people_notebook_composes_in_parallel_on_invariant_columns_only() -> None:
     text = _outputs()
     results = {}
