@@ -17,7 +17,8 @@ def test_bench_people_tiny(tmp_path, monkeypatch) -> None:
             assert ("patient_id" in r["unit_label"]) == (unit == "person")
     s = bench_people.session_figures("pandas", 3_000, 12)
     assert len(s["per_query"]) == 12
-    assert s["charged"] <= s["sequential"] + 1e-9
+    assert s["charged"] == pytest.approx(min(s["gamma_invariant"], s["K_gamma"], s["sequential"]))
+    assert s["accountant"]["which"] in ("projection", "rows", "sequential")
     assert s["sequential"] == pytest.approx(12 * bench_people.EPSILON)
     assert s["gamma_rows"] <= s["gamma_invariant"] + 1e-9 <= s["sequential"] + 2e-9
     assert all(q["rows_after"] <= q["rows_before"] for q in s["per_query"])
