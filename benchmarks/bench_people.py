@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from claims import INVARIANT, claims, claims_schema, session_queries, write_parquet  # noqa: E402
-from common import machine_info, md_table, percentile, write_results  # noqa: E402
+from common import RESULTS, machine_info, md_table, percentile, write_results  # noqa: E402
 
 WORK = Path(os.environ.get("DPMAGIC_BENCH_DIR", "/tmp/dpmagic_bench"))
 #: the person-level bound of every run (a patient keeps at most K claims)
@@ -376,14 +376,15 @@ def _session_md(s: dict[str, Any]) -> list[str]:
             "calibrated to the declared bounds"
         )
     lines.append("")
-    show = sorted(pq, key=lambda q: -q["bias"])[:12]
+    show = sorted(pq, key=lambda q: -q["bias"] / max(1, q["rows_before"]))[:12]
     lines.append(
         md_table(
             [
-                "query (the 12 largest biases)",
+                "query (the 12 largest relative biases)",
                 "rows before",
                 "rows after",
                 "bias",
+                "relative",
                 "half-width row",
                 "half-width person",
             ],
@@ -393,6 +394,7 @@ def _session_md(s: dict[str, Any]) -> list[str]:
                     q["rows_before"],
                     q["rows_after"],
                     q["bias"],
+                    f"{q['bias'] / max(1, q['rows_before']):.1%}",
                     next(iter(q["halfwidth_row"].values()), None),
                     next(iter(q["halfwidth_person"].values()), None),
                 ]
@@ -400,7 +402,48 @@ def _session_md(s: dict[str, Any]) -> list[str]:
             ],
         )
     )
+    lines += [
+        "",
+        "Half-widths are those of the query's first release (COUNT(DISTINCT patient_id): —; its noise is 1/ε at both "
+        "levels). The bias is largest where heavy claimants concentrate (older patients claim more).",
+    ]
     return lines
+
+
+def render(data: dict[str, Any]) -> str:
+    """The results file's markdown from its JSON data (``--render`` rewrites it without measuring)."""
+    info, results, session = data["machine"], data["latency"], data["session"]
+    load_before, load_after = data["load_before"], data["load_after"]
+    rounds = data.get("rounds", ROUNDS)
+    md = [
+        "# People, not rows: person-level vs row-level (benchmarks/bench_people.py, issue 26)",
+        "",
+        f"Machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}, {info['date']}; 1-minute load "
+        f"average {load_before[0]:.2f} before, {load_after[0]:.2f} after (the cores are shared with other work: "
+        "each row's load is in its column). The claims table: benchmarks/claims.py (patients with a skewed number "
+        "of claims, median 7, mean 11, about 3% above 40, invariant sex / birth_year / region).",
+        "",
+    ]
+    if results:
+        md += [
+            "## (a) Latency: the same queries at person level (K = 40) and at row level",
+            "",
+            "Each row is a fresh process: bind (person level: the one-time stable truncation and the invariant "
+            f"check included), then {rounds} rounds of {len(TEMPLATES)} charged queries (filtered GROUP BY "
+            "COUNT, SUM, AVG and COUNT(DISTINCT patient_id)), each round with other constants; latency = "
+            "`Session.query` (admission, noise included). DuckDB and Spark read the Parquet file; pandas gets the "
+            "frame (its generation not counted).",
+            "",
+            *_latency_md(results),
+            "",
+        ]
+    if session:
+        md += [
+            f"## (b) A {session['queries']}-query session: the charged bound vs sequential composition",
+            "",
+            *_session_md(session),
+        ]
+    return "\n".join(md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,7 +462,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--session-engine", default="duckdb", choices=["duckdb", "pandas", "spark"])
     ap.add_argument("--queries", type=int, default=200, help="queries of the session (default 200)")
     ap.add_argument("--out", default="bench_people", help="results file name (benchmarks/results/<out>.md|json)")
+    ap.add_argument("--render", action="store_true", help="rewrite results/<out>.md from its .json (no measuring)")
     args = ap.parse_args(argv)
+    if args.render:
+        jp = RESULTS / f"{args.out}.json"
+        data = json.loads(jp.read_text(encoding="utf-8"))
+        write_results(args.out, data, render(data))
+        print(f"rewrote {jp.with_suffix('.md')}")
+        return 0
     if args.worker:
         e, n, u, r = args.worker
         print(json.dumps(worker(e, int(n), u, int(r))))
@@ -451,44 +501,16 @@ def main(argv: list[str] | None = None) -> int:
         session = session_figures(args.session_engine, args.session_rows, args.queries)
         session["load_1min"] = [lb, os.getloadavg()[0]]
     load_after = os.getloadavg()
-    info = machine_info()
-    md = [
-        "# People, not rows: person-level vs row-level (benchmarks/bench_people.py, issue 26)",
-        "",
-        f"Machine: {info['nproc']} cores ({info['cpu']}), Python {info['python']}, {info['date']}; 1-minute load "
-        f"average {load_before[0]:.2f} before, {load_after[0]:.2f} after (the cores are shared with other work: "
-        "each row's load is in its column). The claims table: benchmarks/claims.py (patients with a skewed number "
-        "of claims, median 7, mean 11, about 3% above 40, invariant sex / birth_year / region).",
-        "",
-    ]
-    if results:
-        md += [
-            "## (a) Latency: the same queries at person level (K = 40) and at row level",
-            "",
-            "Each row is a fresh process: bind (person level: the one-time stable truncation and the invariant "
-            f"check included), then {args.rounds} rounds of {len(TEMPLATES)} charged queries (filtered GROUP BY "
-            "COUNT, SUM, AVG and COUNT(DISTINCT patient_id)), each round with other constants; latency = "
-            "`Session.query` (admission, noise included). DuckDB and Spark read the Parquet file; pandas gets the "
-            "frame (its generation not counted).",
-            "",
-            *_latency_md(results),
-            "",
-        ]
-    if session:
-        md += [
-            f"## (b) A {session['queries']}-query session: the charged bound vs sequential composition",
-            "",
-            *_session_md(session),
-        ]
-    text = "\n".join(md)
     data = {
-        "machine": info,
+        "machine": machine_info(),
         "load_before": load_before,
         "load_after": load_after,
+        "rounds": args.rounds,
         "latency_queries": latency_queries(args.rounds),
         "latency": results,
         "session": session,
     }
+    text = render(data)
     if args.quick:
         print(text)
         return 0
