@@ -27,11 +27,13 @@ the session's one fixed message.
 
 from __future__ import annotations
 
+import contextlib
 import glob as globmod
 import os
 import re
 import shutil
 import tempfile
+import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -190,6 +192,18 @@ class DuckDBBackend(EngineBackend):
     spill_directory: str | None = None
     _finalizer: Any = None
 
+    def _materialise(self, select: exp.Select) -> exp.Expr:
+        """A person-level table's truncated, coded rows as a TEMP table of the source's connection, made once at
+        binding (every query reads it; a temp table is never written to a database file, and spills where the
+        connection spills: dpmagic's private directory for files).  Dropped when the backend is."""
+        name = f"dpmagic_people_{uuid.uuid4().hex}"
+        self._rel.query(_SOURCE, f"CREATE TEMP TABLE {name} AS {self.sql(select)}")
+        fin = weakref.finalize(self, _drop_table, self._rel, name)
+        fin.atexit = False
+        #: the temp table every query of a person-level table reads
+        self.people_table = name
+        return exp.to_table(name)
+
     def close(self) -> None:
         """Close dpmagic's own connection and remove its spill directory with every file in it (no-op for a
         connection or relation the caller bound, and when already closed)."""
@@ -328,3 +342,9 @@ def _close_and_remove(con: duckdb.DuckDBPyConnection, spill: str) -> None:
         con.close()
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+
+
+def _drop_table(rel: duckdb.DuckDBPyRelation, name: str) -> None:
+    """Drop a person-level backend's temp table (nothing when its connection is already closed)."""
+    with contextlib.suppress(Exception):  # the connection is closed: the temp table went with it
+        rel.query(_SOURCE, f"DROP TABLE IF EXISTS {name}")

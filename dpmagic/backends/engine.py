@@ -30,6 +30,7 @@ from dpmagic.aggregates.sqlexpr import (
 )
 from dpmagic.backends.compiler import Compiler, SourceColumn
 from dpmagic.backends.pandas import too_many_rows_error
+from dpmagic.backends.truncate import invariant_check_select, invariant_error, truncated_select, varying_from_row
 from dpmagic.domain.columns import (
     CategoricalColumn,
     NumericColumn,
@@ -38,6 +39,7 @@ from dpmagic.domain.columns import (
     dtype_error,
     fractional_error,
     missing_columns_error,
+    missing_id_error,
     missing_values_error,
     nonfinite_error,
     outside_error,
@@ -150,6 +152,9 @@ class EngineBackend(Backend):
         )
         try:
             self.n_rows = self.validate(columns)
+            self._view = self.compiler.view(out_of_range)
+            if schema.person_unit is not None:
+                self._bind_people(columns)
         except DPMagicError:
             raise
         except Exception as e:  # the engine failed to read the rows (a CSV value it cannot parse, a bad file)
@@ -158,7 +163,43 @@ class EngineBackend(Backend):
                 f"{self.dialect} cannot read the data: {type(e).__name__}",
                 hint="check the files (a value of the wrong type, a malformed line) or bind them as a DataFrame",
             ) from None
-        self._view = self.compiler.view(out_of_range)
+
+    # ---- person-level tables: the binding checks and the stable truncation (dpmagic.backends.truncate) ----
+    def _bind_people(self, columns: list[SourceColumn]) -> None:
+        """Check the declared invariant columns (``"check"`` mode: one engine statement, one flag per column
+        crosses) and make the truncated, coded table every query then reads (:func:`truncated_select` over
+        :meth:`~dpmagic.backends.compiler.Compiler.coding`, materialised once by :meth:`_materialise`)."""
+        coding = self.compiler.coding()
+        check = invariant_check_select(self.schema, coding)
+        if check is not None:
+            rows = self._run(check)
+            varying = varying_from_row(self.schema, rows[0]) if rows else []
+            if varying:
+                raise invariant_error(varying)
+        self._use_coded(self._materialise(truncated_select(self.schema, coding)), columns)
+
+    def _materialise(self, select: exp.Select) -> exp.Expr:
+        """Make ``select`` (the truncated, coded rows) a table of the engine, once; return a reference to it."""
+        raise NotImplementedError(f"{type(self).__name__} does not bind person-level tables")
+
+    def _use_coded(self, table: exp.Expr, columns: list[SourceColumn]) -> None:
+        """Compile every later statement against ``table``, which holds the declared columns coded as
+        :meth:`~dpmagic.backends.compiler.Compiler.coding` makes them (categories as declared positions, numbers
+        clamped and typed)."""
+        cats = frozenset(n for n, c in self.schema.columns.items() if isinstance(c, CategoricalColumn))
+        kinds = {c.name: c for c in columns}
+        coded_cols = [SourceColumn(n, "int", "int32") if n in cats else kinds[n] for n in self.schema.columns]
+        self.compiler = Compiler(
+            self.schema,
+            table,
+            {c.name: c for c in coded_cols},
+            coded_keys=self.coded_keys,
+            coded=cats,
+            clamped=True,
+            native_rint=self.native_rint,
+            collation=self.collation,
+        )
+        self._view = self.compiler.view(self.out_of_range)
 
     @abstractmethod
     def _run(self, statement: exp.Expr) -> list[tuple[Any, ...]]:
@@ -237,7 +278,7 @@ class EngineBackend(Backend):
         for i, (name, c) in enumerate(self.schema.columns.items()):
             s = src[name]
             if counts[f"null_{i}"]:
-                raise missing_values_error(name)
+                raise missing_id_error(name) if self._is_person_id(name) else missing_values_error(name)
             if isinstance(c, CategoricalColumn):
                 if counts[f"bad_{i}"]:
                     bad = self._bad_categories(c, s) if self.diagnostics else None
@@ -254,6 +295,10 @@ class EngineBackend(Backend):
         if counts["n_rows"] > MAX_ROWS:
             raise too_many_rows_error()
         return counts["n_rows"]
+
+    def _is_person_id(self, name: str) -> bool:
+        unit = self.schema.person_unit
+        return unit is not None and unit.id == name
 
     def _bad_categories(self, c: CategoricalColumn, s: SourceColumn) -> list[Any]:
         """The first (up to 6) distinct undeclared values, in order of first appearance in the scan."""

@@ -41,6 +41,16 @@ class PandasBackend(Backend):
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
         if len(df) > MAX_ROWS:
             raise too_many_rows_error()
+        if schema.person_unit is not None:
+            # a person-level table: the invariant columns checked, then each person's kept rows, once
+            # (docs/people.md §1; the engines run the same truncation in SQL)
+            from dpmagic.backends.truncate import invariant_error, truncate_frame, varying_invariant_columns
+
+            if schema.person_unit.invariant_mode == "check":
+                varying = varying_invariant_columns(df, schema)
+                if varying:
+                    raise invariant_error(varying)
+            df = truncate_frame(df, schema)
         self.df = df
         self.schema = schema
         self._codes: dict[str, np.ndarray] = {}

@@ -15,10 +15,9 @@ from typing import Any
 
 from sqlglot import exp
 
-from dpmagic.backends.compiler import Compiler, SourceColumn
+from dpmagic.backends.compiler import SourceColumn
 from dpmagic.backends.engine import EngineBackend, _pandas_string_dtype
 from dpmagic.backends.pandas import too_many_rows_error
-from dpmagic.domain.columns import CategoricalColumn
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import ConfigurationError, DataValidationError
 from dpmagic.noise.calibration import MAX_ROWS
@@ -93,9 +92,11 @@ class SparkBackend(EngineBackend):
         self.view_name = f"dpmagic_src_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.view_name)
         columns = [SourceColumn(str(n), *_kind(t)) for n, t in frame.dtypes]
-        self._init(schema, exp.to_table(self.view_name), columns, out_of_range, diagnostics)
         self.cached: Any = None
-        if cache:
+        self._cache = cache
+        # a person-level table is truncated and coded within _init (:meth:`_materialise`)
+        self._init(schema, exp.to_table(self.view_name), columns, out_of_range, diagnostics)
+        if cache and schema.person_unit is None:
             self._cache_coded(columns, out_of_range)
 
     def _cache_coded(self, columns: list[SourceColumn], out_of_range: OutOfRangePolicy) -> None:
@@ -110,42 +111,42 @@ class SparkBackend(EngineBackend):
         number, and the queries still discard rows whose code is −1 (an undeclared value) or NULL, so a source
         changed after binding breaks no declared bound (:meth:`unpersist` frees it).
         """
+        self._use_coded(self._persist(self.compiler.coding(), cache=True), columns)
+
+    def _materialise(self, select: exp.Select) -> exp.Expr:
+        """A person-level table's truncated, coded rows (:func:`~dpmagic.backends.truncate.truncated_select` over
+        the coding), cached as the row-level coded copy is (:meth:`_cache_coded`) unless ``cache=False`` (then a
+        view: every query truncates again, by the same deterministic statement)."""
+        return self._persist(select, cache=self._cache)
+
+    def _persist(self, select: exp.Select, *, cache: bool) -> exp.Expr:
+        """``select`` as a temporary view, persisted (``MEMORY_AND_DISK``) and materialised now with ``cache``."""
         from pyspark import StorageLevel
 
         #: the statement that makes the cached copy from the source view (Spark recomputes it the same way)
-        self.coding_sql = self.sql(self.compiler.coding())
-        frame = self.spark.sql(self.coding_sql).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            rows = frame.count()  # materialise the cache now, not in the first query
-        except Exception:
-            frame.unpersist()
-            raise DataValidationError(
-                "spark cannot read the data: caching the declared columns failed",
-                hint="bind with cache=False, or check the source",
-            ) from None
-        if rows > MAX_ROWS:  # the exact sums' limb widths assume at most MAX_ROWS rows (a source read again)
-            frame.unpersist()
-            raise too_many_rows_error()
-        self.cached = frame
-        # freed when the backend is dropped (a notebook that binds again), not at interpreter exit (Spark may be
-        # stopped by then)
-        fin = weakref.finalize(self, frame.unpersist)
-        fin.atexit = False
+        self.coding_sql = self.sql(select)
+        frame = self.spark.sql(self.coding_sql)
+        if cache:
+            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                rows = frame.count()  # materialise the cache now, not in the first query
+            except Exception:
+                frame.unpersist()
+                raise DataValidationError(
+                    "spark cannot read the data: caching the declared columns failed",
+                    hint="bind with cache=False, or check the source",
+                ) from None
+            if rows > MAX_ROWS:  # the exact sums' limb widths assume at most MAX_ROWS rows (a source read again)
+                frame.unpersist()
+                raise too_many_rows_error()
+            self.cached = frame
+            # freed when the backend is dropped (a notebook that binds again), not at interpreter exit (Spark may be
+            # stopped by then)
+            fin = weakref.finalize(self, frame.unpersist)
+            fin.atexit = False
         self.coded_view = f"dpmagic_coded_{uuid.uuid4().hex}"
         frame.createOrReplaceTempView(self.coded_view)
-        cats = frozenset(n for n, c in self.schema.columns.items() if isinstance(c, CategoricalColumn))
-        kinds = {c.name: c for c in columns}
-        coded_cols = [SourceColumn(n, "int", "int32") if n in cats else kinds[n] for n in self.schema.columns]
-        self.compiler = Compiler(
-            self.schema,
-            exp.to_table(self.coded_view),
-            {c.name: c for c in coded_cols},
-            coded_keys=self.coded_keys,
-            coded=cats,
-            clamped=True,
-            native_rint=self.native_rint,
-        )
-        self._view = self.compiler.view(out_of_range)
+        return exp.to_table(self.coded_view)
 
     def unpersist(self) -> None:
         """Free the cached copy (later queries recompute it from the source, with the same coding)."""

@@ -242,6 +242,15 @@ def missing_values_error(name: str) -> DataValidationError:
     )
 
 
+def missing_id_error(name: str) -> DataValidationError:
+    """The person-level unit's id column has missing values: a row of no one cannot be bounded per person."""
+    return DataValidationError(
+        f"column {name!r}, the privacy unit's id (the person each row belongs to), has missing values",
+        hint=f"every row must name its person: drop those rows (df.dropna(subset=[{name!r}])) or give each its "
+        "person's id; a row with no id cannot be bounded per person",
+    )
+
+
 def categories_error(name: str, bad: list[Any] | None = None, *, diagnostics: bool = False) -> DataValidationError:
     """A column holds undeclared categories.  With ``diagnostics`` (the custodian's switch), ``bad`` — the
     distinct undeclared values in order of first appearance — are shown (at most 5); otherwise no value is."""

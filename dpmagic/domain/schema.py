@@ -38,6 +38,7 @@ from dpmagic.domain.columns import (  # re-exported: the declared columns live i
     canonical_value,
     column_from_dict,
     missing_columns_error,
+    missing_id_error,
     missing_values_error,
     py_value,
     undeclared_columns_error,
@@ -315,6 +316,7 @@ class Schema:
         for name, col in self.columns.items():
             series = out[name]
             if series.isna().any():
-                raise missing_values_error(name)
+                unit = self.person_unit
+                raise missing_id_error(name) if unit is not None and unit.id == name else missing_values_error(name)
             out[name] = validate_column(col, series, out_of_range, diagnostics=diagnostics)
         return out
