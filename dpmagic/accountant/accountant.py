@@ -11,8 +11,15 @@ invariant").  The bound charged is chosen per session:
 * ``chromatic`` — the weight of a proper colouring χ_w ≥ ω_w;
 * ``sequential`` — Σ w, plain sequential composition.
 
-Size: one module (≈ 510 lines) because admission, the charge transaction and the ledger fold share one
-state — the engine's registered boxes and the budget — that must change together or not at all.
+Person level (``schema.person_unit`` set; docs/people.md §3): a person's loss is the weight of the queries that
+touch *any* of their ≤ K′ rows.  A second engine holds the boxes projected on the separating columns (the id and
+the invariant columns; :func:`project_box`, applied as a ledger box enters it, so a replay rebuilds the same
+state), and the charge is the minimum of three proven bounds (:class:`PersonBounds`): the projected engine's
+bound, K′ × the full engine's bound (rounded up), and Σw.  Replace-one person: the pair search on the projected
+boxes, K′ × the pair bound on the full boxes, Σw.
+
+Size: one module (≈ 750 lines) because admission, the charge transaction and the ledger fold share one
+state — the engines' registered boxes and the budget — that must change together or not at all.
 
 The charged bound is computed first and exactly (``sequential`` runs no overlap search at all; ``chromatic``
 only colours); the others are shown as proven bounds computed within a small display budget
