@@ -186,7 +186,7 @@ def test_split_statements() -> None:
         ("SELECT SUM(city) FROM t", QueryTypeError, "categorical"),
         ("SELECT COUNT(*) FROM t WHERE age = 'x'", QueryTypeError, "string"),
         ("SELECT COUNT(*) FROM t WHERE city = 3", QueryTypeError, "quote the value"),
-        ("SELECT COUNT(*) FROM t WHERE grade = '3'", QueryTypeError, "numeric categories"),
+        ("SELECT COUNT(*) FROM t WHERE grade = 'three'", QueryTypeError, "numeric categories"),
         ("SELECT COUNT(*) AS n, SUM(age) AS n FROM t", UnsupportedQueryError, "two outputs"),
         ("SELECT COUNT(*) FROM t WHERE 1 = 1", UnsupportedQueryError, "column"),
         ("WITH x AS (SELECT 1) SELECT COUNT(*) FROM x", UnsupportedQueryError, "WITH"),

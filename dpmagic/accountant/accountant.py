@@ -48,6 +48,7 @@ from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
 from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
+from dpmagic.overlap.rounding import sum_up
 
 __all__ = [
     "Accountant",
@@ -58,6 +59,8 @@ __all__ = [
     "CHARGE_BOUNDS",
     "Neighbors",
     "NEIGHBORS",
+    "PersonBounds",
+    "project_box",
 ]
 
 ChargeBound = ChargeKind  # one definition: dpmagic.overlap.engine
@@ -87,6 +90,70 @@ def _locked(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def project_box(box: Box, columns: tuple[str, ...]) -> Box:
+    """``box`` projected on ``columns``: only its constraints on them are kept (an empty box stays empty: it
+    touches nobody).  A person's rows share one point of the separating columns' projection, so a query whose
+    projected box misses that point touches none of the person's rows (docs/people.md §3)."""
+    if box.is_empty():
+        return box
+    return Box({c: s for c, s in box.constraints.items() if c in columns})
+
+
+@dataclass(frozen=True)
+class PersonBounds:
+    """Three proven upper bounds of one person's worst-case loss, in additive weights (docs/people.md §3).
+
+    * ``projected`` — the charged bound (γ_w, ω_w, χ_w, or the replace-one pair) of the boxes projected on the
+      separating columns (the id and the invariant columns);
+    * ``rows`` — K′ × the same bound over the full boxes (a person is at most K′ = ``kept_rows`` points),
+      rounded up;
+    * ``sequential`` — Σ w.
+
+    The charged value is their minimum (:meth:`charge`); ``note`` says why a query does not compose in
+    parallel for people when it would for rows (queries disjoint only on non-separating columns).
+    """
+
+    projected: float
+    projected_as: str
+    rows: float
+    rows_as: str
+    sequential: float
+    kept_rows: int
+    separating: tuple[str, ...]
+    #: about the query just admitted, not the state (so not compared)
+    note: str | None = field(default=None, compare=False)
+
+    @property
+    def which(self) -> Literal["projection", "rows", "sequential"]:
+        """The bound charged: the smallest (ties go to the projection, then K′×γ)."""
+        if self.projected <= self.rows and self.projected <= self.sequential:
+            return "projection"
+        return "rows" if self.rows <= self.sequential else "sequential"
+
+    def charge(self) -> tuple[float, str]:
+        """The charged additive weight (the minimum of the three) and its label."""
+        which = self.which
+        if which == "projection":
+            return self.projected, f"person: invariant projection ({self.projected_as})"
+        if which == "rows":
+            return self.rows, f"person: {self.kept_rows}×{self.rows_as}"
+        return self.sequential, "person: sequential"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the ledger's charge details and the reports."""
+        return {
+            "projected": self.projected,
+            "projected_as": self.projected_as,
+            "rows": self.rows,
+            "rows_as": self.rows_as,
+            "sequential": self.sequential,
+            "kept_rows": self.kept_rows,
+            "separating": list(self.separating),
+            "charged_by": self.which,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
 @dataclass(frozen=True)
 class Charge:
     """What admitting one query does (or would do) to the session's charged bound."""
@@ -105,6 +172,10 @@ class Charge:
     worst_row: dict[str, Any] | None = None
     #: the engine's admission behind these numbers: :meth:`Accountant.charge` commits it without solving again
     admission: Admission | None = field(default=None, repr=False, compare=False)
+    #: person level: the three bounds of one person's worst case (None for a row-level table)
+    person: PersonBounds | None = None
+    #: person level: the projected engine's admission (committed with ``admission``)
+    person_admission: Admission | None = field(default=None, repr=False, compare=False)
 
     @property
     def increase(self) -> float:
@@ -152,7 +223,13 @@ class Accountant:
         self.ledger = ledger if ledger is not None else Ledger()
         self.key = key
         self.time_limit = time_limit
+        #: the overlap engine over the full boxes (row level: the per-row filter; person level: K′ × its bound)
         self.engine = self._new_engine()
+        #: the privacy unit when it is a person (``schema.person_unit``), else None
+        self.unit = schema.person_unit
+        #: person level: an engine over the boxes projected on the separating columns (docs/people.md §3); the
+        #: ledger keeps the full boxes, the projection is applied as they enter it (a replay rebuilds the same)
+        self.person_engine: OverlapEngine | None = self._new_engine() if self.unit is not None else None
         self._entry_ids: list[int] = []
         #: the recorded time of each charge this accountant made and has not released yet
         self._charge_times: dict[int, float] = {}
@@ -160,6 +237,7 @@ class Accountant:
         self._seen = 0
         self._charged = 0.0
         self._charged_as: str = bound
+        self._person: PersonBounds | None = None
         self._sync()
 
     def _new_engine(self) -> OverlapEngine:
@@ -187,6 +265,8 @@ class Accountant:
                 self._entry_ids.append(ev.seq)
             elif ev.kind == "reset":
                 self.engine = self._new_engine()
+                if self.unit is not None:
+                    self.person_engine = self._new_engine()
                 self._entry_ids = []
                 boxes, weights = [], []
             elif ev.kind == "budget":
@@ -195,13 +275,16 @@ class Accountant:
         # restart (the colouring bound depends on the order of additions), so every bound is identical.
         for b, w in zip(boxes, weights):
             self.engine.add(b, w)
+            if self.person_engine is not None:
+                self.person_engine.add(self._project(b), w)
         self._seen = events[-1].seq
         if not any(ev.kind in ("charge", "reset", "budget") for ev in events):
             return  # only releases (of charges already counted): the charged bound is unchanged
         if len(self.engine):
-            self._charged, self._charged_as = self._charge_value(self.engine.bounds(), None)
+            pb = self.person_engine.bounds() if self.person_engine is not None else None
+            self._charged, self._charged_as, self._person = self._charge_value(self.engine.bounds(), pb, None)
         else:
-            self._charged, self._charged_as = 0.0, self.bound
+            self._charged, self._charged_as, self._person = 0.0, self.bound, None
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -225,7 +308,8 @@ class Accountant:
         """The charged queries as a graph, for display (read-only; nodes in charging order)."""
         from dpmagic.overlap import overlap_adjacency
 
-        e = self.engine
+        # person level: an edge when two queries can touch the same person (their projected boxes overlap)
+        e = self.person_engine if self.person_engine is not None else self.engine
         return QueryGraph(
             adjacency=overlap_adjacency(e.store) if len(e) else None,
             colors=np.asarray(e.coloring()),
@@ -247,16 +331,50 @@ class Accountant:
         """The ledger entry of an engine node."""
         return self._entry_ids[node]
 
-    def _charge_value(self, bounds: Bounds, extra: tuple[Box, float] | None) -> tuple[float, str]:
-        """The charged additive weight for the bounds of a query set (plus an optional candidate)."""
+    @property
+    def person_bounds(self) -> PersonBounds | None:
+        """Person level: the three bounds of the current charge (None for a row-level table or no charge)."""
+        return self._person
+
+    def _project(self, box: Box) -> Box:
+        assert self.unit is not None
+        return project_box(box, self.unit.separating)
+
+    def _charge_value(
+        self, bounds: Bounds, pbounds: Bounds | None, extra: tuple[Box, float] | None, note: str | None = None
+    ) -> tuple[float, str, PersonBounds | None]:
+        """The charged additive weight for the bounds of a query set (plus an optional candidate), its label and,
+        at person level, the three bounds it is the minimum of (docs/people.md §3)."""
+        value, label = self._unit_value(self.engine, bounds, extra)
+        if self.unit is None or self.person_engine is None or pbounds is None:
+            return value, label, None
+        pextra = (self._project(extra[0]), extra[1]) if extra is not None else None
+        pvalue, plabel = self._unit_value(self.person_engine, pbounds, pextra)
+        k = self.unit.kept_rows
+        person = PersonBounds(
+            projected=pvalue,
+            projected_as=plabel,
+            rows=sum_up([value] * k),  # K′·value rounded up: exact sum of K′ copies
+            rows_as=label,
+            sequential=bounds.sequential,
+            kept_rows=k,
+            separating=self.unit.separating,
+            note=note,
+        )
+        v, lab = person.charge()
+        return v, lab, person
+
+    def _unit_value(self, engine: OverlapEngine, bounds: Bounds, extra: tuple[Box, float] | None) -> tuple[float, str]:
+        """The charged bound of one engine's query set: a point's worst case (add/remove) or a pair of points'
+        (replace-one)."""
         value, label = bounds.charge(self.bound)
         if self.neighbors == "add-remove":
             return value, label
         if self.bound == "sequential":
             return bounds.sequential, "sequential"
-        if len(self.engine) + (extra is not None) <= MAX_PAIR_QUERIES:
-            boxes = self.engine.boxes + ([extra[0]] if extra else [])
-            weights = list(self.engine.weights) + ([extra[1]] if extra else [])
+        if len(engine) + (extra is not None) <= MAX_PAIR_QUERIES:
+            boxes = engine.boxes + ([extra[0]] if extra else [])
+            weights = list(engine.weights) + ([extra[1]] if extra else [])
             pair = max_pair_load(boxes, weights, self.schema)
             if pair is not None:
                 return pair.value, "replace-one pair (exact)"
@@ -291,11 +409,25 @@ class Accountant:
         weight = self.currency.weight(cost)
         before = self.charged_weight
         # the engine searches longer only when its proven interval straddles the budget (replace-one: ≤ 2γ)
-        total = self.budget.total_weight
-        adm = self.engine.admit(box, weight, budget=total if self.neighbors == "add-remove" else total / 2.0)
+        total = self.budget.total_weight if self.neighbors == "add-remove" else self.budget.total_weight / 2.0
+        k = self.unit.kept_rows if self.unit is not None else 1
+        adm = self.engine.admit(box, weight, budget=total / k)
         after_bounds = adm.bounds
-        after, label = self._charge_value(after_bounds, (box, weight))
-        neighbors = tuple(self._entry_ids[int(i)] for i in adm.neighbors)
+        padm: Admission | None = None
+        worst = after_bounds.overlap.witness
+        nodes = adm.neighbors
+        note = None
+        if self.person_engine is not None:
+            padm = self.person_engine.admit(self._project(box), weight, budget=total)
+            nodes = padm.neighbors  # the queries that may touch one person this query touches
+            note = self._fallback_note(box, adm.neighbors, padm.neighbors)
+        after, label, person = self._charge_value(
+            after_bounds, padm.bounds if padm is not None else None, (box, weight), note
+        )
+        if person is not None and padm is not None and person.which == "projection":
+            w = padm.bounds.overlap.witness
+            worst = None if w is None else {c: w[c] for c in person.separating if c in w}
+        neighbors = tuple(self._entry_ids[int(i)] for i in nodes)
         return Charge(
             cost=cost,
             weight=weight,
@@ -308,8 +440,32 @@ class Accountant:
             bounds=after_bounds,
             admissible=self._fits(after),
             neighbors=neighbors,
-            worst_row=after_bounds.overlap.witness,
+            worst_row=worst,
             admission=adm,
+            person=person,
+            person_admission=padm,
+        )
+
+    def _fallback_note(self, box: Box, row_nodes: np.ndarray, person_nodes: np.ndarray) -> str | None:
+        """Why a query does not compose in parallel for people with queries it is disjoint from for rows: they
+        are disjoint only on columns that are not constant within a person (names the first such columns)."""
+        assert self.unit is not None
+        extra = sorted(set(int(i) for i in person_nodes) - set(int(i) for i in row_nodes))
+        if not extra:
+            return None
+        cols: list[str] = []
+        for i in extra:
+            other = self.engine.boxes[i]
+            for c, vs in box.constraints.items():
+                t = other.get(c)
+                if t is not None and not vs.overlaps(t) and c not in cols:
+                    cols.append(c)
+        names = ", ".join(repr(c) for c in cols) or "a column that varies within a person"
+        n = len(extra)
+        return (
+            f"disjoint from {n} earlier {'query' if n == 1 else 'queries'} only on non-invariant "
+            f"column{'s' if len(cols) > 1 else ''} {names}: a person may have rows on both sides, so for people "
+            "they compose sequentially"
         )
 
     @_locked
@@ -351,7 +507,11 @@ class Accountant:
                     "weight": ch.weight,
                     "bound": ch.charged_as,
                     "charged_after": ch.after,
-                    "details": {"bounds": BoundsSummary.of(ch.bounds).to_dict(session=False), **(details or {})},
+                    "details": {
+                        "bounds": BoundsSummary.of(ch.bounds).to_dict(session=False),
+                        **({"person": ch.person.to_dict()} if ch.person is not None else {}),
+                        **(details or {}),
+                    },
                 },
                 created=created,
             )
@@ -360,9 +520,12 @@ class Accountant:
         self._fold.apply(event)
         assert ch.admission is not None
         self.engine.commit(ch.admission)  # recomputes only if the engine changed since the admission
+        if self.person_engine is not None:
+            assert ch.person_admission is not None
+            self.person_engine.commit(ch.person_admission)
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
-        self._charged, self._charged_as = ch.after, ch.charged_as
+        self._charged, self._charged_as, self._person = ch.after, ch.charged_as, ch.person
         return entry_id, ch
 
     def _reuse(self, preview: Charge, box: Box, cost: float) -> Charge | None:
@@ -370,6 +533,10 @@ class Accountant:
         adm = preview.admission
         if adm is None or adm.state != self.engine.state or adm.charged != self.engine.charged:
             return None
+        if self.person_engine is not None:
+            padm = preview.person_admission
+            if padm is None or padm.state != self.person_engine.state:
+                return None
         if adm.box != box or check_cost(cost, f"the query's {self.currency.parameter}") != preview.cost:
             return None
         total = self.budget.total_weight  # a budget event changes no engine state: re-check the fit
@@ -398,8 +565,9 @@ class Accountant:
                 f"lower the cost to at most {cur.format(left)}, narrow the WHERE clause to a region with more "
                 "budget left, or stop here"
             )
+        what = "charged privacy loss" if self.unit is None else "one person's worst-case privacy loss"
         return BudgetExceededError(
-            f"refused: this query costs {cur.format(ch.cost)} and would raise the charged privacy loss "
+            f"refused: this query costs {cur.format(ch.cost)} and would raise the {what} "
             f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
             f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
             f"{cur.format(left)} is left for a query on this part of the domain",
@@ -414,6 +582,8 @@ class Accountant:
         full budget.  Under the other bounds it is the budget minus the charged bound (a safe lower estimate).
         """
         self._sync()
+        if self.unit is not None and len(self.engine):
+            return self.currency.cost(max(0.0, self._person_left(box)))
         if self.bound != "exact" or self.neighbors == "replace" or len(self.engine) == 0:
             left = self.budget.total_weight - self.charged_weight
         elif not self._fits(self.charged_weight):
@@ -422,6 +592,33 @@ class Accountant:
             # the new maximum is max(γ_old, w + max load on the box): only the box's own load matters
             left = self.budget.total_weight - max(self.engine.max_load_over(box).upper, 0.0)
         return self.currency.cost(max(0.0, left))
+
+    def _person_left(self, box: Box) -> float:
+        """Person level: the largest additive weight a query on ``box`` can have so that the minimum of the three
+        bounds after it stays within the budget.  The minimum is within the budget iff one of the bounds is, and
+        each grows monotonically with the weight, so the answer is the largest of the three allowances:
+
+        * projection: max(γ_old, w + max load over the projected box) ≤ B  ⇔  γ_old ≤ B and w ≤ B − that load;
+        * K′ × γ over full boxes: w ≤ B/K′ − max load over the box (when K′·γ_old ≤ B);
+        * sequential: w ≤ B − Σw.
+
+        Under a bound other than ``exact``, or replace-one, a bound grows by at most w (K′·w) per query: the
+        allowances are B − bound (B/K′ − bound).  Each allowance is a lower estimate (loads are upper bounds)."""
+        assert self.unit is not None and self.person_engine is not None
+        budget = self.budget.total_weight
+        k = self.unit.kept_rows
+        pb, fb = self.person_engine.bounds(), self.engine.bounds()
+        pv, _ = self._unit_value(self.person_engine, pb, None)
+        fv, _ = self._unit_value(self.engine, fb, None)
+        allow = [budget - fb.sequential]
+        if self.bound == "exact" and self.neighbors == "add-remove":
+            if self._fits(pv):
+                allow.append(budget - max(self.person_engine.max_load_over(self._project(box)).upper, 0.0))
+            if self._fits(sum_up([fv] * k)):
+                allow.append(budget / k - max(self.engine.max_load_over(box).upper, 0.0))
+        else:
+            allow += [budget - pv, budget / k - fv]
+        return max(allow)
 
     def record_release(self, entry_id: int, answer: Any) -> None:
         """Append the released answer of a charged entry, with its charge's time: no clock is read after the data
@@ -463,14 +660,20 @@ class Accountant:
             raise ConfigurationError("the budget map needs two different columns")
         a_labels, a_sets = _cells_of(self.schema, first, self.engine.boxes)
         b_labels, b_sets = _cells_of(self.schema, second, self.engine.boxes)
-        grid = [
-            [
-                (self.engine.max_load_over(Box({first: sa, second: sb})).upper if len(self.engine) else 0.0)
-                for sb in b_sets
-            ]
-            for sa in a_sets
-        ]
+        grid = [[self._cell_load(Box({first: sa, second: sb})) for sb in b_sets] for sa in a_sets]
         return a_labels, b_labels, grid
+
+    def _cell_load(self, cell: Box) -> float:
+        """The maximum load over a cell (row level), or at person level a proven upper bound of the load of any
+        person with a row in the cell: min(the projected engine's max load over the projected cell, K′·γ, Σw)."""
+        if not len(self.engine):
+            return 0.0
+        row = self.engine.max_load_over(cell).upper
+        if self.unit is None or self.person_engine is None:
+            return row
+        fb = self.engine.bounds()
+        proj = self.person_engine.max_load_over(self._project(cell)).upper
+        return min(proj, sum_up([fb.overlap.upper] * self.unit.kept_rows), fb.sequential)
 
 
 def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], list[Any]]:

@@ -10,6 +10,10 @@ replace-one neighbours a changed row may leave one cell and enter another, so tw
 * zCDP: the L2 change across the two cells is √2 × the per-cell change (``spread = √2``);
 * μ-GDP: each cell is a μ/√2-GDP release of the per-cell change (two compose to μ: Dong, Roth & Su 2019,
   Cor. 3.3), so ``cell_cost = share/√2`` and ``spread = 1``.
+
+At person level (``contribution`` set: the schema's person unit, docs/people.md §2) a step moves up to
+min(C, 2n) cells by up to c rows each: the quantile unit calibrates OpenDP's map at the distance
+:func:`dpmagic.noise.sensitivity.person_distance` gives, from ``contribution`` and the ``cells`` meeting the box.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from dpmagic.accountant.currency import Definition
 from dpmagic.aggregates.exactsum import exact_cell_sums  # re-exported (the helpers' old home)
 from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.domain.unit import Contribution
 from dpmagic.noise.sensitivity import clamp_bounds
 from dpmagic.query.model import Aggregate
 
@@ -35,14 +40,26 @@ class CellCalibration:
     spread: float
     replace_one: bool
     grouped: bool  # replace-one and a GROUP BY: a change can move two cells
+    #: person level: one person's contribution bounds over the query's cells (None: one row is the unit)
+    contribution: Contribution | None = None
+    #: the GROUP BY cells meeting the box (person level: how many cells a replacement can move)
+    cells: int = 1
 
 
-def calibration(definition: Definition, share: float, *, replace_one: bool, grouped: bool) -> CellCalibration:
+def calibration(
+    definition: Definition,
+    share: float,
+    *,
+    replace_one: bool,
+    grouped: bool,
+    contribution: Contribution | None = None,
+    cells: int = 1,
+) -> CellCalibration:
     two_cells = grouped and replace_one
     if two_cells and definition == "gdp":
-        return CellCalibration(definition, share / math.sqrt(2.0), 1.0, replace_one, True)
+        return CellCalibration(definition, share / math.sqrt(2.0), 1.0, replace_one, True, contribution, cells)
     spread = (2.0 if definition == "pure" else math.sqrt(2.0)) if two_cells else 1.0
-    return CellCalibration(definition, share, spread, replace_one, two_cells)
+    return CellCalibration(definition, share, spread, replace_one, two_cells, contribution, cells)
 
 
 def effective_bounds(agg: Aggregate, schema: Schema) -> tuple[float, float]:

@@ -29,7 +29,7 @@ from dpmagic.accountant.currency import Definition
 from dpmagic.aggregates.registry import AggregateUnit, PlanContext, SqlInputs, SqlResults, UnitPlan, register
 from dpmagic.aggregates.sqlexpr import col
 from dpmagic.noise.calibration import Noise, calibrate, release_integer
-from dpmagic.noise.sensitivity import Coverage, patterns
+from dpmagic.noise.sensitivity import Coverage, distinct_sensitivity, patterns
 
 if TYPE_CHECKING:
     from dpmagic.query.model import Aggregate
@@ -37,8 +37,12 @@ if TYPE_CHECKING:
 __all__ = ["CountDistinctUnit", "plan", "exact", "release"]
 
 
-def plan(definition: Definition, share: float, cov: Coverage, *, replace_one: bool) -> Noise:
-    return calibrate(definition, share, patterns(0, 1, cov, replace_one=replace_one))
+def plan(definition: Definition, share: float, cov: Coverage, *, replace_one: bool, column: str | None = None) -> Noise:
+    """The noise of COUNT(DISTINCT ``column``): :func:`dpmagic.noise.sensitivity.distinct_sensitivity` (at person
+    level, COUNT(DISTINCT id) counts persons: 1 per cell a person is in)."""
+    if column is None:
+        return calibrate(definition, share, patterns(0, 1, cov, replace_one=replace_one))
+    return calibrate(definition, share, distinct_sensitivity(cov, column, replace_one=replace_one))
 
 
 def exact(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
@@ -69,7 +73,9 @@ class CountDistinctUnit(AggregateUnit):
     releases = 1
 
     def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
-        return UnitPlan(agg, plan(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one))
+        return UnitPlan(
+            agg, plan(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one, column=str(agg.column))
+        )
 
     def describe(self, u: UnitPlan) -> dict[str, str]:
         return {f"count_distinct({u.agg.column})": str(u.plan)}

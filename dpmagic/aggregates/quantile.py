@@ -13,7 +13,9 @@ mechanism).  OpenDP's privacy maps give the cost:
 
 The neighbouring relation enters as OpenDP's symmetric distance: 1 under add/remove, 2 under replace (a change
 is a removal and an addition); across GROUP BY cells under replace-one each of the two cells moves by 1, half
-the within-cell change, so each of the two costs at most half (pure; a quarter under zCDP).  Candidates
+the within-cell change, so each of the two costs at most half (pure; a quarter under zCDP).  At person level
+(a schema's person unit) one person moves up to c rows in each of up to n cells: the map is taken at
+:func:`dpmagic.noise.sensitivity.person_distance` (docs/people.md §2).  Candidates
 (public, from the declared or clamped range): every integer when an int range has ≤ 10,001 values, otherwise
 1,001 evenly spaced points.  Values are clamped into the range.  No interval is stated (NaN).
 
@@ -54,6 +56,7 @@ import opendp.prelude as dp
 from dpmagic.aggregates.common import CellCalibration
 from dpmagic.errors import BudgetError, UnsupportedQueryError
 from dpmagic.noise.calibration import MAX_ROWS
+from dpmagic.noise.sensitivity import person_distance
 
 dp.enable_features("contrib")
 
@@ -300,22 +303,36 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration,
             hint="clamp the column to a range of ordinary width (e.g. CLAMP(col, lo, hi))",
         )
     target = cal.cell_cost
+    person = cal.contribution is not None and cal.contribution.total > 1
     if _is_extreme(alpha):
         # L∞ sensitivity 1 under both relations; a replace-one change across two cells moves both: half each
-        if cal.replace_one and cal.grouped:
+        d_ext = 1.0
+        if person:
+            assert cal.contribution is not None
+            d_ext = person_distance(
+                cal.contribution, cal.cells, replace_one=cal.replace_one, definition=cal.definition, extreme=True
+            )
+        elif cal.replace_one and cal.grouped:
             target = target / 2.0
         if not (target > 0 and math.isfinite(target)):
             raise BudgetError("the cost of a MIN / MAX must be positive")
         try:
             scale = dp.binary_search_param(
-                lambda s: _extreme_chain(len(cands), cal.definition, s), d_in=1.0, d_out=target
+                lambda s: _extreme_chain(len(cands), cal.definition, s), d_in=d_ext, d_out=target
             )
         except Exception:
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}") from None
-        if float(_extreme_chain(len(cands), cal.definition, scale).map(1.0)) > target:
+        if float(_extreme_chain(len(cands), cal.definition, scale).map(d_ext)) > target:
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}")
         return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid)
     d_in = 2 if cal.replace_one else 1
+    if person:  # one person moves up to c rows per cell, over several cells (docs/people.md §2)
+        assert cal.contribution is not None
+        d_in = int(
+            person_distance(
+                cal.contribution, cal.cells, replace_one=cal.replace_one, definition=cal.definition, extreme=False
+            )
+        )
     if not (target > 0 and math.isfinite(target)):
         raise BudgetError("the cost of a quantile must be positive")
     if len(cands) > 1:

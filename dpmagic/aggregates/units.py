@@ -26,15 +26,16 @@ def plan_extended(
     query: Query, schema: Schema, definition: Definition, share: float, *, replace_one: bool
 ) -> dict[str, UnitPlan]:
     """Plans of the query's non-basic aggregates, each release calibrated at ``share`` (no data read)."""
-    ctx = PlanContext(
-        query,
-        schema,
+    cov = coverage_of(query, schema)
+    cal = calibration(
         definition,
         share,
-        replace_one,
-        calibration(definition, share, replace_one=replace_one, grouped=bool(query.groups)),
-        coverage_of(query, schema),
+        replace_one=replace_one,
+        grouped=bool(query.groups),
+        contribution=cov.contribution,
+        cells=cov.cells,
     )
+    ctx = PlanContext(query, schema, definition, share, replace_one, cal, cov)
     out: dict[str, UnitPlan] = {}
     for a in query.aggregates:
         unit = unit_for(a.func)

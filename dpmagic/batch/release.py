@@ -66,6 +66,7 @@ __all__ = [
     "noise_model",
     "replace_factor",
     "opendp_scale",
+    "person_factor",
     "bounding_box",
 ]
 
@@ -219,7 +220,23 @@ class BatchPlan:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, strategy: str = "auto") -> BatchPlan:
+def person_factor(rows: int, replace_one: bool, replace_ratio: float, p: int) -> float:
+    """How much a person of at most ``rows`` rows multiplies a linear release's row-level sensitivity
+    (docs/people.md §2, Proposition 2.6): the person's histogram h has ‖h‖₁ ≤ rows, so ‖A·h‖ ≤ rows·Δ (add/remove,
+    triangle inequality over the rows); a replacement pairs up to ``rows`` rows (each pair a row-level replacement,
+    Δ·replace_factor·ratio) and adds or removes the rest (Δ each): rows·max(replace_factor·ratio, 1)·Δ.  1 for
+    a row (rows = 1: a person is a row, the row-level bound applies)."""
+    if rows <= 1:
+        return 1.0
+    if not replace_one:
+        return float(rows)
+    rf = replace_factor(p) * replace_ratio
+    return rows * max(rf, 1.0) / rf
+
+
+def plan_strategy(
+    spec: WorkloadSpec, currency: Currency, *, replace_one: bool, strategy: str = "auto", rows: int = 1
+) -> BatchPlan:
     """Choose the strategy at unit cost (the ranking does not depend on the cost: RMSE scales as 1/ε, 1/√ρ, 1/μ)."""
     if strategy != "auto" and strategy not in STRATEGIES:
         raise ConfigurationError(
@@ -241,7 +258,8 @@ def plan_strategy(spec: WorkloadSpec, currency: Currency, *, replace_one: bool, 
             if not a.supports(w):
                 continue
             e = float(expected_rmse(w, a, noise))
-            errs[name] = e * _replace_ratio(a, noise.p) if replace_one else e
+            rr = _replace_ratio(a, noise.p) if replace_one else 1.0
+            errs[name] = e * rr * person_factor(rows, replace_one, rr, noise.p)
         except ConfigurationError:
             continue
     if not errs:  # pragma: no cover - identity always supports
@@ -281,6 +299,7 @@ class BatchMechanism(QueryBoxMechanism):
         *,
         replace_one: bool,
         plan: BatchPlan,
+        rows: int = 1,
     ) -> None:
         if tuple(query.group_by) != spec.columns:
             raise ConfigurationError(
@@ -304,8 +323,9 @@ class BatchMechanism(QueryBoxMechanism):
         # a signed strategy (Gaussian OPT₀) under replace-one: its own bound (replace_sensitivity), rounded alike
         rr = _replace_ratio(self.strategy, p) if replace_one else 1.0
         rr = math.nextafter(rr * (1.0 + 4.0 * 2.0**-52), math.inf) if rr != 1.0 else 1.0
-        self.sensitivity = base * (replace_factor(p) if replace_one else 1.0) * rr
-        nominal = self.noise_model.scale(base) * rr
+        mult = person_factor(rows, replace_one, rr, p)  # person level: ≤ rows rows per person
+        self.sensitivity = base * (replace_factor(p) if replace_one else 1.0) * rr * mult
+        nominal = self.noise_model.scale(base) * rr * mult
         self.scale = opendp_scale(currency, self._cost, self.noise_model.kind, self.sensitivity, nominal)
         # per-query variance (public, before any read), at the scale actually used
         var = answer_variances(spec.workload, self.strategy, self.noise_model)
@@ -366,7 +386,14 @@ class BoxBatchMechanism(Mechanism):
     kind = "batch-boxes"
 
     def __init__(
-        self, queries: list[Query], schema: Schema, currency: Currency, cost: float, *, replace_one: bool
+        self,
+        queries: list[Query],
+        schema: Schema,
+        currency: Currency,
+        cost: float,
+        *,
+        replace_one: bool,
+        rows: int = 1,
     ) -> None:
         from dpmagic.batch.sensitivity import batch_sensitivity
 
@@ -394,6 +421,10 @@ class BoxBatchMechanism(Mechanism):
         d = str(currency.definition)
         p = 1 if d == "pure" else 2
         l1, l2 = (bs.replace_l1, bs.replace_l2) if replace_one else (bs.add_remove_l1, bs.add_remove_l2)
+        if rows > 1:  # person level (docs/people.md §2, Prop. 2.6): paired rows replace, the rest add/remove
+            if replace_one:
+                l1, l2 = max(l1, bs.add_remove_l1), max(l2, bs.add_remove_l2)
+            l1, l2 = rows * l1, rows * l2
         # an all-empty batch has sensitivity 0: calibrate to 1 (an upper bound; its answers are pure noise)
         self.sensitivity = max(l1 if p == 1 else l2, 1.0)
         base = laplace(cost) if p == 1 else gaussian_zcdp(cost) if d == "zcdp" else gaussian_gdp(cost)

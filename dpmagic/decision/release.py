@@ -54,6 +54,7 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
         *,
         definition: Definition,
         replace_one: bool,
+        rows: int = 1,
     ) -> None:
         if request.kind != "discrete_laplace":
             raise ValueError("decision reads support integer statistics only")  # refused earlier by decision.sql
@@ -66,7 +67,14 @@ class DecisionPhaseMechanism(QueryBoxMechanism):
 
         certified = float(vector_measurement(request.kind, request.scale).map(int(math.ceil(request.sensitivity))))
         self.epsilon = max(request.epsilon, certified)
-        self.loss_epsilon = (2.0 if replace_one else 1.0) * self.epsilon
+        # person level (``rows`` = T > 1, docs/people.md §2): one person moves the read groups' statistics by at
+        # most T·Δ in L1 (≤ c·Δ per group), the distance OpenDP's vector map is taken at
+        per_unit = self.epsilon
+        if rows > 1:
+            person = vector_measurement(request.kind, request.scale).map(int(math.ceil(rows * request.sensitivity)))
+            per_unit = max(rows * self.epsilon, float(person))
+        self.rows = rows
+        self.loss_epsilon = (2.0 if replace_one else 1.0) * per_unit
         self._cost = cost_of_epsilon(self.loss_epsilon, definition)
 
     def describe(self) -> dict[str, Any]:

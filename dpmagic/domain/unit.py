@@ -248,7 +248,7 @@ class PersonUnit:
         cells = 1
         for n in cells_of.values():
             cells *= max(1, n)
-        for col, n in cells_of.items():
+        for col in cells_of:
             b = self.per_group.get(col)
             if b is None:
                 continue

@@ -41,6 +41,15 @@ Rounding an exact integer release to a grid of k units, r(s) = ⌊s/k + 1/2⌋, 
 most ⌈|d|/k⌉ grid units (⌊u⌋ − ⌊w⌋ < u − w + 1 and is an integer), so :meth:`Sensitivity.coarsen` applies
 ⌈·/k⌉ to each entry of each pattern.
 
+**Person level** (``schema.person_unit`` set; docs/people.md §2).  A neighbouring step adds or removes one
+person with all their kept rows, or replaces one person's rows by another's.  :func:`coverage_of` attaches the
+person's :class:`~dpmagic.domain.unit.Contribution` to the query (T rows at most in the query's cells, at most
+c in one cell, at most n cells; a GROUP BY column constant within a person — the id or an invariant column —
+puts all of a person's rows in one of its cells), and :func:`patterns` then returns a :class:`NormSensitivity`
+(:func:`person_patterns`): explicit bounds on the L1, L2 and L∞ norms and on the number of changed cells of every
+change vector, each proven in docs/people.md §2 and brute-force tested (``tests/test_people_sensitivity.py``).
+A person with at most one row in the query's cells (T = 1) is a row, and the row-level patterns apply.
+
 Complexity: O(number of GROUP BY and constrained columns) per release; no data is read.
 """
 
@@ -52,9 +61,24 @@ from dataclasses import dataclass
 
 from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import CategorySet, IntervalSet
-from dpmagic.query.model import Query
+from dpmagic.domain.unit import Contribution, PersonUnit
+from dpmagic.query.model import GroupKey, Query
 
-__all__ = ["Sensitivity", "Coverage", "clamp_bounds", "coverage_of", "patterns", "release_sensitivity", "value_range"]
+__all__ = [
+    "Sensitivity",
+    "NormSensitivity",
+    "Coverage",
+    "clamp_bounds",
+    "coverage_of",
+    "distinct_sensitivity",
+    "patterns",
+    "person_contribution",
+    "person_distance",
+    "person_patterns",
+    "person_rows",
+    "release_sensitivity",
+    "value_range",
+]
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,57 @@ class Sensitivity:
         return self.linf
 
 
+@dataclass(frozen=True)
+class NormSensitivity(Sensitivity):
+    """A sensitivity given by proven bounds on the norms of every change vector d a neighbouring step makes
+    (person level: the changes are too many to list as patterns, docs/people.md §2): ‖d‖₁ ≤ ``norm1``,
+    ‖d‖₂ ≤ ``norm2``, ‖d‖∞ ≤ ``norminf``, at most ``cells`` non-zero entries.
+
+    :meth:`coarsen` keeps every bound proven: rounding to a grid of k units maps each entry dⱼ to at most
+    ⌈|dⱼ|/k⌉ < |dⱼ|/k + 1 units and leaves zero entries at zero, so over at most n changed cells
+    Σ⌈|dⱼ|/k⌉ < ‖d‖₁/k + n (also ≤ n·⌈‖d‖∞/k⌉) and, by Minkowski's inequality on the non-negative vectors
+    |d|/k and the support's indicator, ‖⌈|d|/k⌉‖₂ ≤ ‖d‖₂/k + √n (also ≤ √n·⌈‖d‖∞/k⌉).  (Coarsening representative
+    patterns entry-wise would not be: (3, 1) and (4) and (1, 1, 1, 1) share ‖·‖₁ = 4, but only (3, 1) → (2, 1).)
+    """
+
+    norm1: float = 0
+    norm2: float = 0.0
+    norminf: float = 0
+    cells: int = 1
+
+    @property
+    def l1(self) -> float:
+        return self.norm1
+
+    @property
+    def l2(self) -> float:
+        return self.norm2
+
+    @property
+    def linf(self) -> float:
+        return self.norminf
+
+    @property
+    def max_cells(self) -> int:
+        return max(1, self.cells)
+
+    @property
+    def is_zero(self) -> bool:
+        return self.norm1 == 0 and self.norminf == 0
+
+    def coarsen(self, k: int) -> Sensitivity:
+        if k == 1:
+            return self
+        n = self.max_cells
+        inf = _ceil_div(self.norminf, k)
+        if isinstance(self.norm1, int):
+            l1: float = min((self.norm1 + n * k) // k, n * int(inf))
+        else:
+            l1 = min(self.norm1 / k + n, n * inf)
+        l2 = min(self.norm2 / k + math.sqrt(n), math.sqrt(n) * inf)
+        return NormSensitivity((), l1, l2, inf, n)
+
+
 def _ceil_div(s: float, k: int) -> float:
     return -(-s // k) if isinstance(s, int) else math.ceil(s / k)
 
@@ -114,6 +189,10 @@ class Coverage:
     empty: bool
     whole_domain: bool
     cells: int  # number of GROUP BY cells holding rows of the box
+    #: person level: the bounds of one person's rows over the query's cells (None: one row is the unit)
+    contribution: Contribution | None = None
+    #: person level: the unit's id column (COUNT(DISTINCT id) counts persons: :func:`distinct_sensitivity`)
+    unit_id: str | None = None
 
 
 def coverage_of(query: Query, schema: Schema) -> Coverage:
@@ -126,22 +205,58 @@ def coverage_of(query: Query, schema: Schema) -> Coverage:
     can fall outside the filter, so the coverage is never the whole domain.  O(number of cells).
     """
     box = query.where
+    unit = schema.person_unit
     if box.is_empty():
-        return Coverage(True, False, 0)
+        return Coverage(True, False, 0, None, None if unit is None else unit.id)
     cells = 1
+    per_key: list[int] = []
     for g in query.groups:
         s = box.get(g.column)
         if g.sets is None:
             col = schema[g.column]
             assert isinstance(col, CategoricalColumn)
-            cells *= len(s) if isinstance(s, CategorySet) else col.size
+            n = len(s) if isinstance(s, CategorySet) else col.size
         elif s is None:
-            cells *= len(g.sets)
+            n = len(g.sets)
         else:
-            cells *= sum(1 for b in g.sets if b.overlaps(s))
+            n = sum(1 for b in g.sets if b.overlaps(s))
+        per_key.append(n)
+        cells *= n
     # A Box drops tautologies on construction: it covers the whole domain iff it constrains nothing (and no
     # exact filter narrows it further).
-    return Coverage(False, not box.constraints and query.filter is None, cells)
+    whole = not box.constraints and query.filter is None
+    if unit is None:
+        return Coverage(False, whole, cells)
+    return Coverage(False, whole, cells, person_contribution(unit, query.groups, per_key), unit.id)
+
+
+def person_contribution(unit: PersonUnit, groups: tuple[GroupKey, ...], cells: list[int]) -> Contribution:
+    """One person's contribution bounds over a query's GROUP BY keys ``groups`` with ``cells[i]`` cells meeting
+    the box each (docs/people.md §2): :meth:`PersonUnit.contribution`, with two adjustments.
+
+    * A key on a column constant within a person (:attr:`PersonUnit.separating`: the id, an invariant column)
+      puts all of a person's rows in one of its cells: it counts as one cell.
+    * A per-group ``max_rows`` c bounds a person's rows per *value* of the column: it bounds the rows in a cell
+      only when the key's cells are the column's values (a categorical key, ``sets`` None); a binned key's cell
+      may hold several values, so there it bounds the rows per cell by c·g when ``max_groups`` g is declared,
+      else not at all.  (``max_groups`` bounds the cells of a binned key as well: distinct bins need distinct
+      values.)
+    """
+    eff: dict[str, int] = {}
+    for g, n in zip(groups, cells):
+        n = 1 if g.column in unit.separating else max(1, n)
+        eff[g.column] = eff.get(g.column, 1) * n
+    base = unit.contribution(eff)
+    per_cell = unit.kept_rows
+    for g in groups:
+        b = unit.per_group.get(g.column)
+        if b is None or b.max_rows is None or g.column in unit.separating:
+            continue
+        if g.sets is None:
+            per_cell = min(per_cell, b.max_rows)
+        elif b.max_groups is not None:
+            per_cell = min(per_cell, b.max_rows * b.max_groups)
+    return Contribution(rows=base.rows, per_cell=per_cell, cells=base.cells)
 
 
 def clamp_bounds(col: NumericColumn, clamp: tuple[float, float] | None) -> tuple[float, float]:
@@ -179,9 +294,13 @@ def value_range(
 
 
 def patterns(lo: float, hi: float, cov: Coverage, *, replace_one: bool) -> Sensitivity:
-    """The change patterns of a sum of per-row values in [lo, hi] over ``cov`` (module docstring)."""
+    """The change patterns of a sum of per-row values in [lo, hi] over ``cov`` (module docstring); at person
+    level (``cov.contribution`` set, more than one row of a person in the query's cells) the norm bounds of
+    :func:`person_patterns`."""
     if cov.empty:
         return Sensitivity(())
+    if cov.contribution is not None and cov.contribution.total > 1:
+        return person_patterns(lo, hi, cov, cov.contribution, replace_one=replace_one)
     m = max(abs(lo), abs(hi))
     if not replace_one:
         return Sensitivity(((m,),))
@@ -191,6 +310,90 @@ def patterns(lo: float, hi: float, cov: Coverage, *, replace_one: bool) -> Sensi
     if cov.cells >= 2:
         out.append((m, m))
     return Sensitivity(tuple(out))
+
+
+def person_patterns(
+    lo: float, hi: float, cov: Coverage, contribution: Contribution, *, replace_one: bool
+) -> NormSensitivity:
+    """The sensitivity of a sum of per-row values in [lo, hi] over ``cov`` when one step adds, removes or
+    replaces one person (docs/people.md §2, Propositions 2.1–2.3).
+
+    With T = ``contribution.total``, c = ``per_cell``, n = min(``cells``, ``cov.cells``), M = max(|lo|, |hi|),
+    P = max(hi, 0), N = max(−lo, 0), R = P + N and ℓ = :meth:`Contribution.l2_rows`:
+
+    * add/remove: ‖d‖₁ ≤ T·M, ‖d‖₂ ≤ ℓ·M, ‖d‖∞ ≤ c·M, n cells;
+    * replace, one cell: |d| ≤ max_k k·hi − min_k k·lo over k ∈ [k₀, T] (k₀ = 1 if every row is in the box,
+      a person having at least one row; else 0) — at most T·R;
+    * replace, several cells: ‖d‖₁ ≤ 2T·M, ‖d‖₂ ≤ ℓ·min(√2·R, 2M), ‖d‖∞ ≤ c·R, min(C, 2n) cells.
+    """
+    t, c = contribution.total, contribution.per_cell
+    n = max(1, min(contribution.cells, cov.cells))
+    m = max(abs(lo), abs(hi))
+    pos, neg = max(hi, 0), max(-lo, 0)
+    ell = contribution.l2_rows()
+    if not replace_one:
+        return NormSensitivity((), t * m, ell * m, c * m, n)
+    if cov.cells <= 1:
+        k0 = 1 if cov.whole_domain else 0
+        top = t * hi if hi >= 0 else k0 * hi
+        bottom = t * lo if lo <= 0 else k0 * lo
+        d = top - bottom
+        return NormSensitivity((), d, float(d), d, 1)
+    r = pos + neg
+    return NormSensitivity((), 2 * t * m, ell * min(math.sqrt(2.0) * r, 2.0 * m), c * r, min(cov.cells, 2 * n))
+
+
+def distinct_sensitivity(cov: Coverage, column: str, *, replace_one: bool) -> Sensitivity:
+    """The sensitivity of COUNT(DISTINCT ``column``) over ``cov``.
+
+    A cell's distinct count moves like a sum of per-row values in [0, 1] (:mod:`dpmagic.aggregates.distinct`):
+    :func:`patterns` (0, 1), at row and at person level.  At person level COUNT(DISTINCT id) counts persons: one
+    step changes each of the person's ≤ n cells by exactly 1 (add/remove: ‖d‖₁ = n, ‖d‖₂ = √n, ‖d‖∞ = 1); a
+    replacement −1 in the old person's cells and +1 in the new one's (0 where both are), ≤ min(C, 2n) cells, and
+    nothing with one cell that holds every row (docs/people.md §2, Proposition 2.4).
+    """
+    if cov.empty or cov.contribution is None or column != cov.unit_id:
+        return patterns(0, 1, cov, replace_one=replace_one)
+    n = max(1, min(cov.contribution.cells, cov.cells))
+    if replace_one:
+        if cov.cells <= 1:
+            d = 0 if cov.whole_domain else 1
+            return NormSensitivity((), d, float(d), d, 1)
+        n = min(cov.cells, 2 * n)
+    return NormSensitivity((), n, math.sqrt(n), 1, n)
+
+
+def person_distance(
+    contribution: Contribution, cells: int, *, replace_one: bool, definition: str, extreme: bool
+) -> float:
+    """The distance a per-cell OpenDP quantile measurement is calibrated at when one step adds, removes or
+    replaces one person whose rows fall in the query's ``cells`` cells (docs/people.md §2, Proposition 2.5).
+
+    Per cell j a step moves the cell's data set by a symmetric distance dⱼ (the person's rows there: ≤ c;
+    replace: aⱼ + bⱼ ≤ 2c) and, for MIN / MAX, each candidate's count score by eⱼ ≤ nⱼ (replace: max(aⱼ, bⱼ)).
+    OpenDP's maps of the exponential mechanism are linear in the distance under pure DP and quadratic under zCDP,
+    so the cells compose to the map at ‖d‖₁ (pure) or ‖d‖₂ (zCDP), bounded as for a sum of per-row values
+    in [0, 1]: T or ℓ (add/remove), 2T or 2ℓ (replace; MIN / MAX: 2T or √2·ℓ), and T, 2T (MIN / MAX: T) in one
+    cell.  The symmetric distance is an integer: a quantile's L2 bound is rounded up.
+    """
+    t, ell = contribution.total, contribution.l2_rows()
+    if cells <= 1:
+        return float(t if (extreme or not replace_one) else 2 * t)
+    if definition == "pure":
+        return float(2 * t if replace_one else t)
+    if not replace_one:
+        d = ell
+    else:
+        d = math.sqrt(2.0) * ell if extreme else 2.0 * ell
+    return d if extreme else float(math.ceil(d))
+
+
+def person_rows(schema: Schema, query: Query) -> int:
+    """T: the most rows one person has in ``query``'s cells (1 for a row-level schema): the factor by which a
+    linear release's row-level L1 sensitivity grows at person level (batches, decision queries; docs/people.md
+    §2, Proposition 2.6)."""
+    cov = coverage_of(query, schema)
+    return 1 if cov.contribution is None else cov.contribution.total
 
 
 def release_sensitivity(

@@ -9,9 +9,11 @@ the queries, newest first, in a scrolling table that stays usable at hundreds of
 Amounts are rounded for display only (float leftovers such as ``1.5e-14`` show as 0); queries are numbered
 1..n as everywhere else; the bounds carry plain labels with the technical name as a tooltip.
 
-In a kernel with the ``sidecar`` package the magics put the panel in JupyterLab's side panel, where it stays in
-sight however far the notebook scrolls; :class:`PanelView` shows a text panel where widgets cannot render
-(terminal IPython).
+In JupyterLab (with the ``sidecar`` package) the magics put the panel in the right side bar, where it stays in
+sight however far the notebook scrolls; in Notebook 7 (no side panel) and elsewhere it stays under the cell that
+bound the session (:func:`dpmagic.presentation.magics.budget.panel_place`).  Every part fits the panel's width
+and scrolls sideways where the side bar is narrow, so nothing is cut.  :class:`PanelView` shows a text panel
+where widgets cannot render (terminal IPython).
 
 CSS classes (a contract for the browser test): ``dpmagic-budget`` (the panel), ``dpmagic-progress`` (the bar),
 ``dpmagic-numbers``, ``dpmagic-bounds``, ``dpmagic-approx``, ``dpmagic-worst``, ``dpmagic-status``,
@@ -51,16 +53,21 @@ class BudgetWidget:
         cur = session.currency
         self.title = w.HTML(f"<b>dpmagic budget</b> — {html.escape(session.schema.table)}, {cur.definition}")
         self.progress = w.FloatProgress(
-            value=0.0, min=0.0, max=session.budget.total, description=f"{cur.symbol} charged", bar_style="success"
+            value=0.0,
+            min=0.0,
+            max=session.budget.total,
+            description=f"{cur.symbol} charged",
+            bar_style="success",
+            layout=w.Layout(width="auto", max_width="100%"),  # as wide as the panel, never wider (a narrow side bar)
         )
-        self.numbers = w.HTML()
-        self.bounds = w.HTML()
-        self.approx = w.HTML()
-        self.worst = w.HTML()
-        self.status = w.HTML()
+        self.numbers = w.HTML(layout=_fits())
+        self.bounds = w.HTML(layout=_fits())
+        self.approx = w.HTML(layout=_fits())
+        self.worst = w.HTML(layout=_fits())
+        self.status = w.HTML(layout=_fits())
         # elapsed accounting time against the time limit; shown only while the accountant works > 0.5 s
         self.working = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=w.Layout(display="none"))
-        self.queries = w.HTML()
+        self.queries = w.HTML(layout=_fits())
         self.widget = w.VBox(
             [
                 self.title,
@@ -73,7 +80,7 @@ class BudgetWidget:
                 self.working,
                 self.queries,
             ],
-            layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%"),
+            layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%", max_width="100%", overflow="auto"),
         )
         for widget, cls in [
             (self.widget, "dpmagic-budget"),
@@ -141,7 +148,8 @@ class BudgetWidget:
             f"{html.escape(s.accountant.charged_as)}{flag}</span>"
         )
         b = s.bounds()
-        self.bounds.value = bounds_html(b, total, ".3g")
+        # a narrow side bar scrolls the bounds table sideways rather than cutting its last columns
+        self.bounds.value = f"<div style='overflow-x:auto;max-width:100%'>{bounds_html(b, total, '.3g')}</div>"
         if cur.definition == "pure":
             self.approx.value = ""
         else:
@@ -152,6 +160,12 @@ class BudgetWidget:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _fits() -> w.Layout:
+    """A part of the panel that is never wider than the panel (JupyterLab's side bar may be narrow): what does not
+    fit scrolls sideways inside the panel instead of being cut at its edge."""
+    return w.Layout(max_width="100%", overflow="auto")
 
 
 def _without_prefix(message: str, word: str) -> str:
@@ -178,14 +192,15 @@ def _query_table(s: Session) -> str:
         short = sql if len(sql) <= 160 else sql[:159] + "…"
         rows.append(
             f"<tr><td>{number}</td><td class='dpmagic-sql' title='{html.escape(sql, quote=True)}' "
-            f"style='font-family:monospace;word-break:normal;overflow-wrap:normal;white-space:normal'>"
+            f"style='font-family:monospace;word-break:normal;overflow-wrap:normal;white-space:normal;min-width:14em'>"
             f"{html.escape(short)}</td><td>{fmt(e.cost, total, '.3g')}</td>"
             f"<td>{fmt(cur.cost(e.charged_after), total, '.3g')}</td><td>{html.escape(e.bound)}</td>"
             f"<td>{time.strftime('%H:%M:%S', time.localtime(e.created))}</td></tr>"
         )
     more = f"<div>… {len(entries) - _MAX_ROWS} older queries in the ledger</div>" if len(entries) > _MAX_ROWS else ""
     return (
-        # ~15 rows in sight before scrolling; long SQL wraps between words, never inside an identifier
+        # ~15 rows in sight before scrolling; long SQL wraps between words, never inside an identifier, and never to
+        # one word per line (min-width: a narrow side bar scrolls the table sideways instead)
         "<div style='max-height:420px;overflow-y:auto;overflow-x:auto;border-top:1px solid #eee'>"
         "<table style='font-size:0.85em;width:100%;word-break:normal;line-height:1.25'><tr style='white-space:nowrap'><th>#</th>"
         "<th style='text-align:left'>SQL</th><th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>"

@@ -153,8 +153,34 @@ def literal_value(node: exp.Expr, column: Column) -> Any:
         )
     else:
         raise UnsupportedQueryError(f"{node.sql()!r} is not a literal value")
+    if isinstance(value, str) and isinstance(column, CategoricalColumn) and column.is_numeric_valued:
+        value = _numeric_category(value, column)
     check_value_type(value, column)
     return value
+
+
+def _numeric_category(text: str, column: CategoricalColumn) -> Any:
+    """A quoted number compared with a column of numeric categories (``educ = '8'``): the declared value it
+    names when exactly one declared value equals it, with a :class:`~dpmagic.query.regions.QueryNoteWarning`
+    saying so; otherwise the string (refused by :func:`check_value_type` with its hint)."""
+    import warnings
+
+    from dpmagic.query.regions import QueryNoteWarning
+
+    try:
+        number = float(text.strip())
+    except ValueError:
+        return text
+    matches = [v for v in column.values if not isinstance(v, str) and v == number]
+    if len(matches) != 1:
+        return text
+    warnings.warn(
+        f"'{text}' was read as the number {matches[0]!r}: column {column.name!r} has numeric categories "
+        f"(write {column.name} = {matches[0]!r}, without quotes)",
+        QueryNoteWarning,
+        stacklevel=2,
+    )
+    return matches[0]
 
 
 def check_value_type(value: Any, column: Column) -> None:

@@ -131,6 +131,8 @@ def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Cal
             return _full(n, float(text))
     if isinstance(node, exp.Boolean):
         return _full(n, bool(node.this))
+    if isinstance(node, exp.Pi):  # a constant function: PI()
+        return _full(n, math.pi)
     if isinstance(node, exp.Null):
         return _full(n, None)
     if isinstance(node, exp.Neg):

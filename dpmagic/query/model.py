@@ -165,6 +165,28 @@ class Query:
         return self.where
 
     @property
+    def is_public(self) -> bool:
+        """A SELECT of GROUP BY keys alone (no aggregate): its answer is public and costs nothing."""
+        return not self.aggregates
+
+    def region_keys(self) -> list[tuple[Any, ...]]:
+        """The declared GROUP BY keys inside the WHERE region, in declared order: a categorical value in the
+        box's set on its column, a bin that meets it (with an exact filter that is not a box, the region is its
+        covering box).  From the schema and the query only.  O(number of keys)."""
+        import itertools
+
+        if self.where.is_empty():
+            return []
+        per: list[list[Any]] = []
+        for g in self.groups:
+            s = self.where.get(g.column)
+            if g.sets is None:
+                per.append([v for v in g.labels if s is None or s.contains(v)])
+            else:
+                per.append([lab for lab, b in zip(g.labels, g.sets, strict=True) if s is None or b.overlaps(s)])
+        return list(itertools.product(*per))
+
+    @property
     def n_cells(self) -> int:
         """The number of GROUP BY cells released (1 without GROUP BY)."""
         n = 1

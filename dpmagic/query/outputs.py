@@ -20,7 +20,7 @@ from sqlglot import exp
 from dpmagic.query.evaluate import _truth, evaluate
 from dpmagic.query.model import GroupKey, Query
 
-__all__ = ["finish", "order_rows", "stand_in_env"]
+__all__ = ["finish", "in_region", "order_rows", "stand_in_env"]
 
 #: values a released aggregate column may hold: noisy values of either sign, 0, a fraction, an empty cell's NaN
 #: average, an interval end clipped to ±inf (the stand-in frame of :func:`stand_in_env`)
@@ -29,6 +29,19 @@ STAND_IN_VALUES = (1.0, 0.0, -2.5, 1e6 + 0.5, math.nan, math.inf, -math.inf)
 
 def _ev(sql: str, env: dict[str, np.ndarray], n: int) -> np.ndarray:
     return evaluate(sqlglot.parse_one(sql), env, n, lambda c: c.name)
+
+
+def in_region(query: Query, df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a released frame whose GROUP BY key lies inside the query's WHERE region
+    (:meth:`Query.region_keys`: public, from the query and the schema).  A key outside it holds no row by the
+    analyst's own WHERE clause, so showing its noise would show noise as a finding (issue 27); dropping it is
+    post-processing and changes nothing of the cost.  Identity without GROUP BY."""
+    if not query.groups:
+        return df
+    keep = set(query.region_keys())
+    cols = list(query.group_by)
+    mask = [tuple(row) in keep for row in df[cols].itertuples(index=False)]
+    return df.loc[mask].reset_index(drop=True)
 
 
 def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,11 @@ import warnings
 
 from dpmagic.query.model import Query
 
-__all__ = ["EmptyRegionWarning", "empty_region_message", "warn_if_empty"]
+__all__ = ["QueryNoteWarning", "EmptyRegionWarning", "empty_region_message", "warn_if_empty"]
+
+
+class QueryNoteWarning(UserWarning):
+    """How dpmagic read a part of the query that could be misread (e.g. ``educ = '8'`` read as the number 8)."""
 
 
 class EmptyRegionWarning(UserWarning):

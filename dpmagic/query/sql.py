@@ -188,10 +188,16 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         where, exact = where_clause(where_node.this, schema)
     else:
         where, exact = Box.everything(), None
-    if not ctx.aggregates:
+    if not ctx.aggregates and not groups:
         raise UnsupportedQueryError(
             "the SELECT list needs at least one aggregate (COUNT(*), SUM(col), AVG(col), ...): "
-            "row-level SELECTs are not supported, dpmagic releases noisy aggregates only"
+            "row-level SELECTs are not supported, dpmagic releases noisy aggregates only",
+            hint="a SELECT of GROUP BY keys alone (SELECT educ FROM t GROUP BY educ) lists the declared keys for free",
+        )
+    if not ctx.aggregates and having is not None:
+        raise UnsupportedQueryError(
+            "HAVING needs an aggregate: a SELECT of GROUP BY keys alone lists public declared keys",
+            hint="filter the keys in WHERE instead",
         )
     post = not simple or having is not None or bool(order_by) or limit is not None or ctx.hidden
     return Query(

@@ -6,6 +6,7 @@ charged over the smallest covering box (a superset: safe); NOT complements on th
 
 from __future__ import annotations
 
+import numpy as np
 from sqlglot import exp
 
 from dpmagic.domain.schema import CategoricalColumn, Column, NumericColumn, Schema
@@ -63,8 +64,38 @@ _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 def where_clause(node: exp.Expr, schema: Schema) -> tuple[Box, Filter | None]:
     """The WHERE clause's covering box, and the exact filter when the box is only a cover (None: exact)."""
-    f, box, exact = predicate(node, schema)
+    f, box, exact = predicate(fold_constants(node), schema)
     return box, (None if exact else f)
+
+
+#: arithmetic and constant functions a constant sub-expression of WHERE may be made of
+_FOLDABLE = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Paren, exp.Pi, exp.Literal)
+
+
+def fold_constants(node: exp.Expr) -> exp.Expr:
+    """``node`` with every maximal arithmetic sub-expression of number literals and constant functions
+    (``10 * PI()``, ``(1 + 2) * 3``) replaced by its value, evaluated by :mod:`dpmagic.query.evaluate` (whose
+    ``int / int`` truncates, as everywhere in dpmagic's SQL).  A bare literal, or anything that names a column,
+    is left as it is; nothing is read.  O(size of the tree)."""
+
+    def constant(e: exp.Expr) -> bool:
+        return all(isinstance(x, _FOLDABLE) and not (isinstance(x, exp.Literal) and x.is_string) for x in e.walk())
+
+    def fold(e: exp.Expr) -> exp.Expr:
+        if isinstance(e, exp.Literal) or (isinstance(e, exp.Neg) and isinstance(e.this, exp.Literal)):
+            return e  # already a literal (a negative number is Neg(Literal))
+        if not constant(e):
+            return e
+        from dpmagic.query.evaluate import evaluate
+
+        value = evaluate(e, {}, 1, lambda c: c.name)[0]
+        if isinstance(value, float) and value != value:  # NaN (0 / 0): leave it for the usual error
+            return e
+        number = int(value) if isinstance(value, (int, np.integer)) else float(value)
+        lit = exp.Literal.number(abs(number))
+        return exp.Neg(this=lit) if number < 0 else lit
+
+    return node.transform(fold, copy=True)
 
 
 def where_box(node: exp.Expr, schema: Schema) -> Box:

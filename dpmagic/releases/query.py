@@ -58,8 +58,8 @@ class QueryMechanism(QueryBoxMechanism):
         return self.plan.extra
 
     def release(self, backend: Backend) -> pd.DataFrame:
-        from dpmagic.query.outputs import finish
+        from dpmagic.query.outputs import finish, in_region
 
         cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)
-        df = release(self.query, cells, self.plan, self.schema)
+        df = in_region(self.query, release(self.query, cells, self.plan, self.schema))  # keys the WHERE excludes: out
         return finish(self.query, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values

@@ -22,6 +22,7 @@ from dpmagic.batch.release import (
 )
 from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
+from dpmagic.noise.sensitivity import person_rows
 from dpmagic.session.costs import plain_cost
 
 if TYPE_CHECKING:
@@ -148,10 +149,12 @@ def run_batch(
         if not stmts:
             raise ConfigurationError("batch: no statement")
         queries = [session.parse(s) for s in stmts]
-        unit = BoxBatchMechanism(queries, session.schema, cur, 1.0, replace_one=replace)
+        person = session.schema.person_unit
+        rows = 1 if person is None else person.kept_rows  # a person's rows over every box of the batch
+        unit = BoxBatchMechanism(queries, session.schema, cur, 1.0, replace_one=replace, rows=rows)
         unit_rmse = math.sqrt(unit.variance)
         cost = resolve(unit.coverage, unit_rmse)
-        mech = BoxBatchMechanism(queries, session.schema, cur, cost, replace_one=replace)
+        mech = BoxBatchMechanism(queries, session.schema, cur, cost, replace_one=replace, rows=rows)
         name, rmses = "workload", {"workload": math.sqrt(mech.variance)}
         expected = rmses["workload"]
         text = ";\n".join(stmts)
@@ -163,9 +166,10 @@ def run_batch(
         clause = f" WHERE {where}" if where and where.strip() else ""
         sql = f"SELECT COUNT(*) FROM {_quote(session.table_names[0])}{clause} GROUP BY {cols}"
         q = session.parse(sql)
-        plan = plan_strategy(spec, cur, replace_one=replace, strategy=strategy)
+        rows = person_rows(session.schema, q)
+        plan = plan_strategy(spec, cur, replace_one=replace, strategy=strategy, rows=rows)
         cost = resolve(q.coverage, plan.rmse[plan.chosen])
-        mech = BatchMechanism(spec, q, cur, cost, replace_one=replace, plan=plan)
+        mech = BatchMechanism(spec, q, cur, cost, replace_one=replace, plan=plan, rows=rows)
         name, rmses = plan.chosen, {k: rmse_at(v, cur, cost) for k, v in plan.rmse.items()}
         expected = mech.expected_rmse
         text = f"BATCH {spec.text}" + (f" WHERE {where}" if clause else "") + f" STRATEGY {strategy}"

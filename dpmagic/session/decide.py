@@ -30,6 +30,7 @@ from dpmagic.decision.mechanism import cost_of_epsilon
 from dpmagic.decision.probe import DecisionPlan, MeasureRequest, _compose, plan, run
 from dpmagic.decision.release import DecisionPhaseMechanism
 from dpmagic.errors import BudgetError, QueryError
+from dpmagic.noise.sensitivity import person_rows
 
 if TYPE_CHECKING:
     from dpmagic.query.model import Query
@@ -162,7 +163,8 @@ def decide(
     p = make_plan(session, q, fnr=fnr, fpr=fpr, max_group_size=max_group_size)
     definition = _definition(session)
     replace = session.neighbors == "replace"
-    k = 2.0 if replace else 1.0
+    rows = person_rows(session.schema, q)
+    k = (2.0 if replace else 1.0) * rows
     parameter = session.currency.parameter
     parameter = getattr(parameter, "value", parameter)
     summary = p.summary()
@@ -214,6 +216,7 @@ def decide(
             str(p.by_index(i).condition),
             definition=definition,
             replace_one=replace,
+            rows=rows,
         )
         released = session.run(
             mech,

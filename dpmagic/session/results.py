@@ -17,7 +17,7 @@ from dpmagic.query.model import Query
 from dpmagic.releases.postprocess import answer_notes
 from dpmagic.session import rendering as display
 
-__all__ = ["QueryResult", "Preview", "Released"]
+__all__ = ["QueryResult", "PublicResult", "Preview", "Released"]
 
 
 @dataclass
@@ -56,6 +56,33 @@ class QueryResult:
 
     def __repr__(self) -> str:
         return display.result_text(self)
+
+
+@dataclass
+class PublicResult:
+    """The answer of a SELECT of GROUP BY keys alone: the declared keys inside the WHERE region.
+
+    Public (from the schema and the query, never from the rows), so it costs nothing, reads no data and is not
+    recorded in the ledger; its rows are every declared key of the region, whether or not a row holds it."""
+
+    query: Query
+    df: pd.DataFrame
+    cost: float = 0.0
+    cached: bool = False
+    notes: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        n = len(self.df)
+        return (
+            f"public: the {display.plural(n, 'declared key', 'declared keys')} inside the WHERE region, from the "
+            "schema alone (not from the data: a key may hold no row); no data was read and nothing was charged"
+        )
+
+    def _repr_html_(self) -> str:
+        return f"<div>{self.df.to_html(index=False)}<p><i>{html.escape(self.summary())}</i></p></div>"
+
+    def __repr__(self) -> str:
+        return f"{self.df.to_string(index=False)}\n{self.summary()}"
 
 
 @dataclass

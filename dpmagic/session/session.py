@@ -54,7 +54,7 @@ from dpmagic.session.costs import CostSpec, parse_cost, session_cost
 from dpmagic.session.events import EventBus, Listener
 from dpmagic.session.progress import Ticker
 from dpmagic.session.rendering import numbered, plural, query_numbers
-from dpmagic.session.results import Preview, QueryResult, Released
+from dpmagic.session.results import Preview, PublicResult, QueryResult, Released
 
 if TYPE_CHECKING:
     from dpmagic.session.batch import BatchPreview, BatchResult
@@ -223,10 +223,13 @@ class Session:
         mu: CostSpec = None,
         ci: float | None = None,
         min_rows: int | None = None,
-    ) -> Preview:
+    ) -> Preview | PublicResult:
         """Dry run: what the query would add to the charged bound, which registered queries it overlaps, which
-        row would become the worst case, and its noise — without reading data or spending anything."""
+        row would become the worst case, and its noise — without reading data or spending anything.  A SELECT of
+        GROUP BY keys alone is public: its answer (:class:`PublicResult`) is returned, as it costs nothing."""
         q = self.parse(sql)
+        if q.is_public:
+            return self.public_answer(q)
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         warn_if_empty(q)
         cached = self.cache.get(cache_key(q, self.currency, spec, ci, min_rows), self) is not None
@@ -260,7 +263,7 @@ class Session:
         min_rows: int | None = None,
         fresh: bool = False,
         postprocess: tuple[str, ...] | list[str] = (),
-    ) -> QueryResult:
+    ) -> QueryResult | PublicResult:
         """Answer one SQL query with noise, charging its cost first.
 
         ``epsilon`` / ``rho`` / ``mu`` (or ``cost``) is a number or ``"max"`` (everything affordable on the
@@ -277,6 +280,8 @@ class Session:
         t0 = time.perf_counter()
         q = self.parse(sql)
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
+        if q.is_public:  # GROUP BY keys alone: public, free, nothing read (a cost option is accepted and unused)
+            return self.public_answer(q)
         tidy(pd.DataFrame(), q, self.schema, postprocess)  # unknown options fail here, before any charge
         key = cache_key(q, self.currency, spec, ci, min_rows)
         if not fresh:
@@ -318,6 +323,16 @@ class Session:
         self.cache.put(key, result)
         self.results.append(result)
         return result
+
+    def public_answer(self, q: Query) -> PublicResult:
+        """The answer of a SELECT of GROUP BY keys alone: the declared keys inside the WHERE region, with the
+        query's aliases, ORDER BY and LIMIT applied (:func:`dpmagic.query.outputs.finish`).  From the schema and
+        the query only: no data is read, nothing is charged or recorded (invariant 1: the keys are public)."""
+        from dpmagic.query.outputs import finish
+
+        keys = q.region_keys()
+        frame = pd.DataFrame({g: [k[i] for k in keys] for i, g in enumerate(q.group_by)})
+        return PublicResult(query=q, df=finish(q, frame).reset_index(drop=True))
 
     def _mechanism(self, q: Query, cost: float) -> QueryMechanism:
         """The release of ``q`` at ``cost``, its noise planned (no data read)."""

@@ -113,6 +113,11 @@ class StatisticalSession:
         rng: Any = None,
     ) -> None:
         self.schema = Schema.of(schema)
+        if self.schema.person_unit is not None:  # before anything reads the data or the ledger
+            raise ConfigurationError(
+                f"the statistical-privacy mode protects one row; this schema's privacy unit is {self.schema.unit_label}",
+                hint="use a DP session (dpmagic.Session, %dpbind) for a person-level table",
+            )
         if column is None:
             if len(self.schema.names) != 1:
                 raise ConfigurationError(

@@ -8,8 +8,16 @@
  *
  * The MIME type is re-applied whenever the cell's source changes and whenever the notebook resets the cells'
  * MIME type (for instance when the kernel's language info arrives).
+ *
+ * A second plugin tells each Python kernel which frontend shows it, so that the budget panel goes where it can be
+ * seen: JupyterLab has a side panel (the `sidecar` package), Notebook 7 has none (the panel stays under the cell).
+ * When a kernel becomes idle after starting or restarting, it runs one silent statement (no output, no history,
+ * no execution count) that sets the environment variable `DPMAGIC_FRONTEND` to `lab` or `notebook`; dpmagic's
+ * magics read it (dpmagic/presentation/magics/budget.py).  A kernel that has not been told shows the panel inline.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import type { ISessionContext } from '@jupyterlab/apputils';
+import type { Kernel } from '@jupyterlab/services';
 import { IEditorLanguageRegistry } from '@jupyterlab/codemirror';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
@@ -106,4 +114,64 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+/** The frontend as dpmagic's magics name it: Notebook 7 ("Jupyter Notebook") or JupyterLab (anything else). */
+export function frontendName(app: JupyterFrontEnd): 'lab' | 'notebook' {
+  return /notebook/i.test(app.name) ? 'notebook' : 'lab';
+}
+
+/** The silent statement that tells a Python kernel its frontend (no names added to the user's namespace). */
+export function frontendStatement(name: 'lab' | 'notebook'): string {
+  return `__import__('os').environ.__setitem__('DPMAGIC_FRONTEND', '${name}')`;
+}
+
+const told = new WeakSet<Kernel.IKernelConnection>();
+
+function tellKernel(context: ISessionContext, name: 'lab' | 'notebook'): void {
+  const kernel = context.session?.kernel;
+  if (!kernel || told.has(kernel) || kernel.status !== 'idle') {
+    return;
+  }
+  void kernel.info
+    .then(info => {
+      if (info.language_info.name !== 'python' || told.has(kernel) || kernel.status !== 'idle') {
+        return;
+      }
+      told.add(kernel);
+      kernel.requestExecute(
+        { code: frontendStatement(name), silent: true, store_history: false, stop_on_error: false },
+        true
+      );
+    })
+    .catch(() => undefined);
+}
+
+function watchKernel(panel: NotebookPanel, name: 'lab' | 'notebook'): void {
+  const context = panel.sessionContext;
+  context.statusChanged.connect((_, status) => {
+    const kernel = context.session?.kernel;
+    if (!kernel) {
+      return;
+    }
+    if (status === 'starting' || status === 'restarting' || status === 'autorestarting' || status === 'dead') {
+      told.delete(kernel); // a new process: tell it again once it is idle
+    } else if (status === 'idle') {
+      tellKernel(context, name);
+    }
+  });
+  void context.ready.then(() => tellKernel(context, name));
+}
+
+const frontendPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'dpmagic-labextension:frontend',
+  description: "Tells Python kernels which frontend shows them (where dpmagic's budget panel can go)",
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (app: JupyterFrontEnd, tracker: INotebookTracker): void => {
+    const name = frontendName(app);
+    tracker.forEach(panel => watchKernel(panel, name));
+    tracker.widgetAdded.connect((_, panel) => watchKernel(panel, name));
+    document.body.dataset.dpmagicFrontend = name;
+  }
+};
+
+export default [plugin, frontendPlugin];

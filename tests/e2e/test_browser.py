@@ -571,13 +571,35 @@ def test_sql_highlighting_completion_and_panel(editor_app: LabServer) -> None:
                 RUN_ALL_TIMEOUT,
                 "the session cell to run",
             )
-            _screenshot(page, f"13-{app}-panel.png")
+            # the budget panel (issue 30, "the budget panel everywhere"): our extension told the kernel its frontend
+            assert page.evaluate("document.body.dataset.dpmagicFrontend") == ("lab" if app == "lab" else "notebook")
+            panel = page.locator(".dpmagic-budget")
+            panel.first.wait_for(state="visible", timeout=STEP_TIMEOUT * 1000)
+            _wait_until(
+                lambda: "charged" in panel.first.locator(".dpmagic-numbers").inner_text(),
+                STEP_TIMEOUT,
+                "the panel's numbers line",
+            )
+            assert panel.count() == 1, panel.count()
+            said = cells.nth(0).locator(".jp-OutputArea").inner_text()
+            in_cell = cells.nth(0).locator(".dpmagic-budget")
             if app == "lab":
-                # JupyterLab: the side panel.  Notebook 7 has no sidecar area: its panel is open work (issue 30,
-                # "the budget panel everywhere"); the screenshot shows what Notebook 7 displays today.
-                panel = page.locator(".dpmagic-budget")
-                panel.first.wait_for(state="visible", timeout=STEP_TIMEOUT * 1000)
-                assert "charged" in page.locator(".dpmagic-budget .dpmagic-numbers").first.inner_text()
+                # JupyterLab: the right side bar, not under the cell; the notebook keeps most of the width
+                assert in_cell.count() == 0, "the panel should be in the side bar, not under the cell"
+                assert "JupyterLab's right side bar" in said, said
+                notebook_width = page.locator(".jp-NotebookPanel").first.bounding_box()["width"]
+                panel_width = panel.first.bounding_box()["width"]
+                assert notebook_width >= 0.6 * 1600 and panel_width >= 200, (notebook_width, panel_width)
+            else:
+                # Notebook 7 has no side panel: the live panel is under the cell that bound the session, in full
+                assert in_cell.count() == 1, "Notebook 7: the panel should be under the %dpsession cell"
+                assert "panel is under this cell" in said and "Notebook 7 has no side panel" in said, said
+                assert "side bar" not in said, said
+                out_box = cells.nth(0).locator(".jp-OutputArea").bounding_box()
+                box = panel.first.bounding_box()
+                assert box["width"] <= out_box["width"] + 1, (box, out_box)  # nothing cut at the right edge
+            _screenshot(page, f"13-{app}-panel.png")
+            panel.first.screenshot(path=str(ARTIFACTS / f"15-{app}-panel-only.png"))
 
             # completion from the kernel: a column after WHERE s, a declared category after sex = '
             editor = cells.nth(2).locator(".cm-content")
@@ -597,6 +619,23 @@ def test_sql_highlighting_completion_and_panel(editor_app: LabServer) -> None:
             page.keyboard.press("Enter")  # accept the first: 'Female'
             src = editor.inner_text()
             assert "WHERE sex = 'Female'" in src, src
+
+            # run it: the one panel updates in place (Notebook 7: under the first cell), a budget line under the answer
+            before = panel.first.locator(".dpmagic-numbers").inner_text()
+            page.keyboard.press("Shift+Enter")
+            after = _wait_until(
+                lambda: (t := panel.first.locator(".dpmagic-numbers").inner_text()) != before and t,
+                STEP_TIMEOUT,
+                "the panel to update after the query",
+            )
+            assert _parse_numbers(after)[2] == _parse_numbers(before)[2] + 1, (before, after)
+            assert page.locator(".dpmagic-budget").count() == 1, "the panel was displayed again"
+            _wait_until(
+                lambda: cells.nth(2).locator(".dpmagic-budget-line").count() == 1, STEP_TIMEOUT, "the budget line"
+            )
+            if app == "nb7":
+                panel.first.scroll_into_view_if_needed()
+            _screenshot(page, f"16-{app}-panel-after-query.png")
         except BaseException:
             try:
                 if "page" in locals():
@@ -608,3 +647,130 @@ def test_sql_highlighting_completion_and_panel(editor_app: LabServer) -> None:
             raise
         finally:
             browser.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# the URL `bash scripts/demo.sh` prints opens the quickstart (issue 30, friction 1)
+
+DEMO_URL = re.compile(r"^\s+(http://127\.0\.0\.1:\d+/\S+)\s*$")
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """``scripts/demo.sh`` itself (on this environment: DPMAGIC_DEMO_NO_INSTALL=1, this Python), with every Jupyter
+    directory in ``tmp_path``; yields the URL it printed and its log.  The demo serves the checkout's notebooks/;
+    the test only opens the quickstart (no cell runs, nothing is saved)."""
+    _require(CHROMIUM.exists(), f"{CHROMIUM} is missing (Debian package 'chromium')")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _require(False, "the Python package 'playwright' is not installed")
+    env = dict(os.environ)
+    for name, sub in (
+        ("JUPYTER_CONFIG_DIR", "jupyter-config"),
+        ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "lab-settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces"),
+        ("IPYTHONDIR", "ipython"),
+    ):
+        (tmp_path / sub).mkdir()
+        env[name] = str(tmp_path / sub)
+    env.update(
+        DPMAGIC_DEMO_NO_INSTALL="1",
+        DPMAGIC_DEMO_PYTHON=sys.executable,
+        DPMAGIC_DEMO_PORT=str(_free_port()),
+        DPMAGIC_LEDGER=str(tmp_path / "ledger.sqlite"),
+        JUPYTER_PATH=str(_labextension_path(tmp_path)),
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("JUPYTER_TOKEN", None)
+    log_path = tmp_path / "demo.log"
+    with log_path.open("wb") as log:
+        # its own process group: the script execs jupyter lab, which starts the kernel; all of them are stopped below
+        proc = subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "demo.sh")],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+
+            def printed_url() -> str | None:
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"demo.sh exited with {proc.returncode}:\n{log_path.read_text(errors='replace')}"
+                    )
+                for line in log_path.read_text(errors="replace").splitlines():
+                    m = DEMO_URL.match(line)
+                    if m:
+                        return m.group(1)
+                return None
+
+            url = _wait_until(printed_url, SERVER_START_TIMEOUT, "demo.sh to print its URL")
+            status = url.split("/lab", 1)[0] + "/api/status?" + url.split("?", 1)[1]
+
+            def ready() -> bool:
+                try:
+                    with urllib.request.urlopen(status, timeout=5) as r:
+                        return r.status == 200
+                except OSError:
+                    return False
+
+            _wait_until(ready, SERVER_START_TIMEOUT, "the demo's server to answer")
+            yield url, log_path
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 15)  # SIGTERM to the demo's own process group (the server shuts its kernel)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait(timeout=10)
+
+
+def test_demo_prints_a_url_that_opens_the_quickstart(demo: tuple[str, Path]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, log_path = demo
+    printed = log_path.read_text(errors="replace")
+    assert "open the quickstart notebook at" in printed, printed
+    before = subprocess.run(
+        ["git", "status", "--porcelain", "--", "notebooks"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000}, device_scale_factor=1)
+            page.set_default_timeout(STEP_TIMEOUT * 1000)
+            page.goto(url, wait_until="domcontentloaded")  # exactly what the demo printed
+            page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-CodeCell", timeout=STEP_TIMEOUT * 1000)
+            # the quickstart is the open, current document; no Launcher
+            current = page.locator(
+                ".jp-mod-current .lm-TabBar-tabLabel, .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel"
+            )
+            _wait_until(lambda: "quickstart.ipynb" in current.all_inner_texts(), STEP_TIMEOUT, "the quickstart tab")
+            visible = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+            assert visible.count() == 1
+            _wait_until(
+                lambda: "dpmagic quickstart" in (visible.locator(".jp-Notebook").text_content() or ""),
+                STEP_TIMEOUT,
+                "the quickstart's content",
+            )
+            assert page.locator(".jp-Launcher:visible").count() == 0, "the Launcher is open"
+            assert "/lab/tree/quickstart.ipynb" in page.url, page.url
+            # the file browser lists the notebooks, not their .md/.py text twins (jupyter-config/demo)
+            names = page.locator(".jp-DirListing-itemText").all_inner_texts()
+            assert "quickstart.ipynb" in names and not [n for n in names if n.endswith((".md", ".py"))], names
+            # no "Jupyter news" / update toast
+            time.sleep(2)  # a toast would appear shortly after start; this is a grace period, not a timed assertion
+            assert page.locator(".jp-toast-message, .Toastify__toast").count() == 0, "a notification toast is shown"
+            _screenshot(page, "17-demo-url-opens-quickstart.png")
+        finally:
+            browser.close()
+    after = subprocess.run(
+        ["git", "status", "--porcelain", "--", "notebooks"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    assert after == before, "opening the demo changed the checkout's notebooks"

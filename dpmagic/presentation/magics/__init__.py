@@ -29,7 +29,7 @@ from dpmagic.presentation.budget_report import budget_summary
 from dpmagic.presentation.magic_cells import split_batch_cell
 from dpmagic.presentation.magics.base import compose_magics, current_session
 from dpmagic.presentation.magics.batches import BatchMagics
-from dpmagic.presentation.magics.budget import BudgetMagics
+from dpmagic.presentation.magics.budget import PANEL_CHOICES, BudgetMagics
 from dpmagic.presentation.magics.queries import QueryMagics
 from dpmagic.presentation.magics.sessions import SessionMagics
 
@@ -53,11 +53,12 @@ class DPMagic(SessionMagics, QueryMagics, BatchMagics, BudgetMagics):
     debug = Bool(False, help="Show full tracebacks instead of one-line errors.").tag(config=True)
     widget = Bool(True, help="Display the live budget panel when %dpsession binds a session.").tag(config=True)
     panel = CaselessStrEnum(
-        ["side", "inline", "none"],
-        default_value="side",
-        help="Where the live budget panel goes: 'side' (JupyterLab's side panel via the sidecar package, so it "
-        "stays in sight; falls back to 'inline' without sidecar), 'inline' (under the %dpsession cell) or 'none'. "
-        "Where widgets cannot render (terminal IPython) a text panel is printed.",
+        list(PANEL_CHOICES),
+        default_value="auto",
+        help="Where the live budget panel goes: 'auto' (JupyterLab's right side bar via the sidecar package when "
+        "dpmagic's JupyterLab extension reports JupyterLab, else under the %dpsession cell: Notebook 7 has no side "
+        "panel), 'side' (the side bar; under the cell in Notebook 7 or without sidecar), 'inline' (under the "
+        "%dpsession cell) or 'none'. Where widgets cannot render (terminal IPython) a text panel is printed.",
     ).tag(config=True)
     postprocess = Unicode(
         "",

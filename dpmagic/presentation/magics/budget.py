@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any
 
@@ -14,7 +15,7 @@ from dpmagic.presentation.budget_report import BudgetReport, budget_summary, pan
 from dpmagic.presentation.magic_cells import unquote
 from dpmagic.presentation.magics.base import MagicCall, MagicsBase, friendly, routed
 
-__all__ = ["BudgetMagics", "one_view", "show_panel"]
+__all__ = ["BudgetMagics", "FRONTEND_ENV", "PANEL_CHOICES", "frontend", "one_view", "panel_place", "show_panel"]
 
 
 def one_view(args: Any) -> None:
@@ -28,35 +29,90 @@ def one_view(args: Any) -> None:
 _TERMINAL_PROGRESS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def show_panel(magic: MagicsBase, session: Any, where: str) -> None:
-    """The panel in the side panel (sidecar), inline, or as text where widgets cannot render."""
-    if where not in ("side", "inline"):
-        raise ConfigurationError(f"DPMagic.panel must be 'side', 'inline' or 'none', not {where!r}")
+#: set in a kernel's environment by dpmagic's JupyterLab extension (labextension/src/index.ts): the frontend that
+#: shows the kernel, ``lab`` (JupyterLab 4: has a side panel) or ``notebook`` (Notebook 7: has none)
+FRONTEND_ENV = "DPMAGIC_FRONTEND"
+#: what ``DPMagic.panel`` / ``--panel`` accept
+PANEL_CHOICES = ("auto", "side", "inline", "none")
+
+
+def frontend(shell: Any) -> str:
+    """The frontend showing this kernel: ``terminal`` (no kernel: terminal IPython), ``lab`` or ``notebook`` (as
+    dpmagic's JupyterLab extension told the kernel through :data:`FRONTEND_ENV`), else ``unknown`` (the
+    extension is not installed, another frontend such as VS Code, or a cell ran before the kernel was told)."""
+    if getattr(shell, "kernel", None) is None:
+        return "terminal"
+    told = os.environ.get(FRONTEND_ENV, "").strip().lower()
+    return told if told in ("lab", "notebook") else "unknown"
+
+
+def has_sidecar() -> bool:
+    """Whether the ``sidecar`` package (JupyterLab's side panel for widgets) can be imported."""
+    try:
+        import sidecar  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def panel_place(where: str, front: str, sidecar: bool) -> tuple[str, str]:
+    """Where the panel goes — ``side``, ``inline``, ``text`` (terminal IPython) or ``none`` — and the message that
+    says where it is (``""`` for none and text).
+
+    ``auto`` (the default) uses the side panel only when the frontend is known to be JupyterLab and ``sidecar`` is
+    installed, else the panel stays under the cell.  ``side`` is honoured unless the frontend is known to be
+    Notebook 7 (a sidecar there shows nowhere) or ``sidecar`` is missing: then the panel stays under the cell and
+    the message says why."""
+    if where not in PANEL_CHOICES:
+        raise ConfigurationError(f"DPMagic.panel must be one of {', '.join(PANEL_CHOICES)}, not {where!r}")
+    if where == "none":
+        return "none", ""
+    if front == "terminal":
+        return "text", ""
+    inline = "dpmagic: the live budget panel is under this cell and updates after every query"
+    every = "; a budget line also follows every answer"
+    if front == "notebook" and where != "inline":
+        return "inline", f"{inline} (Notebook 7 has no side panel){every}"
+    if where == "side" or (where == "auto" and front == "lab"):
+        if not sidecar:
+            why = " (the side panel needs the sidecar package: pip install sidecar)" if where == "side" else ""
+            return "inline", f"{inline}{why}{every}"
+        return "side", (
+            "dpmagic: the live budget panel is in JupyterLab's right side bar (drag its edge to resize it, click its "
+            f"tab to hide it){every} (%dpsession ... --panel inline keeps the panel under this cell)"
+        )
+    return "inline", inline + every
+
+
+def show_panel(magic: MagicsBase, session: Any, where: str) -> str:
+    """Show the session's panel where :func:`panel_place` says (the side panel, inline, or as text where widgets
+    cannot render), print where it is, and return the place."""
+    front = frontend(magic.shell)
+    place, message = panel_place(where, front, front != "terminal" and has_sidecar())
+    if place == "none":
+        return place
     view = panel_view(session)
-    if getattr(magic.shell, "kernel", None) is None:  # terminal IPython: no widget frontend
+    if place == "text":  # terminal IPython: no widget frontend
         print(view)
         if session not in _TERMINAL_PROGRESS:  # a line while the accountant works > 0.5 s
             from dpmagic.session.progress import terminal_progress
 
             session.subscribe(terminal_progress())
             _TERMINAL_PROGRESS.add(session)
-        return
-    if where == "side":
-        try:
-            from sidecar import Sidecar
-        except ImportError:  # optional: without it the panel stays under this cell
-            where = "inline"
-        else:
-            if session.sidecar is None:
-                session.sidecar = Sidecar(title=f"dpmagic budget — {session.schema.table}", anchor="split-right")
-            with session.sidecar:
-                display(view)
-            print(
-                "dpmagic: the live budget panel is in JupyterLab's side panel (right); a budget line follows "
-                "every answer (%dpsession ... --panel inline keeps the panel here)"
-            )
-            return
-    display(view)
+        return place
+    if place == "side":
+        from sidecar import Sidecar
+
+        if session.sidecar is None:
+            # the right side bar (not a split of the main area): the notebook keeps its width, and the bar is
+            # resizable and collapsible
+            session.sidecar = Sidecar(title=f"dpmagic budget — {session.schema.table}", anchor="right")
+        with session.sidecar:
+            display(view)
+    else:
+        display(view)
+    print(message)
+    return place
 
 
 @magics_class

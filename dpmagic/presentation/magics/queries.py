@@ -130,7 +130,10 @@ class QueryMagics(MagicsBase):
           one column; OR across columns is answered exactly and charged over the smallest box covering it
         - HAVING, ORDER BY (names, aliases, positions), LIMIT n / TOP n: post-processing of the noisy values
           (free; HAVING does not lower the cost)
-        - refused with one message, before any charge: row-level SELECTs (SELECT *, no aggregate, DISTINCT),
+        - GROUP BY keys alone (SELECT educ FROM t WHERE ... GROUP BY educ): the declared keys inside the WHERE
+          region, public, free (no data read, nothing charged)
+        - refused with one message, before any charge: row-level SELECTs (SELECT *, DISTINCT, no aggregate
+          and no GROUP BY),
           JOIN, subqueries, UNION, window functions, WITH, OFFSET, predicates comparing two columns
 
         String values take single quotes ('Female'); column names may be double-quoted ("hours-per-week").
@@ -163,7 +166,8 @@ class QueryMagics(MagicsBase):
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
         from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
 
-        empty = empty_region_message(session.parse(sql))
+        parsed = session.parse(sql)
+        empty = None if parsed.is_public else empty_region_message(parsed)
         if empty is not None:
             print(f"⚠ warning: {empty}", file=sys.stderr, flush=True)
         with warnings.catch_warnings():

@@ -17,7 +17,7 @@ from dpmagic.accountant.ledger import default_ledger_path
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.magic_cells import unquote
 from dpmagic.presentation.magics.base import MagicsBase, bind, friendly
-from dpmagic.presentation.magics.budget import show_panel
+from dpmagic.presentation.magics.budget import PANEL_CHOICES, show_panel
 
 __all__ = ["SessionMagics"]
 
@@ -87,9 +87,10 @@ class SessionMagics(MagicsBase):
     )
     @argument(
         "--panel",
-        choices=["side", "inline", "none"],
+        choices=list(PANEL_CHOICES),
         default=None,
-        help="Where the budget panel goes (default: DPMagic.panel = side, JupyterLab's side panel).",
+        help="Where the live budget panel goes (default: DPMagic.panel = auto: JupyterLab's right side bar in "
+        "JupyterLab, under this cell in Notebook 7 and elsewhere); side, inline (under this cell) or none.",
     )
     @line_magic
     @friendly
