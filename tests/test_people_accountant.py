@@ -265,3 +265,40 @@ def test_session_queries_disjoint_only_on_a_panel_wave_fall_back() -> None:
     assert s5.accountant.charged_weight == 3.0  # sequential: every person may be in all three
     pb = s5.accountant.person_bounds
     assert pb is not None and pb.sequential == 3.0 and pb.rows == 5.0
+
+
+# -- the overlap CLI --------------------------------------------------------------------------------------------
+PANEL_QUERIES = """
+SELECT COUNT(*) FROM panel WHERE sex = 'F';
+SELECT COUNT(*) FROM panel WHERE sex = 'M';
+SELECT COUNT(*) FROM panel WHERE wave = 1;
+SELECT COUNT(*) FROM panel WHERE wave = 2;
+SELECT COUNT(*) FROM panel WHERE wave = 3 AND sex = 'F';
+"""
+
+
+@pytest.mark.parametrize(
+    ("max_rows", "neighbors", "charged", "by"),
+    [
+        # projection: F is in sex=F and every wave → 1 + 3 = 4; 1 × γ(= 2) = 2 with one row per person
+        (1, "add-remove", 2.0, "rows"),
+        (3, "add-remove", 4.0, "projection"),  # 3 × 2 = 6 > 4; Σ = 5
+        (3, "replace", 5.0, "projection"),  # a pair F, M: every query; 3 × pair(3) = 9
+    ],
+)
+def test_overlap_cli_reports_the_person_level_bound(tmp_path, capsys, max_rows, neighbors, charged, by) -> None:
+    import json
+
+    from dpmagic.presentation.cli import main
+
+    schema = {**PANEL_SCHEMA, "privacy_unit": {**PANEL_SCHEMA["privacy_unit"], "max_rows": max_rows}}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "q.sql").write_text(PANEL_QUERIES)
+    args = ["overlap", "--schema", str(tmp_path / "s.json"), str(tmp_path / "q.sql"), "--neighbors", neighbors]
+    assert main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["charged"] == charged and result["person"]["charged_by"] == by
+    assert result["unit"].startswith("one person (pid)") and result["sequential"] == 5.0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "one person's worst case" in text and "privacy unit" in text

@@ -143,7 +143,13 @@ def norms(diffs: np.ndarray, k: int) -> tuple[float, float, float, int]:
 
 
 def person_vectors(rel: list[dict[str, np.ndarray]], people: list[tuple[int, ...]], name: str) -> np.ndarray:
-    return np.array([sum((rel[i][name] for i in p), np.zeros_like(rel[0][name])) for p in people])
+    """Each person's release: the sum of their rows' (persons × the release's shape)."""
+    inc = np.zeros((len(people), len(ROWS)), dtype=np.int64)
+    for j, p in enumerate(people):
+        for i in p:
+            inc[j, i] += 1
+    per = np.stack([rel[i][name] for i in range(len(ROWS))])
+    return np.tensordot(inc, per, axes=1)
 
 
 def changes(vec: np.ndarray, replace_one: bool) -> np.ndarray:
@@ -196,6 +202,13 @@ def check_distinct(q, schema: Schema, people, definition: str, replace_one: bool
         assert_change_covered(noise, *norms(d, noise.factor), definition)
 
 
+def _unique_columns(a: np.ndarray) -> np.ndarray:
+    """``a`` (persons × cells × candidates) with duplicate candidate columns dropped (maxima over candidates of
+    any function of a column are unchanged)."""
+    flat = a.transpose(2, 0, 1).reshape(a.shape[2], -1)
+    return np.unique(flat, axis=0).reshape(-1, a.shape[0], a.shape[1]).transpose(1, 2, 0)
+
+
 def check_quantiles(q, schema: Schema, people, definition: str, replace_one: bool) -> int:
     """Σ over cells of OpenDP's map at each cell's distance ≤ the release's cost, for every neighbouring pair."""
     plan = plan_noise(q, schema, CURRENCIES[definition], COSTS[definition], replace_one=replace_one)
@@ -205,22 +218,24 @@ def check_quantiles(q, schema: Schema, people, definition: str, replace_one: boo
         p = u.plan
         hist = person_vectors(rel, people, f"hist:{alias}")  # persons × cells × bins
         k = len(p.candidates)
-        below = np.concatenate([np.cumsum(hist, axis=2)[:, :, 0::2]], axis=2)  # #{x < c_i}: bins 0..2i
-        above = hist.sum(axis=2, keepdims=True) - np.cumsum(hist, axis=2)[:, :, 1::2]  # #{x > c_i}
         extreme = p.alpha in (0.0, 1.0)
         if extreme:
             chain = qmod._extreme_chain(k, p.measure, p.scale)
-            score = below if p.alpha == 0.0 else above
+            cum = np.cumsum(hist, axis=2)
+            # #{x < c_i} (bins 0..2i) or #{x > c_i} (bins 2i+2..): the candidate's count score
+            score = cum[:, :, 0::2] if p.alpha == 0.0 else hist.sum(axis=2, keepdims=True) - cum[:, :, 1::2]
+            data = _unique_columns(score)
             if replace_one:
-                d = np.abs(score[:, None] - score[None, :]).max(axis=3).reshape(-1, hist.shape[1])
+                d = np.abs(data[:, None] - data[None, :]).max(axis=3).reshape(-1, hist.shape[1])
             else:
-                d = score.max(axis=2)
+                d = data.max(axis=2)
         else:
             chain = qmod._chain(p.candidates, p.alpha, p.measure, p.scale)
+            data = hist[:, :, hist.any(axis=(0, 1))]  # bins no row reaches are 0 everywhere
             if replace_one:
-                d = np.abs(hist[:, None] - hist[None, :]).sum(axis=3).reshape(-1, hist.shape[1])
+                d = np.abs(data[:, None] - data[None, :]).sum(axis=3).reshape(-1, hist.shape[1])
             else:
-                d = hist.sum(axis=2)
+                d = data.sum(axis=2)
         cost: dict[int, float] = {}
         for v in np.unique(d):
             cost[int(v)] = float(chain.map(float(v) if extreme else int(v))) if v else 0.0

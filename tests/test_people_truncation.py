@@ -407,3 +407,15 @@ def test_a_session_counts_a_person_level_table_on_pandas_and_duckdb() -> None:
 @pytest.mark.spark
 def test_a_session_counts_a_person_level_table_on_spark(spark) -> None:
     _session_count(spark.createDataFrame(ROWS, SPARK_TYPES), schema_of(UNIT))
+
+
+@pytest.mark.spark
+def test_spark_without_cache_truncates_the_same(spark) -> None:
+    from dpmagic.backends.spark import SparkBackend
+
+    schema = schema_of({**UNIT, "per_group": {"dx": {"max_groups": 1}}})
+    engine = SparkBackend(spark.createDataFrame(ROWS, SPARK_TYPES), schema, cache=False)
+    assert engine.cached is None
+    reference = backend_for(frame(ROWS), schema)
+    assert spark_kept(engine) == pandas_kept(reference)
+    check_same_cells(reference, engine, schema)

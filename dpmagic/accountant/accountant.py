@@ -11,8 +11,15 @@ invariant").  The bound charged is chosen per session:
 * ``chromatic`` — the weight of a proper colouring χ_w ≥ ω_w;
 * ``sequential`` — Σ w, plain sequential composition.
 
-Size: one module (≈ 510 lines) because admission, the charge transaction and the ledger fold share one
-state — the engine's registered boxes and the budget — that must change together or not at all.
+Person level (``schema.person_unit`` set; docs/people.md §3): a person's loss is the weight of the queries that
+touch *any* of their ≤ K′ rows.  A second engine holds the boxes projected on the separating columns (the id and
+the invariant columns; :func:`project_box`, applied as a ledger box enters it, so a replay rebuilds the same
+state), and the charge is the minimum of three proven bounds (:class:`PersonBounds`): the projected engine's
+bound, K′ × the full engine's bound (rounded up), and Σw.  Replace-one person: the pair search on the projected
+boxes, K′ × the pair bound on the full boxes, Σw.
+
+Size: one module (≈ 750 lines) because admission, the charge transaction and the ledger fold share one
+state — the engines' registered boxes and the budget — that must change together or not at all.
 
 The charged bound is computed first and exactly (``sequential`` runs no overlap search at all; ``chromatic``
 only colours); the others are shown as proven bounds computed within a small display budget
@@ -44,6 +51,7 @@ from dpmagic.accountant.currency import Budget, Currency, check_cost
 from dpmagic.accountant.ledger import EntryFold, Ledger, LedgerEntry
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.domain.sets import Box, box_from_json, box_to_json
+from dpmagic.domain.unit import PersonUnit
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
 from dpmagic.overlap.engine import ChargeKind
@@ -60,6 +68,7 @@ __all__ = [
     "Neighbors",
     "NEIGHBORS",
     "PersonBounds",
+    "person_bounds",
     "project_box",
 ]
 
@@ -152,6 +161,25 @@ class PersonBounds:
             "charged_by": self.which,
             **({"note": self.note} if self.note else {}),
         }
+
+
+def person_bounds(
+    unit: PersonUnit, row: tuple[float, str], projected: tuple[float, str], sequential: float, note: str | None = None
+) -> PersonBounds:
+    """The three person-level bounds from the charged bound over the full boxes (``row``: value and label, a
+    point's or a pair of points' worst case) and over the boxes projected on the separating columns
+    (``projected``); K′·row is rounded up (the exact sum of K′ copies)."""
+    k = unit.kept_rows
+    return PersonBounds(
+        projected=projected[0],
+        projected_as=projected[1],
+        rows=sum_up([row[0]] * k),
+        rows_as=row[1],
+        sequential=sequential,
+        kept_rows=k,
+        separating=unit.separating,
+        note=note,
+    )
 
 
 @dataclass(frozen=True)
@@ -300,8 +328,15 @@ class Accountant:
     def summary(self) -> BoundsSummary:
         """The four bounds, the charged value and the saving, in the session's parameter (for reports)."""
         if len(self.engine) == 0:
-            return BoundsSummary()
-        return BoundsSummary.of(self.engine.bounds(), charged=self._charged, unit=self.budget.currency.cost)
+            return BoundsSummary(unit=self.schema.unit_label)
+        out = BoundsSummary.of(self.engine.bounds(), charged=self._charged, unit=self.budget.currency.cost)
+        if self._person is None or self.person_engine is None:
+            return out
+        person = self._person.to_dict()
+        person.pop("note", None)  # about the last query, not the state
+        w = self.person_engine.bounds().overlap.witness
+        person["witness"] = None if w is None else {c: w[c] for c in self._person.separating if c in w}
+        return out.with_person(person, self.schema.unit_label, self.budget.currency.cost)
 
     @_locked
     def graph(self) -> QueryGraph:
@@ -349,18 +384,8 @@ class Accountant:
         if self.unit is None or self.person_engine is None or pbounds is None:
             return value, label, None
         pextra = (self._project(extra[0]), extra[1]) if extra is not None else None
-        pvalue, plabel = self._unit_value(self.person_engine, pbounds, pextra)
-        k = self.unit.kept_rows
-        person = PersonBounds(
-            projected=pvalue,
-            projected_as=plabel,
-            rows=sum_up([value] * k),  # K′·value rounded up: exact sum of K′ copies
-            rows_as=label,
-            sequential=bounds.sequential,
-            kept_rows=k,
-            separating=self.unit.separating,
-            note=note,
-        )
+        projected = self._unit_value(self.person_engine, pbounds, pextra)
+        person = person_bounds(self.unit, (value, label), projected, bounds.sequential, note)
         v, lab = person.charge()
         return v, lab, person
 
@@ -464,8 +489,8 @@ class Accountant:
         n = len(extra)
         return (
             f"disjoint from {n} earlier {'query' if n == 1 else 'queries'} only on non-invariant "
-            f"column{'s' if len(cols) > 1 else ''} {names}: a person may have rows on both sides, so for people "
-            "they compose sequentially"
+            f"column{'s' if len(cols) > 1 else ''} {names}: a person may have rows on both sides, so they do not "
+            "compose in parallel for people"
         )
 
     @_locked
@@ -565,9 +590,9 @@ class Accountant:
                 f"lower the cost to at most {cur.format(left)}, narrow the WHERE clause to a region with more "
                 "budget left, or stop here"
             )
-        what = "charged privacy loss" if self.unit is None else "one person's worst-case privacy loss"
+        what = "the charged privacy loss" if self.unit is None else "one person's worst-case privacy loss"
         return BudgetExceededError(
-            f"refused: this query costs {cur.format(ch.cost)} and would raise the {what} "
+            f"refused: this query costs {cur.format(ch.cost)} and would raise {what} "
             f"({self.bound} bound) from {_fmt(cur.cost(ch.before))} to {_fmt(cur.cost(ch.after))}, "
             f"above the budget {cur.parameter}={_fmt(self.budget.total)}; at most "
             f"{cur.format(left)} is left for a query on this part of the domain",

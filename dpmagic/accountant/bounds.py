@@ -37,7 +37,13 @@ class BoundsSummary:
 
     ``saving`` = 1 − charged / sequential, computed on the additive weights (so it is the same whatever the
     display unit).  ``clique`` is a proven upper bound of ω when not ``clique_exact``; ``overlap_upper`` is
-    what an accountant charging the exact bound charges.
+    what an accountant charging the exact bound charges on a row-level table.
+
+    Person level (docs/people.md §3, §4): ``unit`` is the privacy unit in words
+    (:attr:`~dpmagic.domain.schema.Schema.unit_label`) and ``person`` the three bounds of one person's worst case
+    in the display unit (``projected``, ``rows``, ``sequential``, with ``charged_by``: ``projection``, ``rows`` or
+    ``sequential``, ``kept_rows`` K′ and the ``separating`` columns); the four bounds then describe rows, and
+    ``witness`` is one person's worst case (their separating values) when the projection is charged.
     """
 
     sequential: float = 0.0
@@ -50,9 +56,30 @@ class BoundsSummary:
     witness: dict[str, Any] | None = None
     charged: float = 0.0
     saving: float = 0.0
+    unit: str = "one row"
+    person: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "witness", _plain(self.witness))  # JSON-able whatever built it
+        if self.person is not None:
+            object.__setattr__(self, "person", _plain(dict(self.person)))
+
+    @property
+    def worst_label(self) -> str:
+        """What the witness is: "one person's worst case" at person level, else "worst-case row"."""
+        return "one person's worst case" if self.person is not None else "worst-case row"
+
+    def with_person(
+        self, person: Mapping[str, Any], unit_label: str, unit: Callable[[float], float] = float
+    ) -> BoundsSummary:
+        """This summary at person level: ``person`` is :meth:`~dpmagic.accountant.accountant.PersonBounds.to_dict`
+        (additive weights, converted here by ``unit``); the witness becomes the person's separating values when
+        the projection is charged (``person_witness``)."""
+        p = {k: v for k, v in person.items() if k != "witness"}
+        for key in ("projected", "rows", "sequential"):
+            p[key] = unit(float(p[key]))
+        witness = person.get("witness") if p.get("charged_by") == "projection" else self.witness
+        return replace(self, unit=unit_label, person=p, witness=witness)
 
     @classmethod
     def of(
@@ -87,6 +114,10 @@ class BoundsSummary:
         amounts: dict[str, Any] = {
             f.name: clean(v) for f in fields(self) if isinstance(v := getattr(self, f.name), float)
         }
+        if self.person is not None:
+            amounts["person"] = {
+                k: clean(v) if k in ("projected", "rows", "sequential") else v for k, v in self.person.items()
+            }
         return replace(self, **amounts)
 
     # -- the one serialisation ----------------------------------------------------------------------------
@@ -96,6 +127,8 @@ class BoundsSummary:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         if not session:
             del d["charged"], d["saving"]
+        if d["person"] is None:  # a row-level summary keeps its established keys
+            del d["person"], d["unit"]
         return d
 
     @classmethod
@@ -119,6 +152,7 @@ class BoundsSummary:
             "clique": {"value": self.clique, "exact": self.clique_exact},
             "chromatic": {"value": self.chromatic},
             "utility_gain": self.saving,
+            **({"unit": self.unit, "person": self.person, "charged": self.charged} if self.person is not None else {}),
         }
 
     @classmethod
@@ -134,6 +168,8 @@ class BoundsSummary:
             overlap_upper=o["upper"],
             overlap_exact=o["exact"],
             witness=o["witness"],
-            charged=o["value"],
+            charged=d.get("charged", o["value"]),
             saving=d["utility_gain"],
+            unit=d.get("unit", "one row"),
+            person=d.get("person"),
         )

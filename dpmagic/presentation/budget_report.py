@@ -89,12 +89,14 @@ def budget_html(session: Session, summary: dict[str, Any]) -> str:
     total = summary["budget"]
     rows = numbered_frame(session)
     bounds = f"<div class='dpmagic-bounds'>{bounds_html(BoundsSummary.from_dict(summary['bounds']), total)}</div>"
-    worst = row_text(summary["bounds"].get("witness"))
+    shown = BoundsSummary.from_dict(summary["bounds"])
+    worst = row_text(shown.witness)
+    unit = "" if shown.person is None else f" (privacy unit: {html.escape(shown.unit)})"
     head = (
         f"<div><b>dpmagic budget</b> ({html.escape(summary['bound'])} bound, "
         f"{plural(summary['queries'], 'query', 'queries')}, in {html.escape(cur.parameter)})"
         f"{budget_line_html(summary['spent'], total, cur)}{bounds}"
-        f"<div class='dpmagic-worst'>worst-case row: {html.escape(worst)}</div></div>"
+        f"<div class='dpmagic-worst'>{shown.worst_label}: {html.escape(worst)}{unit}</div></div>"
     )
     if not len(rows):
         return head + "<p>no queries yet</p>"

@@ -115,21 +115,58 @@ def load_workload(path: Path, schema: Schema) -> list[WorkloadItem]:
 def analyse(
     items: list[WorkloadItem], schema: Schema, *, timeout: float = 60.0, neighbors: str = "add-remove"
 ) -> dict[str, Any]:
-    """The JSON object of docs/design.md §3.2 for a parsed workload."""
-    from dpmagic.overlap import OverlapEngine
+    """The JSON object of docs/design.md §3.2 for a parsed workload; for a person-level schema also ``unit``,
+    ``person`` (the three bounds of one person's worst case) and ``charged`` (their minimum)."""
 
     t0 = time.perf_counter()
-    engine = OverlapEngine(schema, time_limit=timeout)
-    engine.extend([it.box for it in items], [it.weight for it in items])
-    b = engine.bounds() if items else None
+    boxes, weights = [it.box for it in items], [it.weight for it in items]
+    summary = _row_summary(boxes, weights, schema, timeout, neighbors)
+    unit = schema.person_unit
+    if unit is not None and items:
+        # person level (docs/people.md §3): min(the bound of the boxes projected on the id and invariant columns,
+        # K′ × the bound of the full boxes, Σw)
+        from dpmagic.accountant.accountant import person_bounds, project_box
+
+        projected = _row_summary([project_box(b, unit.separating) for b in boxes], weights, schema, timeout, neighbors)
+        label, plabel = (_label(x, neighbors) for x in (summary, projected))
+        pb = person_bounds(unit, (summary.overlap_upper, label), (projected.overlap_upper, plabel), summary.sequential)
+        charged, _ = pb.charge()
+        witness = projected.witness
+        if isinstance(witness, dict) and neighbors == "add-remove":
+            witness = {c: witness[c] for c in unit.separating if c in witness}
+        seq = summary.sequential
+        summary = replace(
+            summary.with_person({**pb.to_dict(), "witness": witness}, schema.unit_label),
+            charged=charged,
+            saving=0.0 if seq <= 0 else 1.0 - charged / seq,
+        )
     seconds = time.perf_counter() - t0
+    return {"queries": len(items), **summary.to_cli(), "neighbors": neighbors, "seconds": round(seconds, 6)}
+
+
+def _label(summary: BoundsSummary, neighbors: str) -> str:
+    """Which bound ``summary.overlap_upper`` is, as the accountant labels it."""
+    if neighbors == "replace":
+        return "replace-one pair (exact)" if summary.overlap_exact else "replace-one ≤ 2×overlap-upper"
+    return "exact" if summary.overlap_exact else "overlap-upper"
+
+
+def _row_summary(
+    boxes: list[Any], weights: list[float], schema: Schema, timeout: float, neighbors: str
+) -> BoundsSummary:
+    """The bounds of one query set, one point's worst case (add/remove) or a pair of points' (replace-one)."""
+    from dpmagic.overlap import OverlapEngine
+
+    engine = OverlapEngine(schema, time_limit=timeout)
+    engine.extend(boxes, weights)
+    b = engine.bounds() if boxes else None
     summary = BoundsSummary.of(b)
     if b is not None and neighbors == "replace":
         # Replace-one (bounded DP, Inan et al. 2017): the loss of a pair (x, x') is the weight of the queries covering
         # x or x'.  Exact on a small compressed domain; otherwise in [γ, min(2γ, Σw)].
         from dpmagic.overlap.pairs import max_pair_load
 
-        pair = max_pair_load([it.box for it in items], [it.weight for it in items], schema)
+        pair = max_pair_load(boxes, weights, schema)
         if pair is not None:
             witness = {"row": pair.rows[0], "other_row": pair.rows[1]}
             summary = replace(summary, overlap_lower=pair.value, overlap_exact=True, witness=witness)
@@ -139,7 +176,7 @@ def analyse(
             summary = replace(summary, overlap_exact=False)
         seq = summary.sequential
         summary = replace(summary, overlap_upper=upper, charged=upper, saving=0.0 if seq <= 0 else 1.0 - upper / seq)
-    return {"queries": len(items), **summary.to_cli(), "neighbors": neighbors, "seconds": round(seconds, 6)}
+    return summary
 
 
 def _table(result: dict[str, Any]) -> str:

@@ -98,7 +98,8 @@ def plot_graph(session: Session, *, max_nodes: int = 400) -> Figure:
     ax.set_title(
         f"query graph: {plural(n, 'query', 'queries')} in {plural(n_colours, 'group')} of disjoint queries\n"
         f"all added up {fmt(b.sequential, total, '.3g')}, by groups {fmt(b.chromatic, total, '.3g')}, "
-        f"one person's worst case {fmt(b.overlap_upper, total, '.3g')} {cur.symbol}",
+        f"one person's worst case {fmt(b.overlap_upper if b.person is None else b.charged, total, '.3g')} "
+        f"{cur.symbol}",
         fontsize=9,
     )
     wmin = float(graph.weights.min())

@@ -155,7 +155,8 @@ class BudgetWidget:
         else:
             eps, delta = s.approx_dp()
             self.approx.value = f"equivalent to ({eps:.3g}, {delta:.0e})-DP"
-        self.worst.value = "worst-case row: " + html.escape(row_text(b.witness))
+        unit = "" if b.person is None else f" (privacy unit: {html.escape(b.unit)})"
+        self.worst.value = f"{b.worst_label}: " + html.escape(row_text(b.witness)) + unit
         self.queries.value = _query_table(s)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

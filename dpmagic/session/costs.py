@@ -77,9 +77,10 @@ def resolve_cost(
         need = cost_for_target(q, schema, cur, ci, min_rows=min_rows, replace_one=replace_one)
         left = affordable()
         if need > left * (1.0 + 1e-9):
+            whose = "" if schema.person_unit is None else f" (one person's worst case; unit: {schema.unit_label})"
             raise BudgetExceededError(
                 f"refused: a 95% half-width of ±{ci:g} needs {cur.format(need)}, but at most "
-                f"{cur.format(left)} is affordable on this query's region",
+                f"{cur.format(left)} is affordable on this query's region{whose}",
                 hint="accept a wider interval, or ask about a region with more budget left",
             )
         return need

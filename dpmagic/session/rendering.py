@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dpmagic.accountant.accountant import PersonBounds
     from dpmagic.accountant.bounds import BoundsSummary
     from dpmagic.accountant.currency import Currency
     from dpmagic.session.results import QueryResult
@@ -29,6 +30,9 @@ __all__ = [
     "bounds_rows",
     "bounds_text",
     "row_text",
+    "person_charged_by",
+    "person_note",
+    "person_rows",
     "NEARLY_SPENT",
     "budget_line_html",
     "budget_line_text",
@@ -196,6 +200,19 @@ def result_text(result: QueryResult) -> str:
     return "\n".join(lines)
 
 
+def person_note(person: PersonBounds | None) -> str:
+    """Person level: why this query is charged as it is, as a clause to append (``""`` at row level, or when the
+    query composes in parallel for people as it does for rows)."""
+    if person is None:
+        return ""
+    parts = []
+    if person.note:
+        parts.append(person.note)
+    if person.which != "projection":
+        parts.append("charged as " + person_charged_by(person.to_dict()))
+    return "".join(f"; {p}" for p in parts)
+
+
 def result_summary(result: QueryResult) -> str:
     """The one-line cost summary shown under a cell's result (query numbered 1..n)."""
     cur = result.currency
@@ -215,7 +232,8 @@ def result_summary(result: QueryResult) -> str:
     )
     return (
         f"query #{number}: +{fmt(result.cost, total, '.2f')} {cur.symbol} asked{default}, "
-        f"+{fmt(charged, total, '.2f')} charged ({result.charge.charged_as}); {overlaps}; {used}"
+        f"+{fmt(charged, total, '.2f')} charged ({result.charge.charged_as}); {overlaps}{person_note(result.charge.person)}"
+        f"; {used}"
     )
 
 
@@ -243,12 +261,47 @@ def row_text(row: dict[str, Any] | None, empty: str = "any row") -> str:
     return ", ".join(f"{k}={v!r}" for k, v in row.items()) if row else empty
 
 
+def person_charged_by(person: dict[str, Any]) -> str:
+    """Which of the three person-level bounds is charged, and why, in words (docs/people.md §4)."""
+    k = person.get("kept_rows", 1)
+    sep = ", ".join(repr(c) for c in person.get("separating", ()))
+    which = person.get("charged_by")
+    if which == "projection":
+        return (
+            f"the queries' regions on the columns constant within a person ({sep}): queries disjoint there "
+            "compose in parallel"
+        )
+    if which == "rows":
+        return (
+            f"{k} × one row's worst case: a person has at most {k} rows, and queries disjoint only on other "
+            f"columns than {sep} may all touch one person"
+        )
+    return f"sequential composition: every query may touch one person (none is disjoint from another on {sep})"
+
+
+def person_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list[tuple[str, str]]:
+    """Person level: the unit and the three bounds of one person's worst case as (label, value) lines."""
+    p = b.person
+    if p is None:
+        return []
+    k = p.get("kept_rows", 1)
+    return [
+        ("privacy unit", b.unit),
+        ("one person, by invariant columns", fmt(p["projected"], scale, spec)),
+        (f"one person, {k} × one row", fmt(p["rows"], scale, spec)),
+        ("one person, all added up", fmt(p["sequential"], scale, spec)),
+        ("one person's worst case charged by", person_charged_by(p)),
+    ]
+
+
 def bounds_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list[tuple[str, str]]:
-    """The four bounds, the charged value, the saving and the worst-case row as (label, value) lines."""
+    """The four bounds, the charged value, the saving and the worst-case row as (label, value) lines; at person
+    level the four bounds are one row's and the unit and the three person-level bounds follow."""
     exact = (
         "exact" if b.overlap_exact else f"in [{fmt(b.overlap_lower, scale, spec)}, {fmt(b.overlap_upper, scale, spec)}]"
     )
     row = b.witness
+    overlap_label = BOUND_LABELS["overlap"][0] if b.person is None else "one row's worst case"
     return [
         (f"{BOUND_LABELS['sequential'][0]} ({_BOUND_SYMBOLS['sequential']})", fmt(b.sequential, scale, spec)),
         (f"{BOUND_LABELS['chromatic'][0]} ({_BOUND_SYMBOLS['chromatic']})", fmt(b.chromatic, scale, spec)),
@@ -256,13 +309,11 @@ def bounds_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list
             f"{BOUND_LABELS['clique'][0]} ({_BOUND_SYMBOLS['clique']})",
             fmt(b.clique, scale, spec) + ("" if b.clique_exact else "  (search timed out: an upper bound)"),
         ),
-        (
-            f"{BOUND_LABELS['overlap'][0]} ({_BOUND_SYMBOLS['overlap']})",
-            f"{fmt(b.overlap_upper, scale, spec)}  ({exact})",
-        ),
+        (f"{overlap_label} ({_BOUND_SYMBOLS['overlap']})", f"{fmt(b.overlap_upper, scale, spec)}  ({exact})"),
+        *person_rows(b, scale, spec),
         ("charged (upper bound)", fmt(b.charged, scale, spec)),
         ("saving vs adding up (utility gain)", f"{100 * b.saving:.1f}%"),
-        ("worst-case row", row_text(row)),
+        (b.worst_label, row_text(row, "anyone" if b.person is not None else "any row")),
     ]
 
 
@@ -289,12 +340,22 @@ def bounds_html(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> str:
         (bound_header_html("sequential"), fmt(b.sequential, scale, spec)),
         (bound_header_html("chromatic"), fmt(b.chromatic, scale, spec)),
         (bound_header_html("clique"), fmt(b.clique, scale, spec) + ("" if b.clique_exact else " (upper bound)")),
-        (bound_header_html("overlap"), f"{fmt(b.overlap_upper, scale, spec)} ({exact})"),
+        (
+            bound_header_html("overlap")
+            if b.person is None
+            else "<th title='maximum overlap: the most the queries covering any single row add up to' "
+            "style='padding:0 10px;text-align:left'>one row's worst case</th>",
+            f"{fmt(b.overlap_upper, scale, spec)} ({exact})",
+        ),
         (
             "<th title='how much less than adding every cost up' style='padding:0 10px;text-align:left'>saving</th>",
             f"{100 * b.saving:.1f}%",
         ),
     ]
+    if b.person is not None:  # one person's worst case: what is charged, and by which bound
+        tip = html.escape(person_charged_by(b.person), quote=True)
+        head = f"<th title='{tip}' style='padding:0 10px;text-align:left'>one person's worst case</th>"
+        cells.insert(4, (head, f"{fmt(b.charged, scale, spec)} ({html.escape(b.unit)})"))
     return (
         "<table style='border-collapse:collapse'><tr>"
         + "".join(k for k, _ in cells)

@@ -116,17 +116,20 @@ class Preview:
         if self.cached:
             return "dry run: this exact query was already answered; re-running it returns the stored answer for free"
         verdict = "would be admitted" if self.admissible else "would be REFUSED (over budget)"
-        row = display.row_text(self.charge.worst_row, "any row")
+        person = self.charge.person
+        row = display.row_text(self.charge.worst_row, "any row" if person is None else "anyone")
+        worst = "worst-case row" if person is None else "one person's worst case"
+        loss = "charged loss" if person is None else "one person's charged loss"
         total = self.budget
 
         def amount(x: float) -> str:
             return display.fmt(x, total)
 
         return (
-            f"dry run ({cur.symbol}={amount(self.cost)}): {verdict}; charged loss {amount(cur.cost(self.charge.before))}"
+            f"dry run ({cur.symbol}={amount(self.cost)}): {verdict}; {loss} {amount(cur.cost(self.charge.before))}"
             f" → {amount(cur.cost(self.charge.after))} (+{amount(self.increase)}, {self.charge.charged_as}); overlaps "
-            f"{display.plural(self.charge.overlaps, 'registered query', 'registered queries')}; worst-case row "
-            f"after it: {row}; at most {cur.symbol}={amount(self.affordable)} is affordable on this query's region. "
+            f"{display.plural(self.charge.overlaps, 'registered query', 'registered queries')}; {worst} "
+            f"after it: {row}{display.person_note(person)}; at most {cur.symbol}={amount(self.affordable)} is affordable on this query's region. "
             "Nothing was spent and no data was read."
         )
 

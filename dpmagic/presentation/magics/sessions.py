@@ -137,6 +137,7 @@ class SessionMagics(MagicsBase):
             + f", budget {cur.parameter}={session.budget.total:g} ({cur.definition}), charging the {session.bound} "
             "bound"
             + (", replace-one neighbours" if session.neighbors == "replace" else "")
+            + (f"; privacy unit: {session.schema.unit_label}" if session.schema.person_unit is not None else "")
             + f"; {cur.parameter} already charged: {session.spent:.4g}; ledger: {session.ledger.path or 'in memory'}"
         )
 
