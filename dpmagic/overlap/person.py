@@ -103,7 +103,7 @@ def max_person_load_over(
             if id(col) not in cache:
                 M = col.dense()
                 # q constrains the column: its row is not all True (all False: disjoint, its u or z is forced to 0)
-                cache[id(col)] = (M, ~M.all(axis=1))
+                cache[id(col)] = (M, np.asarray(~M.all(axis=1), dtype=bool))
     dense = [[cache[id(col)][0] for col in blk] for blk in blocks]
     cons = [[cache[id(col)][1] for col in blk] for blk in blocks]
     free_copies = list(range(1, len(blocks)))
@@ -111,7 +111,9 @@ def max_person_load_over(
     for j, bi in enumerate(free_copies):
         for cm in cons[bi]:
             touch[:, j] |= cm
-    needs_u = touch.all(axis=1)  # a copy with no free constraint on q touches q whenever s does: no u needed
+    needs_u = np.asarray(
+        touch.all(axis=1), dtype=bool
+    )  # a copy with no free constraint on q touches q whenever s does: no u needed
     ny = sum(c.a for blk in blocks for c in blk)
     nu = int(needs_u.sum()) * len(free_copies)
     nvar = ny + n + nu
@@ -183,15 +185,15 @@ def max_person_load_over(
 
     A = sp.csr_matrix((np.concatenate(rv), (np.concatenate(ri), np.concatenate(rj))), shape=(r, nvar))
     scale = math.ldexp(1.0, -math.frexp(float(w.max()))[1])  # largest scaled weight in [0.5, 1): exact
-    c = np.zeros(nvar)
-    c[zoff : zoff + n] = -w * scale
+    objective = np.zeros(nvar)
+    objective[zoff : zoff + n] = -w * scale
     integrality = np.zeros(nvar)
     integrality[:ny] = 1
     left = deadline - time.perf_counter()
     if left <= 0:
         return None
     res = milp(
-        c,
+        objective,
         constraints=LinearConstraint(A, np.asarray(lo), np.asarray(hi)),
         integrality=integrality,
         bounds=LBounds(np.zeros(nvar), np.ones(nvar)),
