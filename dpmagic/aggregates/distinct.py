@@ -19,6 +19,7 @@ clipped at 0 (post-processing).  Its 95% interval is the noise's (before the cli
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,13 +29,15 @@ from sqlglot import exp
 from dpmagic.accountant.currency import Definition
 from dpmagic.aggregates.registry import AggregateUnit, PlanContext, SqlInputs, SqlResults, UnitPlan, register
 from dpmagic.aggregates.sqlexpr import col
+from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
+from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.noise.calibration import Noise, calibrate, release_integer
 from dpmagic.noise.sensitivity import Coverage, distinct_sensitivity, patterns
 
 if TYPE_CHECKING:
-    from dpmagic.query.model import Aggregate
+    from dpmagic.query.model import Aggregate, Query
 
-__all__ = ["CountDistinctUnit", "plan", "exact", "release"]
+__all__ = ["CountDistinctUnit", "distinct_cap", "plan", "exact", "release"]
 
 
 def plan(definition: Definition, share: float, cov: Coverage, *, replace_one: bool, column: str | None = None) -> Noise:
@@ -57,13 +60,38 @@ def exact(values: np.ndarray, cell: np.ndarray, n_cells: int) -> np.ndarray:
     return out[:n_cells]
 
 
-def release(counts: np.ndarray, noise: Noise, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def release(
+    counts: np.ndarray, noise: Noise, level: float = 0.95, cap: float = math.inf
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The noisy distinct counts, clipped into [0, ``cap``] — ``cap`` is the number of declared values of the
+    column inside the WHERE box (:func:`distinct_cap`, public), which no exact count can exceed — and their
+    interval intersected with the same range (it holds the exact value, so coverage is kept; where the noise
+    pushed the whole interval past an end, the interval is the whole range).  Post-processing only."""
     noisy = release_integer(counts, noise)
     h = noise.ci_halfwidth(level)
     clipped_high = noisy + h >= noise.clamp  # the overflow guard may have clamped the exact value (never, here)
-    low = noisy - h
-    high = np.where(clipped_high, np.inf, noisy + h)
-    return np.maximum(noisy, 0.0), low, high
+    raw_low, raw_high = noisy - h, np.where(clipped_high, np.inf, noisy + h)
+    low, high = np.clip(raw_low, 0.0, cap), np.clip(raw_high, 0.0, cap)
+    past = (high < low) | ((high == low) & (raw_high > raw_low))
+    low, high = np.where(past, 0.0, low), np.where(past, cap, high)
+    return np.clip(noisy, 0.0, cap), low, high
+
+
+def distinct_cap(query: Query, schema: Schema, column: str) -> float:
+    """The most distinct values ``column`` can take inside the query's WHERE box (its covering box): the declared
+    categories in the box's set, or the integers in an int column's set; ∞ for a float column.  Public."""
+    c = schema[column]
+    s = query.where.get(column)
+    if query.where.is_empty():
+        return 0.0
+    if isinstance(c, CategoricalColumn):
+        return float(len(s) if isinstance(s, CategorySet) else c.size)
+    assert isinstance(c, NumericColumn)
+    if not c.is_int:
+        return math.inf
+    if isinstance(s, IntervalSet):
+        return float(sum(int(iv.hi) - int(iv.lo) + 1 for iv in s.intervals))
+    return float(int(c.upper) - int(c.lower) + 1)
 
 
 class CountDistinctUnit(AggregateUnit):
@@ -73,9 +101,8 @@ class CountDistinctUnit(AggregateUnit):
     releases = 1
 
     def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
-        return UnitPlan(
-            agg, plan(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one, column=str(agg.column))
-        )
+        noise = plan(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one, column=str(agg.column))
+        return UnitPlan(agg, noise, lo=0.0, hi=distinct_cap(ctx.query, ctx.schema, str(agg.column)))
 
     def describe(self, u: UnitPlan) -> dict[str, str]:
         return {f"count_distinct({u.agg.column})": str(u.plan)}
@@ -92,7 +119,7 @@ class CountDistinctUnit(AggregateUnit):
         return np.asarray(r.per_cell(f"d_{alias}"), dtype=np.int64)
 
     def release(self, u: UnitPlan, inputs: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return release(inputs, u.plan, level)
+        return release(inputs, u.plan, level, u.hi)
 
     def halfwidth(self, u: UnitPlan, level: float = 0.95) -> float:
         return float(u.plan.ci_halfwidth(level))

@@ -103,7 +103,7 @@ def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str])
         cols = [a, f"{a}_ci_low", f"{a}_ci_high"]
         cols = [c for c in cols if c in out.columns]
         floor: float | None = None
-        if agg.func == "count":
+        if agg.func in ("count", "count_distinct"):
             floor = 0.0
         elif agg.func == "sum" and agg.column is not None:
             col = schema[agg.column]
@@ -112,7 +112,7 @@ def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str])
         if "nonnegative" in opts and floor is not None:
             for c in cols:
                 out[c] = out[c].clip(lower=floor)
-        if "integer" in opts and agg.func == "count":
+        if "integer" in opts and agg.func in ("count", "count_distinct"):
             out[a] = np.round(out[a].to_numpy(dtype=float))
             if f"{a}_ci_low" in out.columns:
                 out[f"{a}_ci_low"] = np.floor(out[f"{a}_ci_low"].to_numpy(dtype=float))
