@@ -79,6 +79,7 @@ BOX_BATCHES = [
     ["x <= 1", "x >= 1 AND g = 'a'", "s = 'm'"],
     ["g = 'a'", "g = 'b'", "g = 'a'"],
     ["x = 0", "x = 1", "x = 2", "s = 'f' AND x >= 1"],
+    ["x >= 0", "x >= 0", "x >= 1"],  # row level: replace (1) below add/remove (3); a person's replace is not
 ]
 DECISIONS = [
     "SELECT g, COUNT(*) FROM t GROUP BY g HAVING COUNT(*) > 2",
@@ -253,19 +254,23 @@ def decision_reads(s: Session, sql: str):
         st = c.statistic
         for phase, u, beta in ((1, c.u, c.beta), (2, max(1.0, round(c.u / 2)), c.beta / 4), (3, 1.0, c.beta / 8)):
             eps = c.epsilon if phase == 1 else tslm_epsilon(st.sensitivity, beta, u)
-            yield q, c, MeasureRequest(
-                condition=c.index,
-                statistic=st,
-                where=c.condition.where,
-                kind=st.kind,
-                scale=c.scale if phase == 1 else st.sensitivity / eps,
-                sensitivity=st.sensitivity,
-                epsilon=eps,
-                cost=cost_of_epsilon(eps, p.definition),
-                groups=tuple(p.groups),
-                phase=phase,
-                u=u,
-                beta=beta,
+            yield (
+                q,
+                c,
+                MeasureRequest(
+                    condition=c.index,
+                    statistic=st,
+                    where=c.condition.where,
+                    kind=st.kind,
+                    scale=c.scale if phase == 1 else st.sensitivity / eps,
+                    sensitivity=st.sensitivity,
+                    epsilon=eps,
+                    cost=cost_of_epsilon(eps, p.definition),
+                    groups=tuple(p.groups),
+                    phase=phase,
+                    u=u,
+                    beta=beta,
+                ),
             )
 
 
