@@ -2,10 +2,11 @@
 
 A person is a set of at most K′ domain points sharing their separating values (the id and the invariant columns);
 its load is the weight of the queries whose box holds *any* of its points.  The accountant charges
-min(γ_w of the boxes projected on the separating columns, K′·γ_w of the full boxes, Σw).  Every test here
-enumerates every person of a small domain: the charge must be ≥ the true worst person's load (soundness), equal
-to the minimum of the three bounds computed independently by brute force (so equal to the truth whenever one of
-them is exact), and the same after a restart.  Weights are dyadic, so every sum is exact.
+min(γ_w of the boxes projected on the separating columns, K′·γ_w of the full boxes, Σw, and under add/remove the
+exact person-level bound: an integer program, :mod:`dpmagic.overlap.person`).  Every test here enumerates every
+person of a small domain: the charge must be ≥ the true worst person's load (soundness), equal to the minimum of
+the bounds computed independently by brute force, the exact bound equal to the truth when solved (so the charge
+is the truth under add/remove), and the same after a restart.  Weights are dyadic, so every sum is exact.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +27,8 @@ from dpmagic.accountant.ledger import Ledger
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
 from dpmagic.domain.unit import PersonUnit
+from dpmagic.overlap.encoding import BoxStore
+from dpmagic.overlap.person import max_person_load_over
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -123,7 +127,7 @@ def charge_all(acc: Accountant, work) -> None:
 
 @SETTINGS
 @given(work=workloads, invariant=invariants, k=st.integers(1, 3), rel=st.sampled_from(["add-remove", "replace"]))
-def test_charged_bound_is_sound_and_the_minimum_of_the_three(work, invariant, k, rel) -> None:
+def test_charged_bound_is_sound_and_the_minimum_of_the_four(work, invariant, k, rel) -> None:
     schema = schema_for(invariant, k)
     boxes, weights = [b for b, _ in work], [w for _, w in work]
     acc = accountant_for(schema, rel)
@@ -132,11 +136,18 @@ def test_charged_bound_is_sound_and_the_minimum_of_the_three(work, invariant, k,
     truth = (true_person_max if rel == "add-remove" else true_pair_max)(schema, boxes, weights)
     bounds = independent_bounds(schema, boxes, weights, rel)
     assert charged >= truth  # soundness: every person's loss is within the charge
-    assert charged == min(bounds)  # the tightest of the three, each computed independently
-    if truth == min(bounds):
-        assert charged == truth
     pb = acc.person_bounds
     assert pb is not None and (pb.projected, pb.rows, pb.sequential) == bounds
+    if rel == "add-remove":
+        # the exact bound: solved (tiny programs), so it is the brute-force truth, and the charge with it
+        assert pb.exact is not None and pb.exact >= truth
+        assert pb.exact == truth
+        assert charged == min(*bounds, pb.exact) == truth
+    else:  # replace-one person: no exact bound (the pair of persons is not programmed), the three as before
+        assert pb.exact is None
+        assert charged == min(bounds)  # the tightest of the three, each computed independently
+        if truth == min(bounds):
+            assert charged == truth
 
 
 @SETTINGS
@@ -171,10 +182,11 @@ def test_affordable_is_the_largest_admissible_cost(work, probe, invariant, k) ->
         assert not acc.preview(probe, left * 1.01 + 1e-6).admissible
     # brute force: the largest w with the true min bound after adding (probe, w) within 3 (bisection; dyadic
     # weights make the answer a multiple of 2⁻² and 30 halvings of [0, 3] land within 3·2⁻³⁰ of it)
+    # (the exact bound is the true worst person, below the three)
     lo, hi = 0.0, 3.0
     for _ in range(30):
         mid = (lo + hi) / 2
-        if min(independent_bounds(schema, [*boxes, probe], [*weights, mid], "add-remove")) <= 3.0:
+        if true_person_max(schema, [*boxes, probe], [*weights, mid]) <= 3.0:
             lo = mid
         else:
             hi = mid
@@ -191,6 +203,119 @@ def test_one_person_in_three_waves_is_charged_for_all_three() -> None:
     charge_all(acc, work)
     assert true_person_max(schema, [b for b, _ in work], [1.0] * 3) == 3.0
     assert acc.charged_weight == 3.0
+
+
+def strictly_tighter_case() -> tuple[Schema, list[tuple[Box, float]]]:
+    """K′ = 2 rows per person, ``d`` free with three values: queries d=1, d=2, d=3, d=1.  One row sees 2 (d=1), so
+    K′·γ = 4; the projection and Σw are 4 (every query may touch one person); a person with rows at d=1 and d=2
+    sees 3 — the exact bound, strictly below the other three."""
+    d = COLUMNS["d"]
+    return schema_for(("s",), 2), [(Box({"d": CategorySet.of_values(d, [v])}), 1.0) for v in (1, 2, 3, 1)]
+
+
+def test_the_exact_bound_is_strictly_tighter_than_the_three() -> None:
+    schema, work = strictly_tighter_case()
+    acc = accountant_for(schema, "add-remove")
+    charge_all(acc, work)
+    boxes, weights = [b for b, _ in work], [w for _, w in work]
+    assert true_person_max(schema, boxes, weights) == 3.0
+    assert independent_bounds(schema, boxes, weights, "add-remove") == (4.0, 4.0, 4.0)
+    assert acc.charged_weight == 3.0 and acc.charged_as == "person: exact"
+    pb = acc.person_bounds
+    assert pb is not None and pb.which == "exact" and pb.exact == 3.0
+    event = acc.ledger.events(acc.key)[-1].body
+    assert event["bound"] == "person: exact" and event["details"]["person"]["exact_term"] == 3.0
+    summary = acc.summary().to_dict()
+    assert summary["person"]["charged_by"] == "exact" and summary["person"]["exact"] == 3.0
+    assert "exact_term" not in summary["person"]  # about the last query, not the state
+    again = accountant_for(schema, "add-remove", ledger=acc.ledger)  # a restart folds the recorded terms
+    assert again.charged_weight == 3.0 and again.person_bounds == pb
+    # the budget map: anyone with a row in d=1 is within the exact bound
+    assert acc.load_map("d", "s")[2][0] == [3.0, 3.0]
+    # affordability: one person's worst case may reach the budget 5 − 3 on a fresh query touching d=1
+    acc2 = accountant_for(schema, "add-remove", budget="epsilon=5")
+    charge_all(acc2, work)
+    assert acc2.affordable(work[0][0]) == 2.0
+
+
+@pytest.mark.parametrize("cap", ["size", "time"])
+def test_a_size_cap_or_timeout_falls_back_to_the_three(cap) -> None:
+    """The program not run (too many variables) or without a bound in time: the term is the minimum of the three
+    after the query (a proven bound of every person's load), so the charge is the three's and stays sound."""
+    schema, work = strictly_tighter_case()
+    acc = accountant_for(schema, "add-remove")
+    if cap == "size":
+        acc.person_exact_max_vars = 0
+    else:
+        acc.person_exact_time_limit = 0.0
+    charge_all(acc, work)
+    pb = acc.person_bounds
+    assert acc.charged_weight == 4.0 >= 3.0  # the three's minimum, above the truth 3
+    assert pb is not None and pb.which == "projection" and pb.exact == 4.0
+
+
+def test_highs_dual_bound_not_its_incumbent(monkeypatch) -> None:
+    """HiGHS stopped early: its dual bound is charged (rounded up), never the incumbent; no finite dual bound:
+    no value (the accountant falls back)."""
+    import scipy.optimize
+
+    schema, work = strictly_tighter_case()
+    store = BoxStore(schema)
+    store.extend([b for b, _ in work[:3]], [w for _, w in work[:3]])
+    box = work[3][0]
+    real = scipy.optimize.milp
+    solved = max_person_load_over(store, np.arange(3), box, ("pid", "s"), 2, time_limit=5.0)
+    assert solved is not None and solved.exact and solved.upper == 2.0  # d=1 and one more of d=2, d=3
+
+    def stopped(dual):
+        def fake(*args, **kwargs):
+            res = real(*args, **kwargs)
+            res.status, res.fun, res.mip_dual_bound = 1, -0.0, dual  # time limit; a useless incumbent
+            return res
+
+        return fake
+
+    # weights are scaled by 1/2 in the program; a load of unit weights is an integer, so a dual bound 2.5 proves ≤ 2
+    monkeypatch.setattr(scipy.optimize, "milp", stopped(-2.5 / 2))
+    got = max_person_load_over(store, np.arange(3), box, ("pid", "s"), 2, time_limit=5.0)
+    assert got is not None and not got.exact and got.upper == 2.0  # the dual bound snapped, not the incumbent 0
+    monkeypatch.setattr(scipy.optimize, "milp", stopped(-3.5 / 2))
+    got = max_person_load_over(store, np.arange(3), box, ("pid", "s"), 2, time_limit=5.0)
+    assert got is not None and got.upper == 3.0  # a loose dual bound: ≤ 3 (the lattice, and Σw = 3)
+    monkeypatch.setattr(scipy.optimize, "milp", stopped(float("nan")))
+    assert max_person_load_over(store, np.arange(3), box, ("pid", "s"), 2, time_limit=5.0) is None
+
+
+def true_region_max(schema, boxes, weights, box) -> float:
+    """The most any person with a row in ``box`` is loaded with."""
+    return max((load(boxes, weights, p) for p in persons(schema) if any(box.contains_row(x) for x in p)), default=0.0)
+
+
+@SETTINGS
+@given(work=workloads, probe=query_box(), invariant=invariants, k=st.integers(1, 3))
+def test_person_region_program_against_brute_force(work, probe, invariant, k) -> None:
+    """The program's bound over every query (not only the neighbours) equals the brute-force region maximum."""
+    schema = schema_for(invariant, k)
+    boxes, weights = [b for b, _ in work], [w for _, w in work]
+    store = BoxStore(schema)
+    store.extend(boxes, weights)
+    alive = np.flatnonzero(store.alive[: store.n])
+    got = max_person_load_over(store, alive, probe, schema.person_unit.separating, k, time_limit=5.0)
+    truth = 0.0 if probe.is_empty() else true_region_max(schema, boxes, weights, probe)
+    assert got is not None and got.upper >= truth
+    assert got.exact and got.upper == truth
+
+
+def test_a_charge_without_a_recorded_term_keeps_the_three(tmp_path) -> None:
+    """A ledger charge recorded without a term (an older version): the exact bound is unknown until a reset, and
+    the three are charged."""
+    schema, work = strictly_tighter_case()
+    acc = accountant_for(schema, "add-remove", ledger=Ledger(tmp_path / "l.sqlite"))
+    acc.person_exact = False  # records no term, as before the exact bound
+    charge_all(acc, work[:1])
+    again = accountant_for(schema, "add-remove", ledger=Ledger(tmp_path / "l.sqlite"))
+    charge_all(again, work[1:])
+    assert again.charged_weight == 4.0 and again.person_bounds is not None and again.person_bounds.exact is None
 
 
 def test_projection_keeps_only_the_separating_constraints() -> None:

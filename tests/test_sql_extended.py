@@ -81,7 +81,16 @@ def test_cost_split_and_gdp_quantile_refusal() -> None:
     s = dpmagic.Session(df, DATA / "pums.schema.json", "epsilon=10")
     r = s.query("SELECT sex, VAR(age) AS v FROM PUMS GROUP BY sex HAVING COUNT(*) > 2", epsilon=1.0)
     assert r.query.releases_per_cell == 4  # VAR's three releases and the hidden COUNT of HAVING
-    assert list(r.df.columns) == ["sex", "v", "v_ci_low", "v_ci_high"]  # no interval stated: NaN
+    # the hidden COUNT of HAVING is shown with its interval (issue 27: a selection shows the value it reads)
+    assert list(r.df.columns) == [
+        "sex",
+        "v",
+        "v_ci_low",
+        "v_ci_high",
+        "count(*)",
+        "count(*)_ci_low",
+        "count(*)_ci_high",
+    ]
     assert s.spent == pytest.approx(1.0)
     g = dpmagic.Session(df, DATA / "pums.schema.json", "mu=1")
     with pytest.raises(UnsupportedQueryError, match="GDP"):

@@ -56,7 +56,8 @@ from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
 from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
-from dpmagic.overlap.rounding import sum_up
+from dpmagic.overlap.person import PERSON_MAX_VARS, max_person_load_over
+from dpmagic.overlap.rounding import add_up, sum_up
 
 __all__ = [
     "Accountant",
@@ -79,6 +80,10 @@ NEIGHBORS: tuple[Neighbors, ...] = ("add-remove", "replace")
 
 #: Above this many queries the exact replace-one pair search is skipped and min(2·bound, Σw) is charged.
 MAX_PAIR_QUERIES = 2000
+
+#: Person level: the time limit (seconds) and size cap (variables) of the exact person-level program per admission
+PERSON_EXACT_TIME_LIMIT = 0.5
+PERSON_EXACT_MAX_VARS = PERSON_MAX_VARS
 
 #: Relative slack in the budget comparison, so that ten queries of ε = 0.1 fit a budget of ε = 1 despite
 #: binary floating point (0.1 * 10 = 1.0000000000000002).  The overshoot it allows is at most 1e-9 · budget.
@@ -110,13 +115,17 @@ def project_box(box: Box, columns: tuple[str, ...]) -> Box:
 
 @dataclass(frozen=True)
 class PersonBounds:
-    """Three proven upper bounds of one person's worst-case loss, in additive weights (docs/people.md §3).
+    """Three (four) proven upper bounds of one person's worst-case loss, in additive weights (docs/people.md §3).
 
     * ``projected`` — the charged bound (γ_w, ω_w, χ_w, or the replace-one pair) of the boxes projected on the
       separating columns (the id and the invariant columns);
     * ``rows`` — K′ × the same bound over the full boxes (a person is at most K′ = ``kept_rows`` points),
       rounded up;
-    * ``sequential`` — Σ w.
+    * ``sequential`` — Σ w;
+    * ``exact`` — under the ``exact`` bound and add/remove: max over the admitted queries k of a proven upper
+      bound of ``w_k`` + the most a person with a row in query k's box was loaded with before it (the exact
+      person-level program, :func:`~dpmagic.overlap.person.max_person_load_over`, or when it was not run the
+      minimum of the three after k); None when not computed.  ``term`` is the admitted query's own term.
 
     The charged value is their minimum (:meth:`charge`); ``note`` says why a query does not compose in
     parallel for people when it would for rows (queries disjoint only on non-separating columns).
@@ -131,17 +140,30 @@ class PersonBounds:
     separating: tuple[str, ...]
     #: about the query just admitted, not the state (so not compared)
     note: str | None = field(default=None, compare=False)
+    exact: float | None = None
+    #: about the query just admitted (its term of ``exact``), not the state (so not compared)
+    term: float | None = field(default=None, compare=False)
 
     @property
-    def which(self) -> Literal["projection", "rows", "sequential"]:
-        """The bound charged: the smallest (ties go to the projection, then K′×γ)."""
+    def three(self) -> float:
+        """The minimum of the projection, K′×γ and Σw bounds."""
+        return min(self.projected, self.rows, self.sequential)
+
+    @property
+    def which(self) -> Literal["projection", "rows", "sequential", "exact"]:
+        """The bound charged: the smallest (ties go to the projection, then K′×γ, then Σw, then the exact)."""
+        if self.exact is not None and self.exact < self.three:
+            return "exact"
         if self.projected <= self.rows and self.projected <= self.sequential:
             return "projection"
         return "rows" if self.rows <= self.sequential else "sequential"
 
     def charge(self) -> tuple[float, str]:
-        """The charged additive weight (the minimum of the three) and its label."""
+        """The charged additive weight (the minimum of the four) and its label."""
         which = self.which
+        if which == "exact":
+            assert self.exact is not None
+            return self.exact, "person: exact"
         if which == "projection":
             return self.projected, f"person: invariant projection ({self.projected_as})"
         if which == "rows":
@@ -159,16 +181,23 @@ class PersonBounds:
             "kept_rows": self.kept_rows,
             "separating": list(self.separating),
             "charged_by": self.which,
+            **({"exact": self.exact} if self.exact is not None else {}),
+            **({"exact_term": self.term} if self.term is not None else {}),
             **({"note": self.note} if self.note else {}),
         }
 
 
 def person_bounds(
-    unit: PersonUnit, row: tuple[float, str], projected: tuple[float, str], sequential: float, note: str | None = None
+    unit: PersonUnit,
+    row: tuple[float, str],
+    projected: tuple[float, str],
+    sequential: float,
+    note: str | None = None,
+    exact: float | None = None,
 ) -> PersonBounds:
-    """The three person-level bounds from the charged bound over the full boxes (``row``: value and label, a
+    """The person-level bounds from the charged bound over the full boxes (``row``: value and label, a
     point's or a pair of points' worst case) and over the boxes projected on the separating columns
-    (``projected``); K′·row is rounded up (the exact sum of K′ copies)."""
+    (``projected``); K′·row is rounded up (the exact sum of K′ copies); ``exact``: the exact bound, if kept."""
     k = unit.kept_rows
     return PersonBounds(
         projected=projected[0],
@@ -179,6 +208,7 @@ def person_bounds(
         kept_rows=k,
         separating=unit.separating,
         note=note,
+        exact=exact,
     )
 
 
@@ -266,7 +296,20 @@ class Accountant:
         self._charged = 0.0
         self._charged_as: str = bound
         self._person: PersonBounds | None = None
+        #: person level, exact bound, add/remove: the exact person-level bound is kept (docs/people.md §3)
+        self.person_exact = self.unit is not None and bound == "exact" and neighbors == "add-remove"
+        self.person_exact_time_limit = PERSON_EXACT_TIME_LIMIT
+        self.person_exact_max_vars = PERSON_EXACT_MAX_VARS
+        #: the exact bound's value: the max of the charges' recorded terms since the last reset (None when a
+        #: charge has no term, e.g. one recorded by an older version: then only the three bounds are used)
+        self._exact: float | None = 0.0
         self._sync()
+
+    def _fold_term(self, term: float | None) -> float | None:
+        """The exact bound after a charge with this recorded term (None: the bound is lost until a reset)."""
+        if self._exact is None or term is None or not math.isfinite(term):
+            return None
+        return max(self._exact, term)
 
     def _new_engine(self) -> OverlapEngine:
         # under the replace-one relation the pair search needs no γ, but the fallback 2×bound does
@@ -291,7 +334,10 @@ class Accountant:
                 boxes.append(box_from_json(ev.body["coverage"], self.schema))
                 weights.append(float(ev.body["weight"]))
                 self._entry_ids.append(ev.seq)
+                term = ev.body.get("details", {}).get("person", {}).get("exact_term")
+                self._exact = self._fold_term(None if term is None else float(term))
             elif ev.kind == "reset":
+                self._exact = 0.0
                 self.engine = self._new_engine()
                 if self.unit is not None:
                     self.person_engine = self._new_engine()
@@ -334,6 +380,7 @@ class Accountant:
             return out
         person = self._person.to_dict()
         person.pop("note", None)  # about the last query, not the state
+        person.pop("exact_term", None)
         w = self.person_engine.bounds().overlap.witness
         person["witness"] = None if w is None else {c: w[c] for c in self._person.separating if c in w}
         return out.with_person(person, self.schema.unit_label, self.budget.currency.cost)
@@ -385,7 +432,8 @@ class Accountant:
             return value, label, None
         pextra = (self._project(extra[0]), extra[1]) if extra is not None else None
         projected = self._unit_value(self.person_engine, pbounds, pextra)
-        person = person_bounds(self.unit, (value, label), projected, bounds.sequential, note)
+        exact = self._exact if self.person_exact and extra is None else None  # a new query's term: see preview
+        person = person_bounds(self.unit, (value, label), projected, bounds.sequential, note, exact)
         v, lab = person.charge()
         return v, lab, person
 
@@ -449,6 +497,11 @@ class Accountant:
         after, label, person = self._charge_value(
             after_bounds, padm.bounds if padm is not None else None, (box, weight), note
         )
+        if person is not None and padm is not None and self.person_exact:
+            term = self._exact_term(box, weight, person.three, after_bounds.overlap.lower, padm.neighbors)
+            exact = None if self._exact is None else max(self._exact, term)
+            person = replace(person, exact=exact, term=term)
+            after, label = person.charge()
         if person is not None and padm is not None and person.which == "projection":
             w = padm.bounds.overlap.witness
             worst = None if w is None else {c: w[c] for c in person.separating if c in w}
@@ -551,7 +604,41 @@ class Accountant:
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
         self._charged, self._charged_as, self._person = ch.after, ch.charged_as, ch.person
+        if self.person_exact:
+            self._exact = self._fold_term(ch.person.term if ch.person is not None else None)
         return entry_id, ch
+
+    def _exact_term(self, box: Box, weight: float, three: float, lower: float, nodes: np.ndarray) -> float:
+        """A proven upper bound of the admitted query's term: ``weight`` + the most a person with a row in
+        ``box`` is loaded with now (docs/people.md §3, the exact bound).  ``three``: the minimum of the three
+        bounds after the query (an upper bound of every person's load, so of the term); ``lower``: a proven lower
+        bound of the maximum person load after it (one row's witness); ``nodes``: the queries whose projection
+        meets the box's (the only ones that can touch such a person).  The program is only run when it can lower
+        the charge (``three`` above ``lower``), within ``person_exact_time_limit`` and ``person_exact_max_vars``."""
+        assert self.unit is not None
+        if box.is_empty():
+            return 0.0  # it touches nobody
+        if len(nodes) == 0:
+            return weight  # nobody it touches was touched before
+        if three <= lower:
+            return three  # already exact: nothing to gain
+        r = self._person_region(box, nodes)
+        return three if r is None else min(three, add_up(weight, r))
+
+    def _person_region(self, box: Box, nodes: np.ndarray) -> float | None:
+        """A proven upper bound of the most a person with a row in ``box`` is loaded with now (the exact
+        person-level program over ``nodes``), or None when it is too large or found no bound in time."""
+        assert self.unit is not None
+        res = max_person_load_over(
+            self.engine.store,
+            nodes,
+            box,
+            self.unit.separating,
+            self.unit.kept_rows,
+            time_limit=self.person_exact_time_limit,
+            max_vars=self.person_exact_max_vars,
+        )
+        return None if res is None else res.upper
 
     def _reuse(self, preview: Charge, box: Box, cost: float) -> Charge | None:
         """``preview`` refreshed against the current budget, if it is still this engine's admission of (box, cost)."""
@@ -643,6 +730,11 @@ class Accountant:
                 allow.append(budget / k - max(self.engine.max_load_over(box).upper, 0.0))
         else:
             allow += [budget - pv, budget / k - fv]
+        if self.person_exact and self._exact is not None and self._fits(self._exact):
+            # exact: max(E_old, w + R) ≤ B with R the exact program's bound over the box
+            r = self._person_region(box, self.person_engine.neighbors(self._project(box)))
+            if r is not None:
+                allow.append(budget - r)
         return max(allow)
 
     def record_release(self, entry_id: int, answer: Any) -> None:
@@ -698,7 +790,10 @@ class Accountant:
             return row
         fb = self.engine.bounds()
         proj = self.person_engine.max_load_over(self._project(cell)).upper
-        return min(proj, sum_up([fb.overlap.upper] * self.unit.kept_rows), fb.sequential)
+        bounds = [proj, sum_up([fb.overlap.upper] * self.unit.kept_rows), fb.sequential]
+        if self.person_exact and self._exact is not None:
+            bounds.append(self._exact)  # every person's load is within it
+        return min(bounds)
 
 
 def _cells_of(schema: Schema, name: str, boxes: list[Box]) -> tuple[list[Any], list[Any]]:

@@ -41,8 +41,9 @@ class BoundsSummary:
 
     Person level (docs/people.md §3, §4): ``unit`` is the privacy unit in words
     (:attr:`~dpmagic.domain.schema.Schema.unit_label`) and ``person`` the three bounds of one person's worst case
-    in the display unit (``projected``, ``rows``, ``sequential``, with ``charged_by``: ``projection``, ``rows`` or
-    ``sequential``, ``kept_rows`` K′ and the ``separating`` columns); the four bounds then describe rows, and
+    in the display unit (``projected``, ``rows``, ``sequential``, and ``exact`` when the exact person-level bound is
+    kept, with ``charged_by``: ``projection``, ``rows``, ``sequential`` or ``exact``, ``kept_rows`` K′ and the
+    ``separating`` columns); the four bounds then describe rows, and
     ``witness`` is one person's worst case (their separating values) when the projection is charged.
     """
 
@@ -76,8 +77,9 @@ class BoundsSummary:
         (additive weights, converted here by ``unit``); the witness becomes the person's separating values when
         the projection is charged (``person_witness``)."""
         p = {k: v for k, v in person.items() if k != "witness"}
-        for key in ("projected", "rows", "sequential"):
-            p[key] = unit(float(p[key]))
+        for key in ("projected", "rows", "sequential", "exact"):
+            if key in p:
+                p[key] = unit(float(p[key]))
         witness = person.get("witness") if p.get("charged_by") == "projection" else self.witness
         return replace(self, unit=unit_label, person=p, witness=witness)
 
@@ -116,7 +118,7 @@ class BoundsSummary:
         }
         if self.person is not None:
             amounts["person"] = {
-                k: clean(v) if k in ("projected", "rows", "sequential") else v for k, v in self.person.items()
+                k: clean(v) if k in ("projected", "rows", "sequential", "exact") else v for k, v in self.person.items()
             }
         return replace(self, **amounts)
 

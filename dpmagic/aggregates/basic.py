@@ -57,8 +57,9 @@ def ratio_estimate(
     one-row group: the ratio is meaningless there, so the estimate is ``NaN`` and the interval is the whole
     declared range ``[lo, hi]`` (which contains every possible average).  Elsewhere the estimate is S/C
     clamped into ``[lo, hi]`` and the interval is the range of S/C over the rectangle of the two intervals,
-    intersected with ``[lo, hi]``; if that intersection is empty or a single point (the noise pushed both
-    ends past a bound), the interval is the whole declared range, never a zero-width one.
+    intersected with ``[lo, hi]``; if that intersection is empty or a single bound (the noise pushed both
+    ends past a bound), the interval is the whole declared range.  Only when both half-widths are 0 (the
+    releases are exact at this level) is the interval the single value S/C.
 
     O(number of cells).
     """
@@ -79,9 +80,13 @@ def ratio_estimate(
                 (s[ok] + hs) / (c[ok] + hc),
             ]
         )
-        a = np.clip(corners.min(axis=0), lo, hi)
-        b = np.clip(corners.max(axis=0), lo, hi)
-        degenerate = b <= a
+        raw_a, raw_b = corners.min(axis=0), corners.max(axis=0)
+        a = np.clip(raw_a, lo, hi)
+        b = np.clip(raw_b, lo, hi)
+        # degenerate: the noise pushed the whole rectangle past a bound (the clipped interval is empty or a
+        # bound alone).  A rectangle of zero width (both half-widths 0: the releases are exact at this level,
+        # e.g. at a very large ε) is no such case: its point is the value (issue 27, item 8).
+        degenerate = (b < a) | ((b == a) & (raw_b > raw_a))
         low[ok] = np.where(degenerate, lo, a)
         high[ok] = np.where(degenerate, hi, b)
     return est, low, high

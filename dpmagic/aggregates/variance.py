@@ -19,8 +19,10 @@ quantum u (:func:`~dpmagic.noise.calibration.float_unit`, :func:`~dpmagic.noise.
 then that of the quantised range, brute-force tested in ``tests/test_aggregate_sensitivity.py``.
 
 The variance is post-processing: var = (Q − S²/n) / (n − ddof) with n = max(noisy n, ddof + 1), clipped
-into [0, (hi − lo)²/4] (the largest variance of values in [lo, hi]); STDDEV is its square root.  No interval
-is stated (the ``_ci_low`` / ``_ci_high`` columns are NaN).
+into [0, (hi − lo)²/4] (the largest variance of values in [lo, hi]); STDDEV is its square root.  Its 95%
+interval (:func:`interval`) comes from the three releases' own intervals by a union bound and the monotonicity
+of the formula: it covers the exact variance of the clamped values with probability ≥ 95% (STDDEV: the square
+roots of its ends).
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -
 
 
 def release(
-    inputs: dict[str, list[int]], p: VariancePlan, ddof: float, sqrt: bool
+    inputs: dict[str, list[int]], p: VariancePlan, ddof: float, sqrt: bool, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The noisy variance (or standard deviation) per cell: post-processing of three integer releases."""
     n = release_integer(inputs["n"], p.count)
@@ -150,9 +152,54 @@ def release(
     with np.errstate(over="ignore", invalid="ignore"):
         var = (q - s * s / nn) / (nn - ddof)
     var = np.clip(np.nan_to_num(var, nan=0.0), 0.0, (float(p.hi) - float(p.lo)) ** 2 / 4.0)
-    out = np.sqrt(var) if sqrt else var
-    nan = np.full(len(out), np.nan)
-    return out, nan, nan.copy()
+    low, high = interval(n, s, q, p, ddof, level)
+    if sqrt:
+        return np.sqrt(var), np.sqrt(low), np.sqrt(high)
+    return var, low, high
+
+
+def interval(
+    n: np.ndarray, s: np.ndarray, q: np.ndarray, p: VariancePlan, ddof: float, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """A ``level`` interval of each cell's exact variance (of the clamped values), from the three releases.
+
+    Each of n, S, Q gets its own interval at level 1 − (1 − ``level``)/3 (the noise's exact half-width, its
+    rounding and quantisation bias included), so all three hold together with probability ≥ ``level`` (union
+    bound).  On that event, with d = ddof and n_l > d, the exact variance f(n, S, Q) = (Q − S²/n)/(n − d) lies in
+
+        [max(Q_l, 0)/(n_h − d) − max S²/(n_l(n_l − d)),   Q_h/(n_l − d) − min S²/(n_h(n_h − d))]
+
+    (f increases with Q, decreases with S², and each of its two terms shrinks in magnitude as n grows, so every
+    term is bounded at its own worst end), clipped into [0, W²/4 · n_l/(n_l − d)] — the largest variance of
+    values in a range of width W (for d > 0 the factor n/(n − d) is largest at the smallest n).  Where the count's
+    interval reaches d or below, or a release may have been clamped before noise, the interval is that whole
+    range: conservative, never wrong.  O(cells)."""
+    lvl = 1.0 - (1.0 - level) / 3.0
+    h_n, h_s, h_q = (x.ci_halfwidth(lvl) for x in (p.count, p.total.noise, p.squares.noise))
+    clamped = (
+        (np.abs(n) + h_n >= p.count.clamp)
+        | (np.abs(s) + h_s >= p.total.noise.clamp)
+        | (np.abs(q) + h_q >= p.squares.noise.clamp)
+    )
+    n_l, n_h = np.maximum(n - h_n, 0.0), n + h_n
+    s_l, s_h = s - h_s, s + h_s
+    q_l, q_h = np.maximum(q - h_q, 0.0), q + h_q
+    s2_max = np.maximum(s_l * s_l, s_h * s_h)
+    s2_min = np.where((s_l <= 0.0) & (s_h >= 0.0), 0.0, np.minimum(s_l * s_l, s_h * s_h))
+    ok = (n_l > ddof) & ~clamped
+    width2 = (float(p.hi) - float(p.lo)) ** 2 / 4.0
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        safe_l = np.where(ok, n_l, ddof + 1.0)
+        safe_h = np.where(ok, n_h, ddof + 1.0)
+        cap = width2 * safe_l / (safe_l - ddof) if ddof > 0 else np.full(len(n), width2)
+        lo = q_l / (safe_h - ddof) - s2_max / (safe_l * (safe_l - ddof))
+        hi = q_h / (safe_l - ddof) - s2_min / (safe_h * (safe_h - ddof))
+    cap = np.asarray(cap, dtype=np.float64)
+    # the whole range where the event gives nothing (a count that may be ≤ ddof, a clamped release)
+    big = width2 * (ddof + 1.0) if ddof > 0 else width2
+    lo = np.where(ok, np.clip(np.nan_to_num(lo, nan=0.0), 0.0, cap), 0.0)
+    hi = np.where(ok, np.clip(np.nan_to_num(hi, nan=big), 0.0, cap), big)
+    return lo, np.maximum(hi, lo)
 
 
 def sql_values(name: str, p: VariancePlan) -> tuple[tuple[exp.Expr | Quantised, int], tuple[exp.Expr | Quantised, int]]:
@@ -227,7 +274,7 @@ class VarUnit(AggregateUnit):
 
     def release(self, u: UnitPlan, inputs: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ddof = 1.0 if u.agg.param is None else float(u.agg.param)
-        return release(inputs, u.plan, ddof, self.sqrt)
+        return release(inputs, u.plan, ddof, self.sqrt, level)
 
     def sensitivities(self, u: UnitPlan) -> dict[str, Any]:
         p = u.plan

@@ -9,6 +9,7 @@ applied to its ends; both are monotone); other computed outputs have none.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -17,8 +18,8 @@ import pandas as pd
 import sqlglot
 from sqlglot import exp
 
-from dpmagic.query.evaluate import _truth, evaluate
-from dpmagic.query.model import GroupKey, Query
+from dpmagic.query.evaluate import _truth, columns_of, evaluate
+from dpmagic.query.model import Aggregate, GroupKey, Query
 
 __all__ = ["finish", "in_region", "order_rows", "stand_in_env"]
 
@@ -64,18 +65,138 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
                     )
                 )
                 out[f"{o.name}_{end}"] = evaluate(moved, env, n, lambda c: c.name)
+    shown = {str(k) for k in out}
+    for agg in query.aggregates:  # an aggregate used only in HAVING / ORDER BY is shown, with its interval
+        if agg.alias in query.hidden and agg.alias in df.columns:
+            label = hidden_label(agg)
+            if label in shown:
+                continue
+            out[label] = env[agg.alias]
+            for end in ("ci_low", "ci_high"):
+                if f"{agg.alias}_{end}" in env:
+                    out[f"{label}_{end}"] = env[f"{agg.alias}_{end}"]
     frame = pd.DataFrame(out)
+    notes: list[str] = []
     keep = np.ones(n, dtype=bool)
+    labels = _row_labels(query, df)
     if query.having is not None:
         keep = _truth(_ev(query.having, env, n))
+        notes += _having_notes(query, env, n, keep, labels)
     if query.order_by:
         keys = [_ev(sql, env, n) for sql, _ in query.order_by]
         order = order_rows(keys, [desc for _, desc in query.order_by], np.flatnonzero(keep))
     else:
         order = np.flatnonzero(keep)
     if query.limit is not None:
+        if query.order_by:
+            notes += _limit_notes(query, env, n, order, labels)
         order = order[: query.limit]
-    return frame.iloc[order].reset_index(drop=True)
+    result = frame.iloc[order].reset_index(drop=True)
+    result.attrs["dp_notes"] = notes
+    return result
+
+
+def hidden_label(agg: Aggregate) -> str:
+    """The column an aggregate used only in HAVING / ORDER BY is shown under: its SQL, lower case (``avg(age)``)."""
+    return str(agg).replace('"', "").lower()
+
+
+def _row_labels(query: Query, df: pd.DataFrame) -> list[str]:
+    cols = [g for g in query.group_by if g in df.columns]
+    if not cols:
+        return ["the answer"] * len(df)
+    return ["/".join(str(v) for v in row) for row in df[cols].itertuples(index=False)]
+
+
+def _corners(sql: str, env: dict[str, np.ndarray], n: int) -> tuple[list[np.ndarray], np.ndarray, list[str]] | None:
+    """``sql`` evaluated at every corner of the 95% intervals of the released aggregates it reads (at most 4:
+    16 corners), the rows where some interval is missing (NaN), and those aggregates' names; None when it reads no
+    aggregate with an interval column."""
+    tree = sqlglot.parse_one(sql)
+    used = sorted(c for c in columns_of(tree) if f"{c}_ci_low" in env and f"{c}_ci_high" in env)
+    if not used or len(used) > 4:
+        return None
+    missing = np.zeros(n, dtype=bool)
+    for a in used:
+        missing |= np.isnan(env[f"{a}_ci_low"].astype(float)) | np.isnan(env[f"{a}_ci_high"].astype(float))
+    values = []
+    for corner in itertools.product(("ci_low", "ci_high"), repeat=len(used)):
+        moved = dict(env)
+        for a, end in zip(used, corner, strict=True):
+            moved[a] = env[f"{a}_{end}"]
+        values.append(evaluate(tree, moved, n, lambda c: c.name))
+    return values, missing, used
+
+
+def _listing(labels: list[str], rows: np.ndarray) -> str:
+    names = [labels[i] for i in rows]
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+
+
+def _having_notes(query: Query, env: dict[str, np.ndarray], n: int, keep: np.ndarray, labels: list[str]) -> list[str]:
+    """HAVING on noisy values: the groups whose membership the 95% intervals do not settle (the condition is
+    true at some corner of the intervals and false at another), kept or left out, and those it cannot assess."""
+    assert query.having is not None
+    got = _corners(query.having, env, n)
+    if got is None:
+        return []
+    values, missing, _ = got
+    truths = np.array([_truth(v) for v in values])
+    crosses = (truths.any(axis=0) & ~truths.all(axis=0)) & ~missing
+    notes = []
+    if crosses.any():
+        kept, out = np.flatnonzero(crosses & keep), np.flatnonzero(crosses & ~keep)
+        parts = []
+        if len(kept):
+            parts.append(f"kept but uncertain: {_listing(labels, kept)}")
+        if len(out):
+            parts.append(f"left out but uncertain: {_listing(labels, out)}")
+        notes.append(
+            f"HAVING is applied to noisy values: membership is uncertain for {int(crosses.sum())} group"
+            f"{'s' if crosses.sum() != 1 else ''}, whose 95% intervals cross the condition ({'; '.join(parts)}); "
+            "for an answer with guaranteed error rates ask a decision query (--fnr / --fpr)"
+        )
+    if missing.any():
+        notes.append(
+            f"HAVING reads a value with no stated interval for {int(missing.sum())} group"
+            f"{'s' if missing.sum() != 1 else ''}: whether it belongs is not assessed"
+        )
+    return notes
+
+
+def _limit_notes(query: Query, env: dict[str, np.ndarray], n: int, order: np.ndarray, labels: list[str]) -> list[str]:
+    """ORDER BY … LIMIT on noisy values: whether the rows kept are certainly ahead of those left out (their
+    intervals of the first ORDER BY key do not overlap), and whether the order among the kept rows is."""
+    assert query.limit is not None
+    sql, desc = query.order_by[0]
+    got = _corners(sql, env, n)
+    if got is None:
+        return []
+    values, missing, _ = got
+    stack = np.array([np.asarray(v, dtype=float) for v in values])
+    low, high = np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
+    kept, rest = order[: query.limit], order[query.limit :]
+    notes = []
+    if missing[kept].any() or (len(rest) and missing[rest].any()):
+        return ["ORDER BY … LIMIT reads a value with no stated interval: which rows make the cut is not assessed"]
+    if len(rest) and len(kept):
+        if desc:
+            crossing = rest[high[rest] >= low[kept].min()]
+        else:
+            crossing = rest[low[rest] <= high[kept].max()]
+        if len(crossing):
+            notes.append(
+                f"ORDER BY … LIMIT {query.limit} is applied to noisy values: the cut is uncertain — the 95% intervals "
+                f"of {_listing(labels, crossing)} (left out) overlap those of the rows shown; for a guaranteed "
+                "answer ask a decision query (--fnr / --fpr)"
+            )
+    ties = [
+        (a, b) for a, b in zip(kept[:-1], kept[1:], strict=True) if not (high[b] < low[a] if desc else low[b] > high[a])
+    ]
+    if ties:
+        pairs = ", ".join(f"{labels[a]} / {labels[b]}" for a, b in ties[:4]) + (" …" if len(ties) > 4 else "")
+        notes.append(f"the order of the rows shown is uncertain where their 95% intervals overlap: {pairs}")
+    return notes
 
 
 def order_rows(keys: Sequence[np.ndarray], descending: Sequence[bool], positions: np.ndarray) -> np.ndarray:

@@ -76,6 +76,7 @@ def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
                 f"{agg.alias}: negative in {n} group{'s' if n != 1 else ''}{where(neg)} — noise on a small or "
                 "empty group; switch on free post-processing with --nonneg (or %config DPMagic.postprocess)"
             )
+    notes.extend(df.attrs.get("dp_notes", []))  # HAVING / ORDER BY … LIMIT on noisy values (outputs.finish)
     return notes
 
 

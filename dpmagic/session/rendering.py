@@ -271,6 +271,11 @@ def person_charged_by(person: dict[str, Any]) -> str:
             f"the queries' regions on the columns constant within a person ({sep}): queries disjoint there "
             "compose in parallel"
         )
+    if which == "exact":
+        return (
+            f"the exact worst case of one person: the most any {k} rows sharing their values of {sep} can be "
+            "touched by (an integer program; a proven upper bound is charged)"
+        )
     if which == "rows":
         return (
             f"{k} × one row's worst case: a person has at most {k} rows, and queries disjoint only on other "
@@ -290,6 +295,7 @@ def person_rows(b: BoundsSummary, scale: float = 1.0, spec: str = ".4g") -> list
         ("one person, by invariant columns", fmt(p["projected"], scale, spec)),
         (f"one person, {k} × one row", fmt(p["rows"], scale, spec)),
         ("one person, all added up", fmt(p["sequential"], scale, spec)),
+        *([("one person, exactly", fmt(p["exact"], scale, spec))] if p.get("exact") is not None else []),
         ("one person's worst case charged by", person_charged_by(p)),
     ]
 
