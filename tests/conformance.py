@@ -17,6 +17,8 @@ Aggregate units (a kind and the SELECT items that ask it):
 
 * :func:`check_unit_sensitivity` — every integer release's calibration covers the brute-force change over every
   neighbouring pair of data sets of ≤ 2 rows of a tiny domain, under both relations and all three definitions;
+* :func:`check_unit_person_sensitivity` — the same at person level (a ``privacy_unit`` of ≤ 2 rows per person):
+  every pair of data sets of ≤ 2 persons that differ by adding, removing or replacing one person;
 * :func:`check_unit_plan_reads_no_data` — planning touches no backend;
 * :func:`check_unit_release_covers` — at a negligible noise the 95% interval covers the exact value.
 """
@@ -267,6 +269,114 @@ def check_unit_sensitivity(kind: str, select: str, *, wheres=WHERES, groups=GROU
                 l1, l2 = float(a.sum(axis=1).max()), float(np.sqrt((a**2).sum(axis=1)).max())
                 linf, cells = float(a.max()), int((a > 0).sum(axis=1).max())
                 assert_change_covered(noise, l1, l2, linf, cells, definition)
+                checked += 1
+    return checked
+
+
+#: :data:`TINY` at person level (``pid``, at most K = 2 rows per person), and the row-level schema its brute force
+#: evaluates many data sets at once on (``ds``: the data set's number, a GROUP BY key)
+PERSON_TINY = Schema.from_dict(
+    {
+        "table": "t",
+        "privacy_unit": {"id": "pid", "max_rows": 2},
+        "columns": {"pid": {"type": "int", "lower": 0, "upper": 10**6}, **TINY.to_dict()["columns"]},
+    }
+)
+#: the persons' rows: x ∈ {−1, 0, 2} (both ends, and 0 for VAR's squares and distinct values), f at both ends
+PERSON_ROWS = [r for r in TINY_ROWS if r["x"] != 1]
+
+
+def _person_data_sets() -> tuple[list[tuple[int, ...]], list[tuple[tuple[int, ...], ...]]]:
+    """Every person (a multiset of ≤ 2 rows of :data:`PERSON_ROWS`) and every data set of ≤ 2 persons with at most
+    one person in the base: [()] + [(P,)] + [(B, P)] (B = () for the base ∅)."""
+    people = [p for k in (1, 2) for p in itertools.combinations_with_replacement(range(len(PERSON_ROWS)), k)]
+    bases: list[tuple[int, ...]] = [(), *people]
+    sets = [tuple(b for b in (base,) if b) for base in bases]
+    sets += [(*((base,) if base else ()), p) for base in bases if base for p in people]
+    return people, sets
+
+
+def _releases_per_set(q, plan, sets: list[tuple[tuple[int, ...], ...]]) -> dict[str, np.ndarray]:
+    """Each data set's exact integer releases (by release name: data sets × cells of ``q``): pandas evaluations of
+    ``q`` grouped by the data set as well (≤ 4,000 data sets each, within the cell limit), with the person-level
+    unit plans of ``plan``."""
+    keys = (
+        PandasBackend(pd.DataFrame(columns=list(PERSON_TINY.columns)), PERSON_TINY)
+        .evaluate(q, units_of(plan), extended=plan.extra)
+        .keys
+    )
+    out: dict[str, list[np.ndarray]] = {}
+    chunk = 4000
+    for start in range(0, len(sets), chunk):
+        part = sets[start : start + chunk]
+        rows, ds = [], []
+        for j, s in enumerate(part):
+            for person in s:
+                rows += [PERSON_ROWS[i] for i in person]
+                ds += [j] * len(person)
+        cols = {"ds": {"type": "categorical", "values": list(range(chunk))}, **TINY.to_dict()["columns"]}
+        schema = Schema.from_dict({"table": "t", "columns": cols})
+        frame = pd.DataFrame(rows, columns=list(TINY.columns)).assign(ds=ds).astype({"x": "int64", "f": "float64"})
+        sql = q.text.replace("SELECT ", "SELECT ds, ", 1)
+        sql = sql.replace("GROUP BY g", "GROUP BY ds, g") if q.groups else f"{sql} GROUP BY ds"
+        eq = parse_query(sql, schema)
+        eq = dataclasses.replace(
+            eq, aggregates=tuple(dataclasses.replace(a, func=b.func) for a, b in zip(eq.aggregates, q.aggregates))
+        )
+        cells = PandasBackend(frame, schema).evaluate(eq, units_of(plan), extended=plan.extra)
+        at = {k: i for i, k in enumerate(cells.keys)}
+        # (data set, cell of q) → the evaluated cell, or the extra last entry (0) when the box excludes the cell
+        idx = np.array([[at.get((j, *k), len(cells.keys)) for k in keys] for j in range(len(part))], dtype=np.int64)
+        for alias, u in plan.extra.items():
+            for name, v in u.unit.integer_releases(u, cells.extra[alias]).items():
+                vec = np.append(np.asarray(v, dtype=np.int64), np.int64(0))
+                out.setdefault(f"{alias}:{name}", []).append(vec[idx])
+    return {name: np.vstack(parts) for name, parts in out.items()}
+
+
+#: the person-level check's WHERE clauses (kept few: it evaluates ~8,000 data sets per plan): the whole domain
+#: and an exact filter that is not a box
+PERSON_WHERES = ["", "WHERE g = 'a' OR x >= 1"]
+
+
+def check_unit_person_sensitivity(kind: str, select: str, *, wheres=PERSON_WHERES, groups=GROUPS) -> int:
+    """:func:`check_unit_sensitivity` at person level (docs/people.md §2): on :data:`PERSON_TINY` (≤ 2 rows per
+    person), every integer release's noise covers the brute-force change over every neighbouring pair — add or
+    remove a person P to a data set of ≤ 1 person; replace P by P′ beside ≤ 1 other person — for both relations and
+    all three definitions; returns the number of releases checked."""
+    people, sets = _person_data_sets()
+    at = {s: j for j, s in enumerate(sets)}
+    bases: list[tuple[tuple[int, ...], ...]] = [(), *((p,) for p in people)]
+    checked = 0
+    for where, group in itertools.product(wheres, groups):
+        key, gb = ("g, ", " GROUP BY g") if group else ("", "")
+        q = parse_query(f"SELECT {key}{select} FROM t {where}{gb}", PERSON_TINY)
+        q = dataclasses.replace(q, aggregates=tuple(dataclasses.replace(a, func=kind) for a in q.aggregates))
+        for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
+            try:
+                plan = plan_noise(q, PERSON_TINY, CURRENCIES[definition], COSTS[definition], replace_one=replace_one)
+            except DPMagicError:
+                continue
+            noises = {f"{alias}:{k}": v for alias, u in plan.extra.items() for k, v in u.unit.sensitivities(u).items()}
+            if not noises:
+                continue
+            rel = _releases_per_set(q, plan, sets)  # per plan: a unit's exact inputs may depend on it (VAR's centre)
+            for name, noise in noises.items():
+                k = noise.factor
+                r = (2 * rel[name] + k) // (2 * k)  # the release's grid, data sets × cells
+                diffs = []
+                for b in bases:
+                    with_p = r[[at[(*b, p)] for p in people]]
+                    if replace_one:
+                        diffs.append((with_p[:, None, :] - with_p[None, :, :]).reshape(-1, with_p.shape[1]))
+                    else:
+                        diffs.append(with_p - r[at[b]])
+                a = np.abs(np.vstack(diffs)).astype(float)
+                l1, l2 = float(a.sum(axis=1).max()), float(np.sqrt((a**2).sum(axis=1)).max())
+                try:
+                    assert_change_covered(noise, l1, l2, float(a.max()), int((a > 0).sum(axis=1).max()), definition)
+                except AssertionError as e:
+                    raise AssertionError((where, group, name, definition, replace_one, *e.args)) from None
                 checked += 1
     return checked
 

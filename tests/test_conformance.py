@@ -16,6 +16,7 @@ from conformance import (
     check_bind_errors,
     check_corpus_cells,
     check_refuses_nothing_valid,
+    check_unit_person_sensitivity,
     check_unit_plan_reads_no_data,
     check_unit_release_covers,
     check_unit_sensitivity,
@@ -185,6 +186,14 @@ def test_unit_sensitivity_brute_force(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", list(UNITS))
+def test_unit_person_sensitivity_brute_force(kind: str) -> None:
+    """The same check at person level (a schema with ``privacy_unit`` {id, max_rows: 2}): every neighbouring pair
+    of data sets of ≤ 2 persons (add/remove one person, replace one person)."""
+    checked = check_unit_person_sensitivity(kind, UNITS[kind])
+    assert checked > 0 or kind == "quantile"
+
+
+@pytest.mark.parametrize("kind", list(UNITS))
 def test_unit_plan_reads_no_data(kind: str) -> None:
     check_unit_plan_reads_no_data(kind, UNITS[kind])
 
@@ -204,6 +213,7 @@ def test_toy_aggregate_passes_the_suite(toy_unit) -> None:
     select = "SUM(CLAMP(x, -1, 1)) AS s"
     assert check_unit_sensitivity("sumsq", select) > 0
     assert check_unit_sensitivity("sumsq", "SUM(x) AS s") > 0
+    assert check_unit_person_sensitivity("sumsq", select) > 0
     check_unit_plan_reads_no_data("sumsq", select)
     check_unit_release_covers("sumsq", "SUM(x) AS s", lambda d: float((d["x"] ** 2).sum()))
 

@@ -257,41 +257,78 @@ BOUNDS = st.tuples(
     st.one_of(st.none(), st.integers(1, 2)),
     st.booleans(),
 )
-SLOW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: hypothesis budgets: a quick run by default, the full one under the ``slow`` marker (``-m slow``; scripts/test.sh
+#: runs both), so that the default run stays near a minute on a 2-core machine and the full strength is kept
+QUICK, FULL = 3, 12
+EXAMPLES = [QUICK, pytest.param(FULL, marks=pytest.mark.slow)]
 
 
-@SLOW
-@given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
-def test_additive_releases_cover_every_person_step(bounds, where, group) -> None:
-    schema = schema_of(*bounds)
-    people = persons(schema)
-    q = query(SUMS + DISTINCT, where, group, schema)
-    for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
-        assert check_additive(q, schema, people, definition, replace_one) >= 9
+def hypothesis_run(examples: int):
+    """``settings`` of a property run at ``examples`` examples (no deadline: the brute force is slow)."""
+    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@SLOW
-@given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
-def test_count_distinct_covers_every_person_step(bounds, where, group) -> None:
-    schema = schema_of(*bounds)
-    people = persons(schema)
-    q = query(DISTINCT, where, group, schema)
-    for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
-        check_distinct(q, schema, people, definition, replace_one)
+def split_slow(cases: list[tuple[Any, ...]], default: list[tuple[Any, ...]]) -> list[Any]:
+    """``cases`` as pytest parameters: those in ``default`` plain, the others marked ``slow`` (every case still
+    runs in a full run, none twice)."""
+    assert set(default) <= set(cases)
+    return [c if c in default else pytest.param(*c, marks=pytest.mark.slow) for c in cases]
 
 
-@SLOW
-@given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
-def test_quantile_maps_cover_every_person_step(bounds, where, group) -> None:
-    schema = schema_of(*bounds)
-    people = persons(schema)
-    q = query(QUANTILES, where, group, schema)
-    for definition, replace_one in itertools.product(("pure", "zcdp"), (False, True)):
-        assert check_quantiles(q, schema, people, definition, replace_one) == 4
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_additive_releases_cover_every_person_step(examples: int) -> None:
+    @hypothesis_run(examples)
+    @given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
+    def run(bounds, where, group) -> None:
+        schema = schema_of(*bounds)
+        people = persons(schema)
+        q = query(SUMS + DISTINCT, where, group, schema)
+        for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
+            assert check_additive(q, schema, people, definition, replace_one) >= 9
+
+    run()
 
 
-@pytest.mark.parametrize("where", WHERES)
-@pytest.mark.parametrize("group", GROUPS)
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_count_distinct_covers_every_person_step(examples: int) -> None:
+    @hypothesis_run(examples)
+    @given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
+    def run(bounds, where, group) -> None:
+        schema = schema_of(*bounds)
+        people = persons(schema)
+        q = query(DISTINCT, where, group, schema)
+        for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
+            check_distinct(q, schema, people, definition, replace_one)
+
+    run()
+
+
+@pytest.mark.parametrize("examples", EXAMPLES)
+def test_quantile_maps_cover_every_person_step(examples: int) -> None:
+    @hypothesis_run(examples)
+    @given(BOUNDS, st.sampled_from(WHERES), st.sampled_from(GROUPS))
+    def run(bounds, where, group) -> None:
+        schema = schema_of(*bounds)
+        people = persons(schema)
+        q = query(QUANTILES, where, group, schema)
+        for definition, replace_one in itertools.product(("pure", "zcdp"), (False, True)):
+            assert check_quantiles(q, schema, people, definition, replace_one) == 4
+
+    run()
+
+
+#: the deterministic grid's default cases: every WHERE and every GROUP BY at least once (the rest: ``slow``)
+GRID = list(itertools.product(WHERES, GROUPS))
+GRID_DEFAULT = [
+    ("", "g"),
+    ("WHERE x >= 0", "s"),
+    ("WHERE g <> 'c'", "g, s"),
+    ("WHERE s = 'm'", ""),
+    ("WHERE g = 'a' OR x >= 0", "g"),
+]
+
+
+@pytest.mark.parametrize(("where", "group"), split_slow(GRID, GRID_DEFAULT))
 def test_every_box_and_grouping_at_the_largest_bounds(where, group) -> None:
     """The deterministic grid: K = 3, no per-group bound, s varying (the most persons), every relation and
     definition, every aggregate family."""
@@ -361,23 +398,23 @@ def test_invariant_group_by_puts_a_person_in_one_cell() -> None:
     assert coverage_of(query("COUNT(*)", "", "g, s", g), g).contribution.cells == 2
 
 
-def test_row_level_is_unchanged_and_one_row_persons_are_rows() -> None:
+@pytest.mark.parametrize(("where", "group"), split_slow(GRID, GRID_DEFAULT))
+def test_row_level_is_unchanged_and_one_row_persons_are_rows(where, group) -> None:
     """K = 1: a person is one row, and every release is planned exactly as at row level."""
     row = Schema.from_dict({"table": "t", "columns": COLUMNS})
     one = schema_of(1, None, None, False)
-    for where, group in itertools.product(WHERES, GROUPS):
-        for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
-            a = plan_noise(query(SUMS + DISTINCT, where, group, row), row, CURRENCIES[definition], 0.5)
-            b = plan_noise(query(SUMS + DISTINCT, where, group, one), one, CURRENCIES[definition], 0.5)
-            assert noises(a) == noises(b)
-            if definition != "gdp":
-                qa = plan_noise(
-                    query(QUANTILES, where, group, row), row, CURRENCIES[definition], 0.5, replace_one=replace_one
-                )
-                qb = plan_noise(
-                    query(QUANTILES, where, group, one), one, CURRENCIES[definition], 0.5, replace_one=replace_one
-                )
-                assert [u.plan.scale for u in qa.extra.values()] == [u.plan.scale for u in qb.extra.values()]
+    for definition, replace_one in itertools.product(("pure", "zcdp", "gdp"), (False, True)):
+        a = plan_noise(query(SUMS + DISTINCT, where, group, row), row, CURRENCIES[definition], 0.5)
+        b = plan_noise(query(SUMS + DISTINCT, where, group, one), one, CURRENCIES[definition], 0.5)
+        assert noises(a) == noises(b)
+        if definition != "gdp":
+            qa = plan_noise(
+                query(QUANTILES, where, group, row), row, CURRENCIES[definition], 0.5, replace_one=replace_one
+            )
+            qb = plan_noise(
+                query(QUANTILES, where, group, one), one, CURRENCIES[definition], 0.5, replace_one=replace_one
+            )
+            assert [u.plan.scale for u in qa.extra.values()] == [u.plan.scale for u in qb.extra.values()]
 
 
 def test_ci_target_and_dry_run_use_the_person_level_sensitivity() -> None:
