@@ -124,12 +124,15 @@ class QueryMagics(MagicsBase):
           PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col), MIN, MAX (quantiles, MIN and MAX not under μ-GDP);
           CLAMP(col, lo, hi) or LEAST(GREATEST(col, lo), hi) inside them tightens the bounds
         - SELECT items: group keys, aggregates and arithmetic, CAST, ROUND, CASE ... on them (free), AS aliases
-        - GROUP BY: categorical and int columns (one cell per declared value, zero-filled, at most 10,000
-          cells) and binned expressions of one column: FLOOR(age / 10) * 10, WIDTH_BUCKET, CASE WHEN
+        - GROUP BY: categorical and int columns (one cell per declared value inside the WHERE region,
+          zero-filled, at most 10,000 cells) and binned expressions of one column: FLOOR(age / 10) * 10,
+          WIDTH_BUCKET, CASE WHEN
         - WHERE: =, <> / !=, <, <=, >, >=, BETWEEN, IN, NOT IN, LIKE, IS NULL, NOT, AND, OR; any predicate on
           one column; OR across columns is answered exactly and charged over the smallest box covering it
         - HAVING, ORDER BY (names, aliases, positions), LIMIT n / TOP n: post-processing of the noisy values
-          (free; HAVING does not lower the cost)
+          (free; HAVING does not lower the cost); the values they read are shown with their intervals, and a
+          note names the groups whose membership or order the intervals do not settle
+        - every aggregate has a 95% interval except quantiles, MIN and MAX (NaN: not stated)
         - GROUP BY keys alone (SELECT educ FROM t WHERE ... GROUP BY educ): the declared keys inside the WHERE
           region, public, free (no data read, nothing charged)
         - refused with one message, before any charge: row-level SELECTs (SELECT *, DISTINCT, no aggregate
