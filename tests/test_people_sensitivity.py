@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests_support import assert_change_covered
+from tests_support import assert_change_covered, bounded_persons
 
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.aggregates import quantile as qmod
@@ -68,22 +68,8 @@ def schema_of(k: int, groups: int | None, per: int | None, invariant: bool) -> S
 
 
 def persons(schema: Schema) -> list[tuple[int, ...]]:
-    """Every person (a multiset of row indices) that respects the schema's bounds."""
-    unit = schema.person_unit
-    assert unit is not None
-    b = unit.per_group.get("g")
-    out = []
-    for size in range(1, unit.max_rows + 1):
-        for p in itertools.combinations_with_replacement(range(len(ROWS)), size):
-            gs = [ROWS[i]["g"] for i in p]
-            if b is not None and b.max_groups is not None and len(set(gs)) > b.max_groups:
-                continue
-            if b is not None and b.max_rows is not None and max(gs.count(v) for v in set(gs)) > b.max_rows:
-                continue
-            if "s" in unit.invariant and len({ROWS[i]["s"] for i in p}) > 1:
-                continue
-            out.append(p)
-    return out
+    """Every person (a multiset of row indices of ROWS) that respects the schema's bounds."""
+    return bounded_persons(schema, ROWS)
 
 
 def frame(rows: list[dict[str, Any]], pids: list[int]) -> pd.DataFrame:

@@ -194,3 +194,24 @@ def assert_change_covered(noise: Any, l1: float, l2: float, linf: float, cells: 
 def assert_covered(noise: Any, contrib: np.ndarray, definition: str, replace_one: bool) -> None:
     """:func:`brute_change` of ``contrib`` on the noise's grid, covered by its calibration."""
     assert_change_covered(noise, *brute_change(contrib, noise.factor, replace_one), definition)
+
+
+def bounded_persons(schema: Schema, rows: Sequence[dict[str, Any]]) -> list[tuple[int, ...]]:
+    """Every person — a multiset of indices of ``rows`` (dicts with a ``g`` and an ``s`` value) — that respects
+    the schema's person unit: at most ``max_rows`` rows, and on column ``g`` at most ``max_groups`` values and
+    ``max_rows`` rows per value (its ``per_group`` bounds), one value of ``s`` if ``s`` is invariant."""
+    unit = schema.person_unit
+    assert unit is not None
+    b = unit.per_group.get("g")
+    out = []
+    for size in range(1, unit.max_rows + 1):
+        for p in itertools.combinations_with_replacement(range(len(rows)), size):
+            gs = [rows[i]["g"] for i in p]
+            if b is not None and b.max_groups is not None and len(set(gs)) > b.max_groups:
+                continue
+            if b is not None and b.max_rows is not None and max(gs.count(v) for v in set(gs)) > b.max_rows:
+                continue
+            if "s" in unit.invariant and len({rows[i]["s"] for i in p}) > 1:
+                continue
+            out.append(p)
+    return out
