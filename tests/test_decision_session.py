@@ -251,7 +251,7 @@ def test_magic_routes_decision_options(ip: InteractiveShell, data: pd.DataFrame)
     assert result.success and result.result.dry_run and "Phase One would charge" in result.result.summary()
     result, cap = _run(ip, f"%%dpquery hits << --fnr 1e-12 --fpr 0.1 --max-group-size 1000 --max-epsilon 5\n{cell}\n")
     assert result.success, cap.stderr
-    assert list(ip.user_ns["hits"]["group"]) == ["A", "E"]
+    assert list(ip.user_ns["hits"]["g"]) == ["A", "E"]
     result, cap = _run(ip, f"%%dpquery --fnr 0.05 --fpr 0.1 --max-group-size 1000 --max-epsilon 1e-9\n{cell}\n")
     assert not result.success and "BudgetExceededError" in cap.stderr + str(result.error_in_exec)
     spent = current_session().spent
@@ -311,3 +311,13 @@ def test_schema_max_group_size_is_validated(bad: object) -> None:
 
     with pytest.raises(SchemaError, match="max_group_size"):
         Schema.from_dict({**SCHEMA, "max_group_size": bad})
+
+
+def test_decision_answer_shows_its_groups_under_the_group_by_column(data: pd.DataFrame) -> None:
+    """Issue 27, item 6: in a terminal the answer lists the groups, and its frame names the GROUP BY column."""
+    s = Session(data, SCHEMA, "epsilon=5")
+    ans = s.decide(SQL.format(r="N"), fnr=1e-12, fpr=0.1, max_group_size=1000, max_epsilon=5)
+    assert list(ans.df.columns) == ["g"] and list(ans.df["g"]) == ans.groups
+    text = repr(ans)
+    assert text.splitlines()[0] == ans.summary() and "g:" in text
+    assert all(f"  {g}" in text.splitlines() for g in ans.groups)

@@ -64,11 +64,16 @@ class DecisionAnswer:
     phases: list[dict[str, Any]] = field(default_factory=list)
     reads: list[dict[str, Any]] = field(default_factory=list)
     parameter: str = "epsilon"
+    #: the name of the group column (the GROUP BY key's output name)
+    key: str = "group"
+    #: what one ε is the loss of: "row", or "person" for a person-level table
+    unit: str = "row"
 
     @property
     def df(self) -> pd.DataFrame:
-        """The reported groups as a one-column frame (empty when denied or a dry run)."""
-        return pd.DataFrame({"group": list(self.groups or [])})
+        """The reported groups as a one-column frame named after the GROUP BY key (empty when denied or a dry
+        run)."""
+        return pd.DataFrame({self.key: list(self.groups or [])})
 
     @property
     def guarantees(self) -> str:
@@ -87,7 +92,7 @@ class DecisionAnswer:
             verdict = "would charge" if p.get("phase_one_admissible", True) else "would be REFUSED: it needs"
             text = (
                 f"dry run: Phase One {verdict} {self.parameter}={p['phase_one_cost']:.6g} "
-                f"(ε={p['phase_one_epsilon']:.6g} per row) over {p['groups']} groups; nothing was read"
+                f"(ε={p['phase_one_epsilon']:.6g} per {self.unit}) over {p['groups']} groups; nothing was read"
             )
             if p.get("phase_two_max_cost"):
                 text += (
@@ -100,10 +105,20 @@ class DecisionAnswer:
             if self.denied
             else f"{len(self.groups or [])} group(s) reported to satisfy HAVING"
         )
-        return f"{head}; charged {self.parameter}={self.cost:.6g} (ε={self.epsilon:.6g} per row) in {len(self.reads)} read(s); {self.guarantees}"
+        return (
+            f"{head}; charged {self.parameter}={self.cost:.6g} (ε={self.epsilon:.6g} per {self.unit}) in "
+            f"{len(self.reads)} read(s); {self.guarantees}"
+        )
 
     def __repr__(self) -> str:
-        return f"DecisionAnswer({self.summary()})"
+        """The summary and, in a terminal, the groups themselves (one per line, the first 50)."""
+        lines = [self.summary()]
+        if self.groups:
+            lines.append(f"{self.key}:")
+            lines += [f"  {g}" for g in self.groups[:50]]
+            if len(self.groups) > 50:
+                lines.append(f"  … and {len(self.groups) - 50} more (the .df attribute holds them all)")
+        return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         import html
@@ -165,6 +180,8 @@ def decide(
     replace = session.neighbors == "replace"
     rows = person_rows(session.schema, q)
     k = (2.0 if replace else 1.0) * rows
+    key = ", ".join(q.group_by) or "group"
+    unit = "row" if session.schema.person_unit is None else "person"
     parameter = session.currency.parameter
     parameter = getattr(parameter, "value", parameter)
     summary = p.summary()
@@ -197,6 +214,8 @@ def decide(
             fpr_estimate=None,
             plan=summary,
             parameter=str(parameter),
+            key=key,
+            unit=unit,
         )
 
     reads: list[dict[str, Any]] = []
@@ -255,4 +274,6 @@ def decide(
         phases=res.phases,
         reads=reads,
         parameter=str(parameter),
+        key=key,
+        unit=unit,
     )
