@@ -83,3 +83,17 @@ def test_pi_is_pi() -> None:
     box = box_of("SELECT COUNT(*) FROM pums WHERE income <= PI()")
     s = box.get("income")
     assert s is not None and s.intervals[-1].hi == math.pi
+
+
+def test_unbinned_float_group_by_shows_a_binned_form_that_works() -> None:
+    """Issue 29: the refusal of GROUP BY on a float column names a binned form with real numbers, and that
+    form parses."""
+    from dpmagic.errors import UnsupportedQueryError
+
+    with pytest.raises(UnsupportedQueryError) as e:
+        parse_query("SELECT income, COUNT(*) FROM pums GROUP BY income", PUMS)
+    hint = e.value.hint or ""
+    assert "FLOOR(income / 10000) * 10000" in hint and "WIDTH_BUCKET(income, 0, 500000, 10)" in hint
+    for form in ("FLOOR(income / 10000) * 10000", "WIDTH_BUCKET(income, 0, 500000, 10)"):
+        q = parse_query(f"SELECT {form} AS b, COUNT(*) FROM pums GROUP BY {form}", PUMS)
+        assert q.n_cells > 1

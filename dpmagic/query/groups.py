@@ -103,14 +103,14 @@ def group_key(expr: exp.Expr, name: str, schema: Schema) -> GroupKey:
                 raise UnsupportedQueryError(
                     f"GROUP BY {col_name}: the int column has {n:,} declared values, more than the limit of "
                     f"{MAX_CELLS:,} cells",
-                    hint=f"bin it, e.g. GROUP BY FLOOR({col_name} / 10) * 10 or WIDTH_BUCKET({col_name}, lo, hi, k)",
+                    hint=_bin_hint(col_name, float(col.lower), float(col.upper)),
                 )
             values = range(int(col.lower), int(col.upper) + 1)
             sets = tuple(IntervalSet.of(col, [Interval(float(v), float(v))]) for v in values)
             return GroupKey(out_name, col_name, tuple(values), sets)
         raise UnsupportedQueryError(
             f"GROUP BY {col_name}: a float column has no finite set of values to group by",
-            hint=f"bin it, e.g. GROUP BY WIDTH_BUCKET({col_name}, lo, hi, k) or FLOOR({col_name} / w) * w, or CASE WHEN",
+            hint=_bin_hint(col_name, float(col.lower), float(col.upper)),
         )
     cols = columns_of(expr)
     if len(cols) != 1:
@@ -249,3 +249,16 @@ def float_bins(expr: exp.Expr, col: NumericColumn, schema: Schema) -> list[tuple
 
 def norm_sql(node: exp.Expr) -> str:
     return node.sql().lower()
+
+
+def _bin_hint(name: str, lower: float, upper: float) -> str:
+    """A binned GROUP BY that works on this column, with numbers from its declared bounds: a round width w (a
+    power of ten giving about 10–100 bins) for FLOOR, ten buckets for WIDTH_BUCKET."""
+    span = upper - lower
+    w = 10.0 ** math.floor(math.log10(span / 10.0)) if span > 0 and math.isfinite(span) else 1.0
+    width = f"{w:.0f}" if w >= 1 else f"{w:g}"
+    lo, hi = f"{lower:g}", f"{upper:g}"
+    return (
+        f"bin it: GROUP BY FLOOR({name} / {width}) * {width} (about {max(1, round(span / w)):,} bins), or "
+        f"WIDTH_BUCKET({name}, {lo}, {hi}, 10), or CASE WHEN {name} < … THEN … END"
+    )
