@@ -21,7 +21,7 @@ from sqlglot import exp
 from dpmagic.query.evaluate import _truth, columns_of, evaluate
 from dpmagic.query.model import Aggregate, GroupKey, Query
 
-__all__ = ["finish", "in_region", "order_rows", "stand_in_env"]
+__all__ = ["finish", "hidden_label", "in_region", "order_rows", "selection_only", "stand_in_env"]
 
 #: values a released aggregate column may hold: noisy values of either sign, 0, a fraction, an empty cell's NaN
 #: average, an interval end clipped to ±inf (the stand-in frame of :func:`stand_in_env`)
@@ -66,8 +66,8 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
                 )
                 out[f"{o.name}_{end}"] = evaluate(moved, env, n, lambda c: c.name)
     shown = {str(k) for k in out}
-    for agg in query.aggregates:  # an aggregate used only in HAVING / ORDER BY is shown, with its interval
-        if agg.alias in query.hidden and agg.alias in df.columns:
+    for agg in selection_only(query):  # an aggregate used only in HAVING / ORDER BY is shown, with its interval
+        if agg.alias in df.columns:
             label = hidden_label(agg)
             if label in shown:
                 continue
@@ -94,6 +94,21 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     result = frame.iloc[order].reset_index(drop=True)
     result.attrs["dp_notes"] = notes
     return result
+
+
+def selection_only(query: Query) -> list[Aggregate]:
+    """The hidden aggregates (released but not selected) that HAVING or ORDER BY reads and no SELECT output
+    does: the answer shows them, with their intervals, so that a selection on noisy values shows what it read."""
+    if query.outputs is None:
+        return []
+    read: set[str] = set()
+    for sql in [query.having, *(o for o, _ in query.order_by)]:
+        if sql is not None:
+            read |= columns_of(sqlglot.parse_one(sql))
+    used: set[str] = set()
+    for o in query.outputs:
+        used |= columns_of(sqlglot.parse_one(o.expr))
+    return [a for a in query.aggregates if a.alias in query.hidden and a.alias in read and a.alias not in used]
 
 
 def hidden_label(agg: Aggregate) -> str:
