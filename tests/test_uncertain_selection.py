@@ -99,3 +99,12 @@ def test_avg_interval_at_an_extreme_budget_is_the_value_not_the_whole_range() ->
     s = Session(pd.DataFrame({"g": g, "x": rng.integers(0, 101, 200)}), SCHEMA, budget=1e8)
     r = s.query("SELECT g, AVG(x) AS m FROM t GROUP BY g", epsilon=1e7)
     assert ((r.df["m_ci_high"] - r.df["m_ci_low"]) < 1.0).all()
+
+
+def test_a_quantile_without_interval_is_labelled_indicative() -> None:
+    """Issue 27, item 1: a MEDIAN / MIN / MAX states no interval, and the answer says so."""
+    rng = np.random.default_rng(2)
+    s = Session(pd.DataFrame({"g": np.repeat(["a", "b"], 30), "x": rng.integers(0, 101, 60)}), SCHEMA, budget=100)
+    r = s.query("SELECT g, MEDIAN(x) AS med FROM t GROUP BY g", epsilon=1.0)
+    assert r.df["med_ci_low"].isna().all()
+    assert any(n.startswith("med: no interval is stated") and "indicative" in n for n in r.notes)

@@ -76,6 +76,13 @@ def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
                 f"{agg.alias}: negative in {n} group{'s' if n != 1 else ''}{where(neg)} — noise on a small or "
                 "empty group; switch on free post-processing with --nonneg (or %config DPMagic.postprocess)"
             )
+    quantiles = [a.alias for a in query.aggregates if a.func == "quantile" and a.alias in df.columns]
+    if quantiles:
+        notes.append(
+            f"{', '.join(quantiles)}: no interval is stated for a quantile, MIN or MAX (the exponential "
+            "mechanism's pick among public candidates): on a small or empty group it can be far from the exact "
+            "value, so read it as indicative; a COUNT of the same groups shows how many rows each holds"
+        )
     notes.extend(df.attrs.get("dp_notes", []))  # HAVING / ORDER BY … LIMIT on noisy values (outputs.finish)
     return notes
 
