@@ -14,7 +14,24 @@ from dpmagic.accountant.ledger import Ledger
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, ConfigurationError
 
-__all__ = ["ledger_key", "open_binding"]
+__all__ = ["ledger_key", "open_binding", "unit_record"]
+
+
+def unit_record(schema: Schema) -> dict[str, object] | None:
+    """The privacy unit a ledger fixes at a data set's first binding: None for a row-level table (whatever its
+    free text), else the person unit's every field that decides the kept rows or the charge — id, max_rows,
+    invariant columns (sorted), invariant_mode, per_group bounds and the *effective* truncation salt."""
+    unit = schema.person_unit
+    if unit is None:
+        return None
+    return {
+        "id": unit.id,
+        "max_rows": unit.max_rows,
+        "invariant": sorted(unit.invariant),
+        "invariant_mode": unit.invariant_mode,
+        "per_group": {c: b.to_dict() for c, b in sorted(unit.per_group.items())},
+        "salt": unit.salt_for(schema.dataset, schema.table),
+    }
 
 
 def ledger_key(schema: Schema) -> str:
@@ -61,6 +78,7 @@ def open_binding(ledger: Ledger, key: str, schema: Schema, budget: Budget, neigh
                     "budget": budget.total,
                     "delta": budget.delta,
                     "neighbors": neighbors,
+                    "unit": unit_record(schema),
                 },
             )
             return
@@ -85,6 +103,16 @@ def open_binding(ledger: Ledger, key: str, schema: Schema, budget: Budget, neigh
             hint=f"bind with --budget {cur.parameter}={recorded:g} to continue this budget, ask the custodian "
             "(dpmagic ledger set-budget), or use another ledger for a separate, throw-away budget (--ledger memory, "
             "or --ledger PATH; Session(..., ledger=None))",
+        )
+    recorded_unit = opening.get("unit")  # absent in a ledger opened before units were recorded: row level
+    if recorded_unit != unit_record(schema):
+        was = "one row" if recorded_unit is None else f"one person ({recorded_unit})"
+        raise ConfigurationError(
+            f"this data set was first bound in this ledger with another privacy unit ({was}); its recorded charges "
+            "were computed on the rows that unit kept and are counted per that unit, so they cannot be re-read "
+            "under another one",
+            hint="bind the schema it was opened with; changing the privacy unit is a custodian action: declare a "
+            "new 'dataset' id (or reset the ledger)",
         )
     if opening.get("neighbors", "add-remove") != neighbors:
         raise ConfigurationError(f"this data set's ledger uses {opening.get('neighbors')} neighbours, not {neighbors}")
