@@ -97,3 +97,67 @@ def flatten_table_subqueries(tree: exp.Select, schema: Schema) -> exp.Select:
         if not was_aliased and isinstance(item, exp.Alias) and item.alias.startswith("_col_"):
             item.replace(item.this)
     return merged
+
+
+def _case_as_filter(node: exp.Expr) -> exp.Expr:
+    """``SUM(CASE WHEN c THEN e [ELSE 0] END)``, ``AVG(CASE WHEN c THEN e END)`` and ``COUNT(CASE WHEN c THEN
+    <non-NULL literal> END)`` as the aggregate with ``FILTER (WHERE c)`` they equal (a row failing c adds 0 to a
+    SUM, or is NULL and skipped); anything else unchanged."""
+    if not isinstance(node, (exp.Sum, exp.Avg, exp.Count)) or isinstance(node.parent, exp.Filter):
+        return node
+    case = node.this
+    if not isinstance(case, exp.Case) or case.this is not None or len(case.args.get("ifs") or []) != 1:
+        return node
+    (branch,) = case.args["ifs"]
+    cond, then = branch.this, branch.args.get("true")
+    default = case.args.get("default")
+    if then is None:
+        return node
+    zero = isinstance(default, exp.Literal) and not default.is_string and float(default.this) == 0.0
+    one = isinstance(then, exp.Literal) and not then.is_string and float(then.this) == 1.0
+    if isinstance(node, exp.Sum) and (default is None or zero) and one:
+        agg: exp.Expr = exp.Count(this=exp.Star())  # SUM(CASE WHEN c THEN 1 ELSE 0 END): the rows satisfying c
+    elif isinstance(node, exp.Sum) and (default is None or zero):
+        agg = exp.Sum(this=then.copy())
+    elif isinstance(node, exp.Avg) and default is None:
+        agg = exp.Avg(this=then.copy())
+    elif isinstance(node, exp.Count) and default is None and isinstance(then, exp.Literal):
+        agg = exp.Count(this=exp.Star())
+    else:
+        return node
+    return exp.Filter(this=agg, expression=exp.Where(this=cond.copy()))
+
+
+def fold_common_filter(tree: exp.Select) -> exp.Select:
+    """Conditional aggregation with ONE condition, answered as the query it is.
+
+    When every aggregate of the statement carries the same ``FILTER (WHERE c)`` — written so, or as
+    ``SUM(CASE WHEN c THEN e ELSE 0 END)`` / ``AVG(CASE WHEN c THEN e END)`` / ``COUNT(CASE WHEN c THEN 1 END)``
+    (:func:`_case_as_filter`) — each aggregate is the same aggregate over the rows satisfying WHERE AND c: the
+    query is rewritten so (same coverage, same sensitivity, the same release as writing it directly).  GROUP BY
+    keys then are those inside the narrowed region (a key c excludes would only show a known zero).  Aggregates
+    with different conditions are left as they are (and refused by the parser with its message).  Reads nothing.
+    """
+    moved = tree.transform(_case_as_filter, copy=True)
+    assert isinstance(moved, exp.Select)
+    tree = moved
+    filters = list(tree.find_all(exp.Filter))
+    if not filters:
+        return tree
+    conds = {f.expression.this.sql() for f in filters if isinstance(f.expression, exp.Where)}
+    aggs = [a for a in tree.find_all(exp.AggFunc) if not isinstance(a.parent, exp.Filter)]
+    if len(conds) != 1 or aggs or any(not isinstance(f.expression, exp.Where) for f in filters):
+        raise UnsupportedQueryError(
+            "conditional aggregates are answered when every aggregate of the SELECT has the same condition "
+            "(FILTER (WHERE c), or SUM/AVG/COUNT of CASE WHEN c THEN … END); these have "
+            + ("different conditions" if len(conds) > 1 else "a condition on some aggregates only"),
+            hint="ask one query per condition, or move a common condition into WHERE",
+        )
+    cond = filters[0].expression.this.copy()
+    for f in filters:
+        f.replace(f.this)
+    where = tree.args.get("where")
+    tree.set(
+        "where", exp.Where(this=cond if where is None else exp.and_(exp.Paren(this=where.this), exp.Paren(this=cond)))
+    )
+    return tree

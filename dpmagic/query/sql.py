@@ -46,7 +46,7 @@ from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, base_aggregate, is_aggregate
 from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_column
 from dpmagic.query.evaluate import EvalError, evaluate
-from dpmagic.query.flatten import flatten_table_subqueries
+from dpmagic.query.flatten import flatten_table_subqueries, fold_common_filter
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.syntax import syntax_error
@@ -142,6 +142,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
             )
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
     tree = flatten_table_subqueries(tree, schema)  # a CTE or FROM subquery that only shapes the bound table
+    tree = fold_common_filter(tree)  # every aggregate under one FILTER (WHERE c): that condition ANDed to WHERE
     subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
     for node in tree.walk():
         kind = _node_kind(type(node))
