@@ -59,8 +59,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
-from dpmagic.domain.sets import CategorySet, IntervalSet
+from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.domain.sets import IntervalSet
 from dpmagic.domain.unit import Contribution, PersonUnit
 from dpmagic.query.model import GroupKey, Query
 
@@ -208,20 +208,8 @@ def coverage_of(query: Query, schema: Schema) -> Coverage:
     unit = schema.person_unit
     if box.is_empty():
         return Coverage(True, False, 0, None, None if unit is None else unit.id)
-    cells = 1
-    per_key: list[int] = []
-    for g in query.groups:
-        s = box.get(g.column)
-        if g.sets is None:
-            col = schema[g.column]
-            assert isinstance(col, CategoricalColumn)
-            n = len(s) if isinstance(s, CategorySet) else col.size
-        elif s is None:
-            n = len(g.sets)
-        else:
-            n = sum(1 for b in g.sets if b.overlaps(s))
-        per_key.append(n)
-        cells *= n
+    per_key = [len(labels) for labels in query.region_labels()]
+    cells = math.prod(per_key)
     # A Box drops tautologies on construction: it covers the whole domain iff it constrains nothing (and no
     # exact filter narrows it further).
     whole = not box.constraints and query.filter is None

@@ -169,14 +169,10 @@ class Query:
         """A SELECT of GROUP BY keys alone (no aggregate): its answer is public and costs nothing."""
         return not self.aggregates
 
-    def region_keys(self) -> list[tuple[Any, ...]]:
-        """The declared GROUP BY keys inside the WHERE region, in declared order: a categorical value in the
-        box's set on its column, a bin that meets it (with an exact filter that is not a box, the region is its
-        covering box).  From the schema and the query only.  O(number of keys)."""
-        import itertools
-
-        if self.where.is_empty():
-            return []
+    def region_labels(self) -> list[list[Any]]:
+        """Per GROUP BY key, its labels whose cell meets the WHERE region (its covering box): a categorical value
+        in the box's set on its column, a bin that meets it; every label where the box leaves the column free.
+        From the schema and the query only.  O(number of labels)."""
         per: list[list[Any]] = []
         for g in self.groups:
             s = self.where.get(g.column)
@@ -184,7 +180,16 @@ class Query:
                 per.append([v for v in g.labels if s is None or s.contains(v)])
             else:
                 per.append([lab for lab, b in zip(g.labels, g.sets, strict=True) if s is None or b.overlaps(s)])
-        return list(itertools.product(*per))
+        return per
+
+    def region_keys(self) -> list[tuple[Any, ...]]:
+        """The declared GROUP BY keys inside the WHERE region, in declared order (:meth:`region_labels`, every
+        combination); none when the region is empty.  O(number of keys)."""
+        import itertools
+
+        if self.where.is_empty():
+            return []
+        return list(itertools.product(*self.region_labels()))
 
     @property
     def n_cells(self) -> int:

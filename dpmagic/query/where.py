@@ -27,7 +27,7 @@ from dpmagic.query.domain import (
     resolve_column,
     set_of_values,
 )
-from dpmagic.query.evaluate import columns_of
+from dpmagic.query.evaluate import columns_of, evaluate
 from dpmagic.query.model import Filter, Query
 
 __all__ = [
@@ -86,8 +86,6 @@ def fold_constants(node: exp.Expr) -> exp.Expr:
             return e  # already a literal (a negative number is Neg(Literal))
         if not constant(e):
             return e
-        from dpmagic.query.evaluate import evaluate
-
         value = evaluate(e, {}, 1, lambda c: c.name)[0]
         if isinstance(value, float) and value != value:  # NaN (0 / 0): leave it for the usual error
             return e
