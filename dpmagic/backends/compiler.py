@@ -77,6 +77,11 @@ class SourceColumn:
     def numeric(self) -> bool:
         return self.kind in ("int", "uint", "float", "decimal")
 
+    @property
+    def temporal(self) -> bool:
+        """A DATE or TIMESTAMP column (the source of a declared ``date`` / ``timestamp`` column)."""
+        return self.kind in ("date", "timestamp")
+
 
 # -- the compiler --------------------------------------------------------------------------------------
 class Compiler:
@@ -154,6 +159,8 @@ class Compiler:
             return clip(as_double(x), float(c.lower), float(c.upper))
         lo, hi = int(c.lower), int(c.upper)
         source = self.columns.get(name)
+        if c.temporal is not None and source is not None and source.temporal:
+            return exp.cast(clip(self.temporal_number(name), lo, hi), "BIGINT")
         if source is not None and source.kind == "float":
             lo_d, hi_d = double_bounds(lo, hi)
             whens = [
@@ -162,6 +169,30 @@ class Compiler:
             ]
             return exp.cast(_case(whens, exp.cast(x.copy(), "BIGINT")), "BIGINT")
         return exp.cast(clip(x, lo, hi), "BIGINT")
+
+    def temporal_number(self, name: str, *, micros: bool = False) -> exp.Expr:
+        """The DATE / TIMESTAMP source column ``name`` as the exact integer dpmagic holds it
+        (:mod:`dpmagic.domain.temporal`): days since 1970-01-01 for a ``date`` column (a timestamp source is
+        cast to its date; :meth:`time_of_day` finds those with a time), microseconds since 1970-01-01 00:00:00
+        for a ``timestamp`` column (``micros``: whatever the column's declared type).  Integer date arithmetic
+        of the engine, never through a double."""
+        c = self.schema[name]
+        assert isinstance(c, NumericColumn)
+        x = col(name)
+        if c.temporal == "date" and not micros:
+            source = self.columns.get(name)
+            if source is not None and source.kind == "timestamp":
+                x = exp.cast(x, "DATE")
+            epoch = exp.cast(exp.Literal.string("1970-01-01"), "DATE")
+            return exp.DateDiff(this=x, expression=epoch, unit=exp.var("DAY"))
+        epoch_ts = exp.cast(exp.Literal.string("1970-01-01 00:00:00"), exp.DataType.build("TIMESTAMPNTZ"))
+        return exp.TimestampDiff(this=x, expression=epoch_ts, unit=exp.var("MICROSECOND"))
+
+    def time_of_day(self, name: str) -> exp.Expr:
+        """The TIMESTAMP source of a ``date`` column holds a time other than midnight (refused at binding, as
+        a fraction of a day in pandas)."""
+        micros = self.temporal_number(name, micros=True)
+        return exp.NEQ(this=exp.Mod(this=micros, expression=lit(86_400 * 1_000_000)), expression=lit(0))
 
     # ---- the normalised view (declared types, the custodian's clamp) ----
     def view(self, out_of_range: OutOfRangePolicy) -> exp.Select:

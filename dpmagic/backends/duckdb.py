@@ -79,6 +79,10 @@ def _kind(t: Any) -> tuple[str, str]:
         return "string", _pandas_string_dtype()
     if tid == "boolean":
         return "bool", "bool"
+    if tid == "date":
+        return "date", "date"
+    if tid.startswith("timestamp"):  # TIMESTAMP, _S, _MS, _NS, WITH TIME ZONE: read at their wall-clock time
+        return "timestamp", tid
     return "other", str(t).lower()
 
 

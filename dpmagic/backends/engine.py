@@ -43,6 +43,7 @@ from dpmagic.domain.columns import (
     missing_values_error,
     nonfinite_error,
     outside_error,
+    time_of_day_error,
     undeclared_columns_error,
 )
 from dpmagic.domain.schema import Schema
@@ -251,6 +252,17 @@ class EngineBackend(Backend):
             aggs[f"null_{i}"] = count_if(null)
             if isinstance(c, CategoricalColumn):
                 aggs[f"bad_{i}"] = count_if(exp.Not(this=exp.paren(self.compiler.declared(name))))
+            elif isinstance(c, NumericColumn) and c.temporal is not None:
+                if s.temporal:  # compared as the integers dpmagic holds (a source of another kind: dtype error)
+                    if c.temporal == "date" and s.kind == "timestamp":
+                        aggs[f"frac_{i}"] = count_if(self.compiler.time_of_day(name))
+                    days = self.compiler.temporal_number(name)
+                    aggs[f"out_{i}"] = count_if(
+                        exp.Or(
+                            this=exp.LT(this=days, expression=lit(int(c.lower))),
+                            expression=exp.GT(this=days.copy(), expression=lit(int(c.upper))),
+                        )
+                    )
             elif s.numeric:
                 if s.kind in ("float", "decimal"):
                     aggs[f"inf_{i}"] = count_if(
@@ -284,12 +296,12 @@ class EngineBackend(Backend):
                     bad = self._bad_categories(c, s) if self.diagnostics else None
                     raise categories_error(name, bad, diagnostics=self.diagnostics)
                 continue
-            if not s.numeric:
+            if (c.temporal is None and not s.numeric) or (c.temporal is not None and not s.temporal):
                 raise dtype_error(c, s.dtype)
             if counts.get(f"inf_{i}"):
                 raise nonfinite_error(name)
             if counts.get(f"frac_{i}"):
-                raise fractional_error(name)
+                raise fractional_error(name) if c.temporal is None else time_of_day_error(name)
             if counts[f"out_{i}"] and self.out_of_range == "error":
                 raise outside_error(c, counts[f"out_{i}"], diagnostics=self.diagnostics)
         if counts["n_rows"] > MAX_ROWS:

@@ -37,6 +37,10 @@ def _kind(simple: str) -> tuple[str, str]:
         return "string", _pandas_string_dtype()
     if t == "boolean":
         return "bool", "bool"
+    if t == "date":
+        return "date", "date"
+    if t in ("timestamp", "timestamp_ntz"):  # a TIMESTAMP (local time zone) at its time in the session's zone
+        return "timestamp", t
     return "other", t
 
 

@@ -14,6 +14,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+from dpmagic.domain.temporal import Temporal
 from dpmagic.errors import DataValidationError, SchemaError
 
 __all__ = [
@@ -110,8 +111,13 @@ class NumericColumn:
     kind: Literal["int", "float"]
     lower: float
     upper: float
+    #: a ``date`` (day numbers) or ``timestamp`` (microseconds) column, held as the ``int`` column it is
+    #: (:mod:`dpmagic.domain.temporal`); None for a plain number
+    temporal: Temporal | None = None
 
     def __post_init__(self) -> None:
+        if self.temporal is not None and (self.temporal not in ("date", "timestamp") or self.kind != "int"):
+            raise SchemaError(f"column {self.name!r}: a date or timestamp column is held as an int column")
         if self.kind not in ("int", "float"):
             raise SchemaError(f"column {self.name!r}: numeric type must be 'int' or 'float', not {self.kind!r}")
         for label, b in (("lower", self.lower), ("upper", self.upper)):
@@ -146,6 +152,19 @@ class NumericColumn:
         return self.kind == "int"
 
     @property
+    def type_name(self) -> str:
+        """The declared type: ``int``, ``float``, ``date`` or ``timestamp``."""
+        return self.temporal or self.kind
+
+    def show(self, v: Any) -> str:
+        """A value of the column as the analyst writes it (ISO text on a date / timestamp column)."""
+        if self.temporal is not None:
+            from dpmagic.domain.temporal import format_value
+
+            return format_value(int(v), self.temporal)
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
+    @property
     def max_abs(self) -> float:
         """max(|lower|, |upper|): the add/remove-one sensitivity of a clamped SUM (rounded up to a double)."""
         return _float_up(max(abs(self.lower), abs(self.upper)))
@@ -156,6 +175,8 @@ class NumericColumn:
         return _float_up(self.upper - self.lower)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.temporal is not None:
+            return {"type": self.temporal, "lower": self.show(self.lower), "upper": self.show(self.upper)}
         lo, hi = (int(self.lower), int(self.upper)) if self.is_int else (self.lower, self.upper)
         return {"type": self.kind, "lower": lo, "upper": hi}
 
@@ -206,7 +227,18 @@ def column_from_dict(name: str, spec: Any) -> Column:
         if "lower" not in spec or "upper" not in spec:
             raise SchemaError(f"column {name!r}: an {ctype} column needs inclusive 'lower' and 'upper' bounds")
         return NumericColumn(name, ctype, spec["lower"], spec["upper"])
-    raise SchemaError(f"column {name!r}: unknown type {ctype!r} (expected 'categorical', 'int' or 'float')")
+    if ctype in ("date", "timestamp"):
+        from dpmagic.domain.temporal import bound_of
+
+        if "lower" not in spec or "upper" not in spec:
+            raise SchemaError(
+                f"column {name!r}: a {ctype} column needs inclusive 'lower' and 'upper' bounds (ISO strings)"
+            )
+        lo, hi = (bound_of(name, k, spec[k], ctype) for k in ("lower", "upper"))
+        return NumericColumn(name, "int", lo, hi, temporal=ctype)
+    raise SchemaError(
+        f"column {name!r}: unknown type {ctype!r} (expected 'categorical', 'int', 'float', 'date' or 'timestamp')"
+    )
 
 
 def py_value(v: Any) -> Any:
@@ -261,6 +293,12 @@ def categories_error(name: str, bad: list[Any] | None = None, *, diagnostics: bo
 
 
 def dtype_error(col: NumericColumn, dtype: str) -> DataValidationError:
+    if col.temporal is not None:
+        return DataValidationError(
+            f"column {col.name!r} is declared {col.temporal} but holds {dtype} values",
+            hint=f"bind it as {col.temporal} values (pandas datetime64, datetime.date objects or ISO strings; a "
+            f"DATE / TIMESTAMP column of DuckDB or Spark)",
+        )
     return DataValidationError(f"column {col.name!r} is declared {col.kind} but holds {dtype} values")
 
 
@@ -272,15 +310,25 @@ def fractional_error(name: str) -> DataValidationError:
     return DataValidationError(f"column {name!r} is declared int but holds fractional values")
 
 
+def time_of_day_error(name: str) -> DataValidationError:
+    return DataValidationError(
+        f"column {name!r} is declared date but holds times of day",
+        hint="declare it a timestamp, or bind the dates alone (df[col].dt.normalize() checks nothing: drop the times)",
+    )
+
+
 def outside_error(col: NumericColumn, n: int, *, diagnostics: bool = False) -> DataValidationError:
     """A column holds values outside its declared bounds; their number ``n`` only with ``diagnostics``."""
     hint = "fix the data or bind with out_of_range='clamp' (a custodian's decision)"
+    bounds = (
+        f"[{col.lower}, {col.upper}]" if col.temporal is None else f"[{col.show(col.lower)}, {col.show(col.upper)}]"
+    )
     if diagnostics:
         return DataValidationError(
-            f"column {col.name!r} has {n} value(s) outside its declared bounds [{col.lower}, {col.upper}]", hint=hint
+            f"column {col.name!r} has {n} value(s) outside its declared bounds {bounds}", hint=hint
         )
     return DataValidationError(
-        f"column {col.name!r} holds values outside its declared bounds [{col.lower}, {col.upper}]",
+        f"column {col.name!r} holds values outside its declared bounds {bounds}",
         hint=f"{hint}; {_DIAGNOSTICS_HINT}",
     )
 
@@ -307,6 +355,17 @@ def _validate_numeric(
 ) -> pd.Series:
     import pandas as pd
 
+    if col.temporal is not None:
+        from dpmagic.domain.temporal import to_integers
+
+        ints = to_integers(series, col.temporal)
+        if ints is None:
+            raise dtype_error(col, str(series.dtype))
+        if ints.isna().any():
+            raise missing_values_error(col.name)
+        if ints.dtype.kind == "f":  # a date column given times other than midnight
+            raise time_of_day_error(col.name)
+        series = ints
     if not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series):
         raise dtype_error(col, str(series.dtype))
     if col.is_int:

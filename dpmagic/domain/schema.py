@@ -272,7 +272,7 @@ class Schema:
                 vals = sorted({canonical_value(v) for v in col.values})
                 out.append([name, "categorical", vals])
             else:
-                out.append([name, col.kind, canonical_number(col.lower), canonical_number(col.upper)])
+                out.append([name, col.type_name, canonical_number(col.lower), canonical_number(col.upper)])
         return out
 
     def domain_fingerprint(self) -> str:

@@ -136,6 +136,12 @@ def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
     if not isinstance(col, NumericColumn):
         label = {"quantile": "a quantile", "var": "VAR", "stddev": "STDDEV"}.get(func, func.upper())
         raise QueryTypeError(f"{label} of {name!r} needs a numeric (int or float) column; {name!r} is categorical")
+    if col.temporal is not None:
+        label = {"quantile": "a quantile (MIN, MAX, MEDIAN)", "var": "VAR", "stddev": "STDDEV"}.get(func, func.upper())
+        raise UnsupportedQueryError(
+            f"{label} of the {col.temporal} column {name!r} is not supported: dpmagic releases counts over dates",
+            hint=f"count by period (SELECT DATE_TRUNC('month', {name}) AS m, COUNT(*) … GROUP BY m) or filter on it",
+        )
     if clamp is not None and col.is_int and not all(math.isinf(b) or float(b).is_integer() for b in clamp):
         raise QueryTypeError(
             f"the clamp bounds of int column {name!r} must be whole numbers, got {clamp[0]:g}, {clamp[1]:g}"

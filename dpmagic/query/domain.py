@@ -153,10 +153,27 @@ def literal_value(node: exp.Expr, column: Column) -> Any:
         )
     else:
         raise UnsupportedQueryError(f"{node.sql()!r} is not a literal value")
+    if isinstance(column, NumericColumn) and column.temporal is not None:
+        return _temporal_literal(value, column)
     if isinstance(value, str) and isinstance(column, CategoricalColumn) and column.is_numeric_valued:
         value = _numeric_category(value, column)
     check_value_type(value, column)
     return value
+
+
+def _temporal_literal(value: Any, column: NumericColumn) -> int:
+    """A literal compared with a date / timestamp column: an ISO string (``'2024-01-31'``, ``DATE '…'``) as the
+    column's integer; a number is refused (day numbers and microseconds are dpmagic's own representation)."""
+    from dpmagic.domain.temporal import parse_value
+
+    assert column.temporal is not None
+    if not isinstance(value, str):
+        raise QueryTypeError(
+            f"column {column.name!r} is a {column.temporal}; compare it with a quoted ISO {column.temporal}, not "
+            f"the number {value!r}",
+            hint=f"e.g. {column.name} >= '{column.show(column.lower)}'",
+        )
+    return parse_value(value, column.temporal, what=f"the {column.temporal} literal")
 
 
 def _numeric_category(text: str, column: CategoricalColumn) -> Any:

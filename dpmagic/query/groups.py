@@ -15,6 +15,7 @@ from dpmagic.query.aggregates import AGG_CLASSES, is_aggregate, number_value
 from dpmagic.query.domain import enumerate_domain, resolve_column, set_of_values
 from dpmagic.query.evaluate import columns_of
 from dpmagic.query.model import GroupKey
+from dpmagic.query.temporal import column_bins, temporal_bins, temporal_call
 from dpmagic.query.where import exact_box
 
 __all__ = [
@@ -97,6 +98,16 @@ def group_key(expr: exp.Expr, name: str, schema: Schema) -> GroupKey:
         out_name = col_name if name.lower() == col_name.lower() else name
         if isinstance(col, CategoricalColumn):
             return GroupKey(out_name, col_name, tuple(col.values), None)
+        if col.temporal is not None:
+            n = int(col.upper) - int(col.lower) + 1
+            if col.temporal == "timestamp" or n > MAX_CELLS:
+                raise UnsupportedQueryError(
+                    f"GROUP BY {col_name}: the {col.temporal} column has {n:,} declared values, more than the limit "
+                    f"of {MAX_CELLS:,} cells",
+                    hint=f"group by a period: DATE_TRUNC('month', {col_name}), EXTRACT(YEAR FROM {col_name}), …",
+                )
+            bins = column_bins(col)
+            return GroupKey(out_name, col_name, tuple(b[0] for b in bins), tuple(b[1] for b in bins))
         if col.is_int:
             n = int(col.upper) - int(col.lower) + 1
             if n > MAX_CELLS:
@@ -120,6 +131,23 @@ def group_key(expr: exp.Expr, name: str, schema: Schema) -> GroupKey:
         )
     col_name = resolve_column(next(iter(expr.find_all(exp.Column))), schema)
     col = schema[col_name]
+    call = temporal_call(expr)
+    if call is not None and isinstance(col, NumericColumn):
+        bins = temporal_bins(call[0], call[1], col, f"GROUP BY {expr.sql()}")
+        bins = [(lab, s) for lab, s in bins if not s.is_empty()]
+        if len(bins) > MAX_CELLS:
+            raise UnsupportedQueryError(
+                f"GROUP BY {expr.sql()} has {len(bins):,} periods in the declared range, more than {MAX_CELLS:,}",
+                hint="group by a coarser period, or narrow the declared bounds",
+            )
+        return GroupKey(name, col_name, tuple(lab for lab, _ in bins), tuple(s for _, s in bins))
+    if isinstance(col, NumericColumn) and col.temporal is not None:
+        raise UnsupportedQueryError(
+            f"GROUP BY {expr.sql()}: on the {col.temporal} column {col_name!r} group by the column, a calendar field "
+            "or a period",
+            hint=f"EXTRACT(YEAR FROM {col_name}), EXTRACT(MONTH FROM {col_name}), DATE_TRUNC('month', {col_name}), "
+            f"DATE_TRUNC('week', {col_name}) …",
+        )
     bins = enumerated_bins(expr, col, schema)
     labels = tuple(label for label, _ in bins)
     return GroupKey(name, col_name, labels, tuple(s for _, s in bins))

@@ -29,6 +29,7 @@ from dpmagic.query.domain import (
 )
 from dpmagic.query.evaluate import columns_of, evaluate
 from dpmagic.query.model import Filter, Query
+from dpmagic.query.temporal import is_temporal, temporal_atom
 
 __all__ = [
     "COMPARISONS",
@@ -93,7 +94,9 @@ def fold_constants(node: exp.Expr) -> exp.Expr:
         lit = exp.Literal.number(abs(number))
         return exp.Neg(this=lit) if number < 0 else lit
 
-    return node.transform(fold, copy=True)
+    from dpmagic.query.temporal import untyped_literals
+
+    return untyped_literals(node.transform(fold, copy=True))
 
 
 def where_box(node: exp.Expr, schema: Schema) -> Box:
@@ -184,6 +187,9 @@ def atom_box(node: exp.Expr, schema: Schema) -> Box:
         return Box({name: empty_set(col)})  # the declared domain has no NULLs
     if isinstance(node, exp.Literal):
         raise UnsupportedQueryError(f"a constant ({node.sql()}) is not a predicate in dpmagic's SQL subset")
+    calendar = temporal_atom(node, schema)  # EXTRACT(YEAR FROM d) = 2024, DATE_TRUNC('month', d) >= '…'
+    if calendar is not None:
+        return calendar
     cols = columns_of(node)
     if not cols:
         raise UnsupportedQueryError(f"{node.sql()!r} is a constant, not a predicate on a column")
@@ -199,6 +205,12 @@ def atom_box(node: exp.Expr, schema: Schema) -> Box:
     for bad in (exp.Like, exp.ILike):
         if node.find(bad) is not None and not (isinstance(col, CategoricalColumn) and not col.is_numeric_valued):
             raise UnsupportedQueryError(f"LIKE applies to string categorical columns; {name!r} is not one")
+    if is_temporal(col):
+        raise UnsupportedQueryError(
+            f"{node.sql()!r} is not a supported predicate on the {col.temporal} column {name!r}",  # type: ignore[union-attr]
+            hint=f"compare it with ISO literals ({name} >= '2024-01-01', BETWEEN … AND …) or compare a calendar "
+            f"field (EXTRACT(YEAR FROM {name}) = 2024, DATE_TRUNC('month', {name}) = '2024-03-01')",
+        )
     check_literal_types(node, col)
     got = enumerate_domain(node, col, schema)
     if got is None:
