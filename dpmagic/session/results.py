@@ -17,7 +17,7 @@ from dpmagic.query.model import Query
 from dpmagic.releases.postprocess import answer_notes
 from dpmagic.session import rendering as display
 
-__all__ = ["QueryResult", "PublicResult", "Preview", "Released"]
+__all__ = ["QueryResult", "PublicResult", "Preview", "ScalarPreview", "Released"]
 
 
 @dataclass
@@ -38,11 +38,15 @@ class QueryResult:
     cached: bool = False
     number: int = 0  # the query's number as the analyst sees it (1..n in charging order; 0 = unknown)
     default_cost: bool = False  # no cost was named: the session's default was spent
+    #: a scalar subquery's release, whose noisy value the WHERE clause compares with (:mod:`dpmagic.session.scalar`)
+    threshold: QueryResult | None = None
+    #: notes of the session on this answer (a scalar subquery's noisy threshold)
+    extra_notes: tuple[str, ...] = ()
 
     @property
     def notes(self) -> list[str]:
         """Plain-language notes on the answer (an AVG not shown, a negative count…), from released values only."""
-        return answer_notes(self.query, self.df)
+        return [*self.extra_notes, *answer_notes(self.query, self.df)]
 
     def summary(self) -> str:
         """The one-line cost summary shown under a cell's result."""
@@ -140,6 +144,42 @@ class Preview:
         )
         table = shown.to_html(index=False) if len(shown) else "<p>no overlapping queries</p>"
         return f"<div><b>{html.escape(self.summary())}</b><br>noise: {html.escape(noise)}</div>{table}"
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class ScalarPreview:
+    """The dry run of a query with a scalar subquery: the inner query's, then the outer's over its widest region
+    (the condition on the threshold dropped: the region of every possible noisy threshold)."""
+
+    inner: Preview
+    outer: Preview
+    shown: str
+
+    @property
+    def admissible(self) -> bool:
+        return self.inner.admissible and self.outer.admissible
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        return (self.inner.cost, self.outer.cost)
+
+    def summary(self) -> str:
+        return (
+            f"two releases in sequence for {self.shown}: (1) the threshold — {self.inner.summary()} (2) the outer "
+            f"query, shown over its widest region (without the condition on the threshold: the actual region, "
+            f"fixed by the noisy threshold, lies inside it) and before (1) is charged — {self.outer.summary()}"
+        )
+
+    def _repr_html_(self) -> str:
+        return (
+            f"<div><b>two releases in sequence for {html.escape(self.shown)}</b></div>"
+            f"<div>(1) the threshold:</div>{self.inner._repr_html_()}"
+            "<div>(2) the outer query over its widest region (before (1) is charged):</div>"
+            f"{self.outer._repr_html_()}"
+        )
 
     def __repr__(self) -> str:
         return self.summary()

@@ -45,6 +45,7 @@ from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
+from dpmagic.query.scalar import scalar_subquery
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
 from dpmagic.releases import Mechanism, QueryMechanism
@@ -226,7 +227,15 @@ class Session:
     ) -> Preview | PublicResult:
         """Dry run: what the query would add to the charged bound, which registered queries it overlaps, which
         row would become the worst case, and its noise — without reading data or spending anything.  A SELECT of
-        GROUP BY keys alone is public: its answer (:class:`PublicResult`) is returned, as it costs nothing."""
+        GROUP BY keys alone is public: its answer (:class:`PublicResult`) is returned, as it costs nothing.  A
+        scalar subquery gives both dry runs (:class:`~dpmagic.session.results.ScalarPreview`)."""
+        sq = scalar_subquery(sql)
+        if sq is not None:
+            from dpmagic.session.scalar import scalar_preview
+
+            return scalar_preview(  # type: ignore[return-value]
+                self, sq, cost=cost, epsilon=epsilon, rho=rho, mu=mu, ci=ci, min_rows=min_rows
+            )
         q = self.parse(sql)
         if q.is_public:
             return self.public_answer(q)
@@ -276,7 +285,17 @@ class Session:
 
         Raises a :class:`~dpmagic.errors.DPMagicError` subclass, spending nothing, on bad SQL, a bad cost or
         an exhausted budget.
+
+        A scalar subquery (``WHERE age > (SELECT AVG(age) FROM t)``) is two releases in sequence, each at the cost
+        given (:mod:`dpmagic.session.scalar`): the inner one first, then the outer with the inner's noisy value as
+        a constant; the answer's notes say so, and an error of the outer says that the inner stays charged.
         """
+        sq = scalar_subquery(sql)
+        if sq is not None:
+            from dpmagic.session.scalar import scalar_query
+
+            named = {"epsilon": epsilon, "rho": rho, "mu": mu}
+            return scalar_query(self, sq, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=postprocess)
         t0 = time.perf_counter()
         q = self.parse(sql)
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
