@@ -226,3 +226,18 @@ def test_parse_query_alone_still_refuses_a_scalar_subquery() -> None:
     _, schema = load_table("pums")
     with pytest.raises(UnsupportedQueryError, match="subquery"):
         parse_query(SQL, schema)
+
+
+def test_scalar_subquery_through_the_magic(ip) -> None:
+    from tests_support import DATA, run_cell
+
+    df, _ = load_table("pums")
+    ip.user_ns.update(pums=df, pums_schema=str(DATA / "pums.schema.json"))
+    res, cap = run_cell(ip, "%dpsession pums --schema pums_schema --budget epsilon=2.0 --ledger memory")
+    assert res.success, cap.stderr
+    res, cap = run_cell(ip, f"%%dpquery --epsilon 0.25 --dry-run\n{SQL}")
+    assert res.success and isinstance(res.result, ScalarPreview), cap.stderr
+    res, cap = run_cell(ip, f"%%dpquery --epsilon 0.25\n{SQL}")
+    assert res.success, cap.stderr
+    assert isinstance(res.result, QueryResult) and "is itself a noisy value" in res.result.notes[0]
+    assert res.result.number == 2

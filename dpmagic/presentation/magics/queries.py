@@ -137,7 +137,8 @@ class QueryMagics(MagicsBase):
           region, public, free (no data read, nothing charged)
         - refused with one message, before any charge: row-level SELECTs (SELECT *, DISTINCT, no aggregate
           and no GROUP BY),
-          JOIN, subqueries, UNION, window functions, WITH, OFFSET, predicates comparing two columns
+          JOIN, subqueries (but a scalar one in WHERE: two releases), UNION, window functions, OFFSET, predicates
+          comparing two columns
 
         String values take single quotes ('Female'); column names may be double-quoted ("hours-per-week").
         The cost is charged before any row is read; a query that would exceed the budget is refused and costs
@@ -168,8 +169,12 @@ class QueryMagics(MagicsBase):
             )
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
         from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
+        from dpmagic.query.scalar import scalar_subquery
 
-        parsed = session.parse(sql)
+        scalar = scalar_subquery(
+            sql
+        )  # a scalar subquery: the outer query's widest region (the session checks the rest)
+        parsed = session.parse(sql if scalar is None else scalar.outer(None))
         empty = None if parsed.is_public else empty_region_message(parsed)
         if empty is not None:
             print(f"⚠ warning: {empty}", file=sys.stderr, flush=True)
