@@ -212,6 +212,12 @@ def clamped_column(arg: exp.Expr, schema: Schema, func: str) -> tuple[str, tuple
     raise UnsupportedQueryError(
         f"{func.upper()}({arg.sql()}) is not supported: aggregate a column, optionally clamped with CLAMP(col, lo, hi) "
         "or LEAST(GREATEST(col, lo), hi)"
+        + (
+            ", or (SUM / AVG) a linear expression of such columns: SUM(a + b), AVG(2 * a - 1); a product of two "
+            "columns, a division or another function of a column is not"
+            if func in ("sum", "avg")
+            else ""
+        )
     )
 
 

@@ -48,6 +48,7 @@ from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_co
 from dpmagic.query.evaluate import EvalError, evaluate
 from dpmagic.query.flatten import flatten_table_subqueries, fold_common_filter
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
+from dpmagic.query.linear import distribute_linear
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.syntax import syntax_error
 from dpmagic.query.where import where_clause
@@ -166,6 +167,8 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         )
     _check_no_unknown_clauses(tree)
     fix_dashed_columns(subs, schema)
+    # SUM(a + b) = SUM(a) + SUM(b), AVG(2 * a + 1) = (2 * SUM(a) + COUNT(*)) / COUNT(*) (after the dashed names)
+    tree = distribute_linear(tree)
 
     table = _table_name(tree, schema, tables)
     ctx = _Context(schema)
