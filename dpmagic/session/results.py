@@ -17,7 +17,7 @@ from dpmagic.query.model import Query
 from dpmagic.releases.postprocess import answer_notes
 from dpmagic.session import rendering as display
 
-__all__ = ["QueryResult", "PublicResult", "Preview", "ScalarPreview", "Released"]
+__all__ = ["QueryResult", "PublicResult", "Preview", "ScalarPreview", "ComposedResult", "ComposedPreview", "Released"]
 
 
 @dataclass
@@ -180,6 +180,65 @@ class ScalarPreview:
             "<div>(2) the outer query over its widest region (before (1) is charged):</div>"
             f"{self.outer._repr_html_()}"
         )
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+@dataclass
+class ComposedResult:
+    """Conditional aggregates of different conditions: one release per condition (``parts``, in charging order),
+    joined on the GROUP BY keys; ``cost`` is the whole query's, split over the parts."""
+
+    df: pd.DataFrame
+    parts: list[QueryResult]
+    cost: float
+
+    @property
+    def notes(self) -> list[str]:
+        notes = [n for r in self.parts for n in r.notes]
+        return list(dict.fromkeys(notes))
+
+    def summary(self) -> str:
+        cur = self.parts[0].currency
+        each = ", ".join(f"query #{r.number} ({r.query.canonical})" for r in self.parts)
+        return (
+            f"{len(self.parts)} releases, one per condition, {cur.format(self.parts[0].cost)} each "
+            f"({cur.format(self.cost)} in all, sequential composition): {each}; a key a condition excludes holds 0 "
+            f"there (known from the schema). {self.parts[-1].summary()}"
+        )
+
+    def _repr_html_(self) -> str:
+        notes = "".join(f"<div>⚠ note: {html.escape(n)}</div>" for n in self.notes)
+        return f"<div>{self.df.to_html(index=False)}{notes}<p><i>{html.escape(self.summary())}</i></p></div>"
+
+    def __repr__(self) -> str:
+        return "\n".join([self.df.to_string(index=False), *(f"note: {n}" for n in self.notes), self.summary()])
+
+
+@dataclass
+class ComposedPreview:
+    """The dry runs of the parts of a query with conditional aggregates of different conditions."""
+
+    parts: list[Preview]
+    conditions: list[str | None]
+
+    @property
+    def admissible(self) -> bool:
+        return all(p.admissible for p in self.parts)
+
+    def summary(self) -> str:
+        lines = [
+            f"({i}) {'WHERE … AND ' + c if c else 'no condition'}: {p.summary()}"
+            for i, (c, p) in enumerate(zip(self.conditions, self.parts, strict=True), 1)
+        ]
+        return (
+            f"{len(self.parts)} releases in sequence, one per condition (each dry run before the others' charges): "
+            + " ".join(lines)
+        )
+
+    def _repr_html_(self) -> str:
+        return "".join(p._repr_html_() for p in self.parts)
 
     def __repr__(self) -> str:
         return self.summary()

@@ -43,6 +43,7 @@ from dpmagic.accountant.ledger import Ledger
 from dpmagic.backends.bind import backend_for
 from dpmagic.domain.schema import OutOfRangePolicy, Schema
 from dpmagic.errors import BudgetError, BudgetExceededError, ConfigurationError, DPMagicError
+from dpmagic.query.composed import split_conditions
 from dpmagic.query.model import Query
 from dpmagic.query.regions import EmptyRegionWarning, empty_region_message, warn_if_empty
 from dpmagic.query.scalar import scalar_subquery
@@ -236,6 +237,12 @@ class Session:
             return scalar_preview(  # type: ignore[return-value]
                 self, sq, cost=cost, epsilon=epsilon, rho=rho, mu=mu, ci=ci, min_rows=min_rows
             )
+        comp = split_conditions(sql)
+        if comp is not None:
+            from dpmagic.session.composed import composed_preview
+
+            named = {"epsilon": epsilon, "rho": rho, "mu": mu}
+            return composed_preview(self, comp, cost, named, min_rows=min_rows)  # type: ignore[return-value]
         q = self.parse(sql)
         if q.is_public:
             return self.public_answer(q)
@@ -296,6 +303,14 @@ class Session:
 
             named = {"epsilon": epsilon, "rho": rho, "mu": mu}
             return scalar_query(self, sq, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=postprocess)
+        comp = split_conditions(sql)  # conditional aggregates of different conditions: one release per condition
+        if comp is not None:
+            from dpmagic.session.composed import composed_query
+
+            named = {"epsilon": epsilon, "rho": rho, "mu": mu}
+            return composed_query(  # type: ignore[return-value]
+                self, comp, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=postprocess
+            )
         t0 = time.perf_counter()
         q = self.parse(sql)
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})

@@ -168,13 +168,17 @@ class QueryMagics(MagicsBase):
                 f"DPMagic.postprocess: unknown option(s) {bad}; choose from {', '.join(POSTPROCESS_OPTIONS)}"
             )
         # public check before anything is charged: a WHERE clause empty on the declared domain (schema only)
+        from dpmagic.query.composed import split_conditions
         from dpmagic.query.regions import EmptyRegionWarning, empty_region_message
         from dpmagic.query.scalar import scalar_subquery
 
-        scalar = scalar_subquery(
-            sql
-        )  # a scalar subquery: the outer query's widest region (the session checks the rest)
-        parsed = session.parse(sql if scalar is None else scalar.outer(None))
+        # a scalar subquery, or conditional aggregates of different conditions: the widest region (the session
+        # checks the rest)
+        scalar = scalar_subquery(sql)
+        composed = split_conditions(sql) if scalar is None else None
+        parsed = session.parse(
+            scalar.outer(None) if scalar is not None else composed.widest if composed is not None else sql
+        )
         empty = None if parsed.is_public else empty_region_message(parsed)
         if empty is not None:
             print(f"⚠ warning: {empty}", file=sys.stderr, flush=True)
