@@ -202,3 +202,16 @@ def test_composed_query_through_the_magic(ip) -> None:
     res, cap = run_cell(ip, f"%%dpquery --epsilon 0.5\n{sql}")
     assert res.success and isinstance(res.result, ComposedResult), cap.stderr
     assert list(res.result.df.columns[:2]) == ["sex", "older"]
+
+
+def test_a_cte_that_shapes_the_table_is_kept_in_every_part() -> None:
+    sql = (
+        "WITH pos AS (SELECT * FROM t WHERE y > 0) "
+        "SELECT g, COUNT(*) FILTER (WHERE x > 0) AS pos, SUM(CASE WHEN y >= 3 THEN x ELSE 0 END) AS sx, COUNT(*) AS n "
+        "FROM pos GROUP BY g"
+    )
+    comp = split_conditions(sql)
+    assert comp is not None
+    for part, direct in zip(comp.parts, PARTS, strict=True):
+        a, b = parse_query(part.sql, TINY, tables=("t",)), parse_query(direct, TINY)
+        assert a.where == b.where and a.aggregates == b.aggregates

@@ -76,7 +76,7 @@ def split_conditions(sql: str) -> Composed | None:
     plain = [a for a in tree.find_all(exp.AggFunc) if not isinstance(a.parent, exp.Filter)]
     if len(conds) == 1 and not plain:
         return None  # one condition for all: the query with it in WHERE (dpmagic.query.flatten)
-    for clause, label in (("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT"), ("with", "WITH")):
+    for clause, label in (("having", "HAVING"), ("order", "ORDER BY"), ("limit", "LIMIT")):
         if tree.args.get(clause) is not None:
             raise _refuse(f"{label} is not supported across them")
     if tree.args.get("distinct") is not None:
