@@ -349,3 +349,14 @@ def test_count_and_sum_sensitivity_brute_force(definition, replace_one, where, g
                 contrib[i, c] = v
         assert contrib.sum(axis=0).tolist() == backend  # the backend sums exactly these contributions
         assert_covered(noise, contrib, definition, replace_one)
+
+
+def test_schema_from_dataframe_declares_dates_and_timestamps_from_their_bounds() -> None:
+    s = Schema.from_dataframe(
+        FRAME,
+        bounds={"d": (D0, D1), "ts": ("2024-02-28 22:00:00", "2024-03-01 02:59:59.999999"), "x": (0, 9)},
+        table="t",
+    )
+    assert s == SCHEMA
+    with pytest.raises(SchemaError, match="not an ISO"):
+        Schema.from_dataframe(FRAME, bounds={"d": ("2024-13-01", "2024-12-31"), "ts": (T0, T1), "x": (0, 9)})

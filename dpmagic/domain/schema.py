@@ -57,6 +57,24 @@ __all__ = [
 ]
 
 
+def _temporal_bounds(series: pd.Series, bounds: tuple[Any, Any]) -> Literal["date", "timestamp"] | None:
+    """The temporal type :meth:`Schema.from_dataframe` declares for a column with these bounds: ``date`` for
+    ``datetime.date`` (not ``datetime``) bounds or ISO dates without a time, ``timestamp`` for other
+    ``datetime`` / ISO bounds or a ``datetime64`` column; None for numeric bounds."""
+    import datetime as dt
+
+    import pandas as pd
+
+    lo, hi = bounds
+    if all(isinstance(b, dt.date) and not isinstance(b, dt.datetime) for b in (lo, hi)):
+        return "date"
+    if all(isinstance(b, str) and len(b.strip()) == 10 for b in (lo, hi)):
+        return "date"
+    if all(isinstance(b, (dt.datetime, str)) for b in (lo, hi)) or pd.api.types.is_datetime64_any_dtype(series):
+        return "timestamp"
+    return None
+
+
 @dataclass(frozen=True)
 class Schema:
     """The declared public domain of one table: an ordered mapping of column name to column."""
@@ -176,6 +194,11 @@ class Schema:
                 columns[name_s] = CategoricalColumn(name_s, tuple(categories[name_s]))
             elif isinstance(series.dtype, pd.CategoricalDtype):
                 columns[name_s] = CategoricalColumn(name_s, tuple(py_value(v) for v in series.cat.categories))
+            elif name_s in bounds and _temporal_bounds(series, bounds[name_s]) is not None:
+                temporal = _temporal_bounds(series, bounds[name_s])
+                assert temporal is not None
+                spec = {"type": temporal, "lower": str(bounds[name_s][0]), "upper": str(bounds[name_s][1])}
+                columns[name_s] = column_from_dict(name_s, spec)
             elif name_s in bounds:
                 lo, hi = bounds[name_s]
                 kind: Literal["int", "float"] = "int" if pd.api.types.is_integer_dtype(series) else "float"
