@@ -178,7 +178,7 @@ class Compiler:
         of the engine, never through a double."""
         c = self.schema[name]
         assert isinstance(c, NumericColumn)
-        x = col(name)
+        x: exp.Expr = col(name)
         if c.temporal == "date" and not micros:
             source = self.columns.get(name)
             if source is not None and source.kind == "timestamp":

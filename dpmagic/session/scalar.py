@@ -109,7 +109,7 @@ def scalar_query(
     try:
         outer = session.query(
             sq.outer(value), cost, **named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=postprocess
-        )  # type: ignore[arg-type]
+        )
     except DPMagicError as exc:
         exc.args = (
             f"{exc} — the threshold ({sq.inner}) was released and charged first as {released} (value {value:.6g}); "
