@@ -102,21 +102,21 @@ def test_inner_charged_first_then_the_outer_with_its_noisy_value() -> None:
     # the outer query's region is the one the noisy constant gives
     direct = s.parse(f"SELECT sex, COUNT(*) AS n FROM pums WHERE age > {value!r} AND educ > 8 GROUP BY sex")
     assert r.query.where == direct.where
-    # two ledger entries, the inner one first; each took the cost given
+    # two ledger entries, the inner one first; the cost given split over them
     entries = s.ledger_frame()
     assert len(entries) == 2 and inner.number == 1 and r.number == 2
-    assert s.spent == pytest.approx(1.0)
+    assert inner.cost == pytest.approx(0.25) and r.cost == pytest.approx(0.25) and s.spent == pytest.approx(0.5)
     note = r.notes[0]
     assert "is itself a noisy value" in note and f"{lo:.6g} to {hi:.6g}" in note and "query #1" in note
     # re-running the same statement re-uses both stored answers: nothing more is charged
     again = s.query(SQL, epsilon=0.5)
-    assert again.cached and s.spent == pytest.approx(1.0)
+    assert again.cached and s.spent == pytest.approx(0.5)
 
 
 def test_dry_run_shows_both_and_spends_nothing() -> None:
     s = _session()
     p = s.preview(SQL, epsilon=0.5)
-    assert isinstance(p, ScalarPreview) and p.cost == (0.5, 0.5) and p.admissible
+    assert isinstance(p, ScalarPreview) and p.cost == (0.25, 0.25) and p.admissible
     assert "two releases in sequence" in p.summary() and "widest region" in p.summary()
     assert s.spent == 0 and len(s.accountant) == 0
 
@@ -124,8 +124,22 @@ def test_dry_run_shows_both_and_spends_nothing() -> None:
 def test_both_releases_must_fit_before_the_first_is_charged() -> None:
     s = _session(budget=1.0)
     with pytest.raises(BudgetExceededError, match="nothing was charged"):
-        s.query(SQL, epsilon=0.6)
+        s.query(SQL, epsilon=1.2)
+    for bad in ({"epsilon": "max"}, {"ci": 1.0}):
+        with pytest.raises(UnsupportedQueryError, match="split over its two releases"):
+            s.query(SQL, **bad)
     assert s.spent == 0 and len(s.accountant) == 0
+
+
+@pytest.mark.parametrize("budget, cost", [("rho=1", {"rho": 0.5}), ("mu=1", {"mu": 0.8})])
+def test_the_two_releases_compose_to_the_cost_given(budget: str, cost: dict) -> None:
+    """Each release gets half the weight of the cost (ρ/2; μ/√2 under μ-GDP): the whole costs what was asked."""
+    df, schema = load_table("pums")
+    s = Session(df, schema, budget=budget)
+    r = s.query(SQL, **cost)
+    (name, c), cur = next(iter(cost.items())), s.currency
+    assert cur.weight(r.cost) + cur.weight(r.threshold.cost) == pytest.approx(cur.weight(c))
+    assert s.spent == pytest.approx(c)
 
 
 def test_an_outer_failure_after_the_inner_charge_says_the_inner_stays(monkeypatch) -> None:
@@ -144,7 +158,7 @@ def test_an_outer_failure_after_the_inner_charge_says_the_inner_stays(monkeypatc
         s.query(SQL, epsilon=0.5)
     assert "query #1" in str(e.value)
     assert isinstance(e.value.threshold, QueryResult)  # the released threshold, for the analyst
-    assert s.spent == pytest.approx(0.5) and len(s.accountant) == 1
+    assert s.spent == pytest.approx(0.25) and len(s.accountant) == 1
 
 
 def test_a_threshold_that_is_not_a_number_stops_before_the_outer(monkeypatch) -> None:

@@ -8,8 +8,9 @@
 3. The outer query, with that constant written in, is answered the same way; its coverage is computed with the
    constant, like any literal's.
 
-Each release takes the cost option as given (two queries in a row: a cost c charges c twice, sequentially
-composed by the accountant).  If the outer release fails after the inner was charged, the inner stays charged
+The query's cost c is split over the two releases by sequential composition (each gets half of c's weight: ε/2,
+ρ/2, μ/√2), so the whole costs c, as for conditional aggregates of different conditions; ``max`` and ``ci=`` are
+refused (a number, or the session's default).  If the outer release fails after the inner was charged, the inner stays charged
 and released (it *was* released: its value is public from then on) and the error says so; nothing of the
 outer is released.  A dry run (:func:`scalar_preview`) shows both: the inner's, and the outer's over its widest
 region (the charge of the actual outer depends on the noisy threshold and can only be lower or equal there, as
@@ -35,8 +36,15 @@ if TYPE_CHECKING:
 __all__ = ["scalar_query", "scalar_preview", "threshold_of"]
 
 
-def _check(session: Session, sq: ScalarSubquery, spec: CostSpec, ci: float | None, min_rows: int | None) -> None:
-    """Everything that can be refused before the inner charge, from public information only."""
+def _check(session: Session, sq: ScalarSubquery, spec: CostSpec, ci: float | None, min_rows: int | None) -> float:
+    """Everything that can be refused before the inner charge, from public information only; returns the cost of
+    each of the two releases (half the weight of the query's cost: ε/2, ρ/2, μ/√2)."""
+    if spec == "max" or ci is not None:
+        raise UnsupportedQueryError(
+            "a scalar subquery takes a number as its cost (split over its two releases), not "
+            + ("'max'" if spec == "max" else "ci="),
+            hint="give e.g. --epsilon 1: the threshold and the outer query get half of it each",
+        )
     inner = session.parse(sq.inner)
     if inner.is_public or inner.groups or inner.n_cells != 1:
         raise UnsupportedQueryError(f"({sq.inner}): a scalar subquery returns one aggregate value, without GROUP BY")
@@ -44,20 +52,22 @@ def _check(session: Session, sq: ScalarSubquery, spec: CostSpec, ci: float | Non
     session.parse(sq.outer(0.0))  # the comparison itself, with a number in place of the subquery
     if widest.is_public:
         raise UnsupportedQueryError("the outer query of a scalar subquery needs an aggregate")
-    c_inner = session_cost(session, inner, spec, ci=ci, min_rows=min_rows)
-    c_outer = session_cost(session, widest, spec, ci=ci, min_rows=min_rows)
-    session._mechanism(widest, c_outer)
+    cur = session.currency
+    total = session_cost(session, widest, spec, ci=None, min_rows=min_rows)  # the cost given, or the default
+    each = cur.cost(cur.weight(total) / 2)
+    session._mechanism(inner, each)
+    session._mechanism(widest, each)  # planning refusals (a quantile under μ-GDP …) now, before any charge
     # both releases must fit: the inner's charge can take what the outer needs on its region (sequential
     # composition adds weights), so refuse now rather than release a threshold that no outer query can use
-    cur = session.currency
     room = session.affordable(widest)
-    if cur.weight(c_inner) + cur.weight(c_outer) > cur.weight(room) * (1 + 1e-12):
+    if cur.weight(total) > cur.weight(room) * (1 + 1e-12):
         raise BudgetExceededError(
-            f"refused: the threshold ({sq.inner}) and then the outer query cost {cur.format(c_inner)} and "
-            f"{cur.format(c_outer)}, more together than the {cur.format(room)} affordable on the outer query's "
-            "region; nothing was charged",
-            hint="give each release a smaller cost (the cost option applies to each of the two releases)",
+            f"refused: the threshold ({sq.inner}) and then the outer query cost {cur.format(total)} together "
+            f"({cur.format(each)} each), more than the {cur.format(room)} affordable on the outer query's region; "
+            "nothing was charged",
+            hint="give the query a smaller cost",
         )
+    return each
 
 
 def threshold_of(result: QueryResult) -> tuple[float, float | None, float | None, str]:
@@ -94,9 +104,9 @@ def scalar_query(
     postprocess: tuple[str, ...] | list[str],
 ) -> QueryResult:
     spec = parse_cost(session.currency, cost, named)
-    _check(session, sq, spec, ci, min_rows)
+    each = _check(session, sq, spec, ci, min_rows)
     tidy(pd.DataFrame(), session.parse(sq.outer(None)), session.schema, postprocess)  # unknown options: now
-    inner = session.query(sq.inner, cost, **named, ci=ci, min_rows=min_rows, fresh=fresh)  # type: ignore[arg-type]
+    inner = session.query(sq.inner, each, min_rows=min_rows, fresh=fresh)
     assert isinstance(inner, QueryResult)
     value, lo, hi, _ = threshold_of(inner)
     released = f"query #{inner.number}" if inner.number else "the inner query"
@@ -107,9 +117,7 @@ def scalar_query(
             hint="widen the inner query's WHERE or give it more budget",
         )
     try:
-        outer = session.query(
-            sq.outer(value), cost, **named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=postprocess
-        )
+        outer = session.query(sq.outer(value), each, min_rows=min_rows, fresh=fresh, postprocess=postprocess)
     except DPMagicError as exc:
         exc.args = (
             f"{exc} — the threshold ({sq.inner}) was released and charged first as {released} (value {value:.6g}); "
@@ -127,8 +135,8 @@ def scalar_preview(session: Session, sq: ScalarSubquery, **kwargs: Any) -> Scala
     """Both dry runs: the inner query's, and the outer's over its widest region (the condition on the threshold
     dropped).  Reads no data, spends nothing."""
     spec = parse_cost(session.currency, kwargs.get("cost"), {k: kwargs.get(k) for k in ("epsilon", "rho", "mu")})
-    _check(session, sq, spec, kwargs.get("ci"), kwargs.get("min_rows"))
-    inner = session.preview(sq.inner, **kwargs)
-    outer = session.preview(sq.outer(None), **kwargs)
+    each = _check(session, sq, spec, kwargs.get("ci"), kwargs.get("min_rows"))
+    inner = session.preview(sq.inner, each, min_rows=kwargs.get("min_rows"))
+    outer = session.preview(sq.outer(None), each, min_rows=kwargs.get("min_rows"))
     assert isinstance(inner, Preview) and not isinstance(outer, PublicResult)
     return ScalarPreview(inner=inner, outer=outer, shown=sq.shown)
