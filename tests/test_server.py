@@ -224,3 +224,29 @@ def test_config_errors_name_the_problem(tmp_path: Path) -> None:
         cfg.write_text(bad)
         with pytest.raises(ConfigurationError, match=fragment):
             load_config(cfg)
+
+
+def test_admin_budgets_are_recorded_and_survive_a_restart(tmp_path: Path) -> None:
+    """The custodian raises the global budget and lowers a quota: recorded in the ledger, in force at once and
+    after a restart (the configuration only seeds the first binding)."""
+    cfg = write_config(tmp_path, budget="epsilon=0.5")
+    srv = Server(cfg)
+    try:
+        with srv.client("alice") as a, srv.client("admin") as adm:
+            assert ask(a, epsilon=0.5).status_code == 200
+            assert ask(a, "SELECT COUNT(*) FROM pums", epsilon=0.1).status_code == 409  # global 0.5 spent
+            assert adm.post("/v1/admin/datasets/pums/budget", json={"total": 2.0}).status_code == 200
+            assert adm.post("/v1/admin/datasets/pums/budget", json={"analyst": "bob", "total": 0.1}).status_code == 200
+            assert adm.post("/v1/admin/datasets/pums/budget", json={"total": -1}).status_code == 400
+            assert adm.post("/v1/admin/datasets/pums/budget", json={"analyst": "zed", "total": 1}).status_code == 404
+            assert ask(a, "SELECT COUNT(*) FROM pums", epsilon=0.1).status_code == 200
+    finally:
+        srv.stop()
+    srv = Server(cfg)
+    try:
+        with srv.client("bob") as b:
+            budget = b.get("/v1/datasets/pums/budget").json()
+            assert budget["global"]["budget"] == 2.0 and budget["quota"]["budget"] == 0.1
+            assert ask(b, epsilon=0.2).status_code == 409
+    finally:
+        srv.stop()

@@ -487,7 +487,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     from dpmagic.presentation.server import serve
 
-    serve(args.config, host=args.host, port=args.port)
+    try:
+        serve(args.config, host=args.host, port=args.port)
+    except DPMagicError as exc:  # a data set that does not bind (schema, data, ledger): one line, nothing served
+        print(f"dpmagic serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

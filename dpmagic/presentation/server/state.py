@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -122,12 +123,22 @@ class QuotaAdmission:
         self.charged = True
 
 
-def bind_budget(ledger: Ledger, key: str, schema: Schema, budget: Budget, neighbors: str, reason: str) -> None:
-    """:func:`open_binding`, the custodian's configured budget first recorded as a budget event if it changed."""
+def bind_budget(ledger: Ledger, key: str, schema: Schema, budget: Budget, neighbors: str, what: str) -> Budget:
+    """:func:`open_binding` of ``key``, returning the budget in force: the ledger's once it holds one (the
+    configuration only seeds a first binding; later changes are custodian actions recorded in the ledger: the
+    admin endpoint or ``dpmagic ledger set-budget``), else ``budget``.  A differing configured value is reported
+    on the server's console, never applied silently."""
     recorded = ledger.budget_of(key)
-    if recorded is not None and abs(recorded - budget.total) > 1e-12 * max(1.0, recorded):
-        ledger.set_budget(key, budget.total, reason=reason)
+    if recorded is not None:
+        if abs(recorded - budget.total) > 1e-12 * max(1.0, recorded):
+            print(
+                f"dpmagic serve: {what}: the ledger's budget {budget.currency.parameter}={recorded:g} is in force, "
+                f"not the configured {budget.total:g} (change it with POST /v1/admin/datasets/ID/budget)",
+                file=sys.stderr,
+            )
+        budget = Budget(budget.currency, recorded, budget.delta)
     open_binding(ledger, key, schema, budget, neighbors)
+    return budget
 
 
 class DatasetHost:
@@ -136,8 +147,9 @@ class DatasetHost:
     def __init__(self, cfg: DatasetConfig, ledger: Ledger) -> None:
         self.cfg = cfg
         schema = Schema.of(cfg.schema)
-        budget = parse_budget(cfg.budget)
-        bind_budget(ledger, ledger_key(schema), schema, budget, cfg.neighbors, "server configuration")
+        budget = bind_budget(
+            ledger, ledger_key(schema), schema, parse_budget(cfg.budget), cfg.neighbors, f"data set {cfg.id!r}"
+        )
         data: Any = str(cfg.data)
         if cfg.backend == "pandas":
             data = pd.read_parquet(cfg.data) if cfg.data.suffix in (".parquet", ".pq") else pd.read_csv(cfg.data)
@@ -163,10 +175,15 @@ class DatasetHost:
             if acct is None:
                 s = self.session
                 key = self.quota_key(analyst)
-                recorded = s.ledger.budget_of(key)  # the configured quota wins (a change is recorded as such)
-                total = configured or recorded or self.cfg.analyst_quota or s.budget.total
-                budget = Budget(s.currency, total, s.budget.delta)
-                bind_budget(s.ledger, key, s.schema, budget, s.neighbors, "server configuration")
+                total = configured or self.cfg.analyst_quota or s.budget.total
+                budget = bind_budget(
+                    s.ledger,
+                    key,
+                    s.schema,
+                    Budget(s.currency, total, s.budget.delta),
+                    s.neighbors,
+                    f"analyst {analyst!r} on data set {self.cfg.id!r}",
+                )
                 acct = Accountant(budget, s.schema, bound="exact", ledger=s.ledger, neighbors=s.neighbors, key=key)
                 self._quotas[analyst] = acct
             return acct
