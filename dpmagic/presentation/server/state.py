@@ -212,6 +212,18 @@ class Store:
         with self._lock:
             return self._conn.execute(sql, args).fetchall()
 
+    def many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Several writes in one transaction (one commit, one sync)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, args in statements:
+                    self._conn.execute(sql, args)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
 
 class Custodian:
     """Everything ``dpmagic serve`` holds: configuration, ledger, data sets, analysts, idempotency records."""
@@ -311,7 +323,10 @@ class Custodian:
         if req.get("dry_run"):
             return self._preview(host, analyst, req)
         if idem is None:
-            return self._run(host, analyst, req, None)
+            status, reply, read, keep = self._run(host, analyst, req, None)
+            if keep:
+                self.store.many(keep)
+            return status, reply, read
         if len(idem) > 200:
             raise ConfigurationError("an Idempotency-Key is at most 200 characters")
         digest = hashlib.sha256(json.dumps(req, sort_keys=True).encode()).hexdigest()
@@ -334,12 +349,13 @@ class Custodian:
             self._inflight.add(ident)
         try:
             recovered = self._recover(host, analyst, idem) if rows else None
-            status, reply, read = recovered if recovered is not None else self._run(host, analyst, req, idem)
+            if recovered is not None:
+                status, reply, read, keep = (*recovered, [])
+            else:
+                status, reply, read, keep = self._run(host, analyst, req, idem)
             if read or recovered is not None:  # charged: the response is the request's for good
-                self.store.execute(
-                    "UPDATE requests SET state='done', status=?, response=? WHERE analyst=? AND dataset=? AND key=?",
-                    (status, json.dumps(reply), *ident),
-                )
+                done = "UPDATE requests SET state='done', status=?, response=? WHERE analyst=? AND dataset=? AND key=?"
+                self.store.many([*keep, (done, (status, json.dumps(reply), *ident))])
             else:  # nothing charged: nothing to remember (a retry is asked anew)
                 self.store.execute("DELETE FROM requests WHERE analyst=? AND dataset=? AND key=?", ident)
             return status, reply, read
@@ -395,7 +411,10 @@ class Custodian:
         )
         return json.loads(rows[0][0]) if rows else None
 
-    def _run(self, host: DatasetHost, analyst: str, req: dict[str, Any], idem: str | None) -> Reply:
+    def _run(
+        self, host: DatasetHost, analyst: str, req: dict[str, Any], idem: str | None
+    ) -> tuple[int, dict[str, Any], bool, list[tuple[str, tuple[Any, ...]]]]:
+        """Run the query: (status, body, rows read?, the writes that store its answer for free re-runs)."""
         s = host.session
         costs = {k: req.get(k) for k in ("epsilon", "rho", "mu")}
         post = tuple(req.get("postprocess") or ())
@@ -404,7 +423,7 @@ class Custodian:
         if stored is not None:  # this analyst's own earlier answer: free, as a local re-run
             note = "(re-run: your stored answer, charged nothing)"
             stored |= {"cached": True, "text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
-            return 200, stored, False
+            return 200, stored, False, []
         admission = QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, idem)
         try:
             with admitting(admission):
@@ -419,18 +438,21 @@ class Custodian:
             reply = result_to_wire(result)
         except Exception as exc:
             if admission.charged:  # after the read: one fixed body, whatever happened
-                return 500, AFTER_READ, True
+                return 500, AFTER_READ, True, []
             if isinstance(exc, DPMagicError):
-                return (409 if isinstance(exc, BudgetExceededError) else 400), error_body(exc), False
-            return 500, _err("internal error before the query was charged: nothing was charged or read"), False
-        if admission.charged and key is not None:
-            self.store.execute(
-                "INSERT OR REPLACE INTO answers (analyst, dataset, key, response) VALUES (?, ?, ?, ?)",
-                (analyst, host.cfg.id, key, json.dumps(reply)),
-            )
+                return (409 if isinstance(exc, BudgetExceededError) else 400), error_body(exc), False, []
+            return 500, _err("internal error before the query was charged: nothing was charged or read"), False, []
         if self.crash == "after-release" and admission.charged:  # fault test only: die before storing the response
             os._exit(18)
-        return 200, reply, admission.charged
+        keep: list[tuple[str, tuple[Any, ...]]] = []
+        if admission.charged and key is not None:
+            keep.append(
+                (
+                    "INSERT OR REPLACE INTO answers (analyst, dataset, key, response) VALUES (?, ?, ?, ?)",
+                    (analyst, host.cfg.id, key, json.dumps(reply)),
+                )
+            )
+        return 200, reply, admission.charged, keep
 
     # -- the custodian's endpoints -----------------------------------------------------------------------
     def analysts(self) -> list[dict[str, Any]]:

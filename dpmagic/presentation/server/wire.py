@@ -8,6 +8,7 @@ same :class:`~dpmagic.errors.DPMagicError` subclass on the client.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -54,19 +55,48 @@ def result_to_wire(result: Any) -> dict[str, Any]:
             "text": result.summary(),
             "html": result._repr_html_(),
         }
+    notes = list(result.notes)  # computed once (from the released values), then rendered with them
+    fixed = (
+        dataclasses.replace(result, notes=tuple(notes)) if isinstance(result, PublicResult) else _Noted(result, notes)
+    )
     out = {
         "kind": "public" if isinstance(result, PublicResult) else "result",
         **frame_to_wire(result.df),
         "cost": float(result.cost),
         "cached": bool(result.cached),
-        "summary": result.summary(),
-        "notes": list(result.notes),
-        "text": repr(result),
-        "html": result._repr_html_(),
+        "summary": fixed.summary(),
+        "notes": notes,
+        "text": repr(fixed),
+        "html": fixed._repr_html_(),
     }
     if not isinstance(result, PublicResult):
         out["entry_id"] = int(result.entry_id)
     return out
+
+
+class _Noted:
+    """A :class:`QueryResult` whose notes are given (rendering reads them twice: computed once here)."""
+
+    def __init__(self, result: Any, notes: list[str]) -> None:
+        self._result, self.notes = result, notes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+    def summary(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_summary(self)  # type: ignore[arg-type]
+
+    def _repr_html_(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_html(self)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_text(self)  # type: ignore[arg-type]
 
 
 def error_body(exc: BaseException) -> dict[str, Any]:
