@@ -84,6 +84,10 @@ def test_session_options_and_token_file(
     assert result.success and isinstance(current_session(), RemoteSession)
     result, _ = run(ip, f"%dpsession --server {server.url} --dataset pums --budget epsilon=1 --token-file {token}")
     assert not result.success and "--budget does not apply" in str(result.error_in_exec)
+    monkeypatch.setenv("DPMAGIC_TOKEN_FILE", str(token))  # a JupyterHub spawner's secret mount
+    result, _ = run(ip, f"%dpsession --server {server.url} --dataset pums")
+    assert result.success and isinstance(current_session(), RemoteSession)
+    monkeypatch.delenv("DPMAGIC_TOKEN_FILE")
     token.write_text("wrong-token\n")
     result, _ = run(ip, f"%dpsession --server {server.url} --dataset pums --token-file {token}")
     assert not result.success and "token" in str(result.error_in_exec)

@@ -31,20 +31,27 @@ __all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_
 
 #: the environment variable holding an analyst's token (never the notebook)
 TOKEN_ENV = "DPMAGIC_TOKEN"
+#: the environment variable naming a file that holds it (a JupyterHub spawner's secret mount)
+TOKEN_FILE_ENV = "DPMAGIC_TOKEN_FILE"
 
 
 def token_from(token_file: str | Path | None) -> str:
-    """The analyst's token: the first line of ``token_file``, else ``$DPMAGIC_TOKEN``."""
+    """The analyst's token: the first line of ``token_file`` (else of ``$DPMAGIC_TOKEN_FILE``), else
+    ``$DPMAGIC_TOKEN``."""
+    if token_file is None and os.environ.get(TOKEN_FILE_ENV):
+        token_file = os.environ[TOKEN_FILE_ENV]
     if token_file is not None:
         p = Path(token_file).expanduser()
         if not p.is_file():
             raise ConfigurationError(f"--token-file {str(p)!r} does not exist")
-        token = p.read_text().strip().splitlines()[0].strip() if p.read_text().strip() else ""
+        text = p.read_text().strip()
+        token = text.splitlines()[0].strip() if text else ""
     else:
         token = os.environ.get(TOKEN_ENV, "").strip()
     if not token:
         raise ConfigurationError(
-            "no token for the server", hint=f"set ${TOKEN_ENV} or give --token-file FILE (never the token itself)"
+            "no token for the server",
+            hint=f"set ${TOKEN_ENV} or ${TOKEN_FILE_ENV}, or give --token-file FILE (never the token itself)",
         )
     return token
 

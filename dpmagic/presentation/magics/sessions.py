@@ -47,7 +47,8 @@ class SessionMagics(MagicsBase):
     @argument(
         "--token-file",
         default=None,
-        help="With --server: a file holding your token (default: $DPMAGIC_TOKEN; never the token itself).",
+        help="With --server: a file holding your token (default: $DPMAGIC_TOKEN_FILE, else $DPMAGIC_TOKEN; never "
+        "the token itself in a notebook).",
     )
     @argument(
         "--budget",
