@@ -159,6 +159,8 @@ def test_oversized_and_malformed_payloads_change_nothing(server: Server) -> None
     with server.client("alice") as a:
         big = a.post("/v1/datasets/pums/query", content=b'{"sql": "' + b"x" * 20000 + b'"}')
         assert big.status_code == 413
+        chunked = a.post("/v1/datasets/pums/query", content=iter([b'{"sql": "', b"x" * 20000, b'"}']))
+        assert chunked.status_code == 413  # no Content-Length: counted as it streams
         cases = [
             (b'{"sql": ', "not valid JSON"),
             (b"[1, 2]", "JSON object"),

@@ -42,7 +42,6 @@ from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import Box
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError, QueryError
 from dpmagic.presentation.server.config import (
-    AnalystConfig,
     DatasetConfig,
     ServerConfig,
     check_id,
@@ -464,10 +463,11 @@ class Custodian:
             raise ConfigurationError("the request must be a JSON object {id, quotas?}")
         aid = check_id(body.get("id"), "the analyst's id")
         quotas = body.get("quotas", {})
-        AnalystConfig(aid, hash_token(""), quotas)  # shape only
-        for ds, v in quotas.items() if isinstance(quotas, dict) else [("?", None)]:
-            if ds not in self.hosts or isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigurationError(f"quotas must map served data sets to positive numbers, got {quotas!r}")
+        if not isinstance(quotas, dict) or not all(
+            ds in self.hosts and not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
+            for ds, v in quotas.items()
+        ):
+            raise ConfigurationError(f"quotas must map served data sets to positive numbers, got {quotas!r}")
         if self.store.execute("SELECT 1 FROM analysts WHERE id = ?", (aid,)):
             raise ConfigurationError(f"analyst {aid!r} exists (rotate their token instead)")
         token = new_token()
