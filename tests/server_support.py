@@ -103,9 +103,9 @@ class Server:
         token = ADMIN if who == "admin" else TOKENS.get(who, who)
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
-    def audit(self) -> dict[str, Any]:
+    def audit(self, dataset: str = "pums") -> dict[str, Any]:
         with self.client("admin") as c:
-            r = c.get("/v1/admin/datasets/pums/audit")
+            r = c.get(f"/v1/admin/datasets/{dataset}/audit")
             assert r.status_code == 200, r.text
             return dict(r.json())
 

@@ -123,3 +123,46 @@ def test_sql_corpus_same_shapes_and_charges_as_locally(server: Server, tmp_path:
     # erin's quota accountant is the overlap accountant of her queries alone: the local session's charged bound
     assert remote.budget().body["quota"]["spent"] == pytest.approx(local.spent, rel=1e-9)
     remote.close()
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.md"
+
+
+def test_quickstart_runs_against_a_server(
+    ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quickstart's cells in a real IPython shell against a live server serving Adult (global budget and
+    quota ε = 1, as the local quickstart binds): the one change is the binding line; the %dpplot cells (plots of
+    the accountant's internals, not served) are skipped.  Every other cell succeeds, the one tagged
+    raises-exception is refused by the budget, and the final %dpbudget --json summary reads as locally."""
+    import re
+    import shutil
+
+    shutil.copy(DATA / "adult.csv", tmp_path / "adult.csv")
+    shutil.copy(DATA / "adult.schema.json", tmp_path / "adult.schema.json")
+    cfg = write_config(tmp_path, quota=1.0)
+    text = cfg.read_text().replace('id = "pums"', 'id = "adult"').replace("pums.", "adult.")
+    cfg.write_text(text.replace("quotas = { pums = 0.25 }", "quotas = { adult = 0.25 }"))
+    srv = Server(cfg)
+    try:
+        monkeypatch.setenv("DPMAGIC_TOKEN", TOKENS["alice"])
+        cells = re.findall(r"```\{code-cell\}\n(.*?)```", QUICKSTART.read_text(), re.S)
+        ran = 0
+        for cell in cells:
+            raises = cell.startswith(":tags: [raises-exception]")
+            code = cell.replace(":tags: [raises-exception]\n", "").strip()
+            if code.startswith("%dpplot"):
+                continue
+            code = re.sub(r"^%dpsession .*$", f"%dpsession --server {srv.url} --dataset adult", code, flags=re.M)
+            result, cap = run(ip, code)
+            if raises:
+                assert not result.success and "BudgetExceededError" in str(result.error_in_exec), code
+            else:
+                assert result.success, (code, cap.stderr, result.error_in_exec)
+            ran += 1
+        assert ran >= 20
+        summary = ip.user_ns["summary"]
+        assert 0 < summary["spent"] <= 1.0 and summary["global"]["spent"] <= 1.0
+        assert len(srv.audit("adult")["entries"]) == summary["queries"]
+    finally:
+        srv.stop()

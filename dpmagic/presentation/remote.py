@@ -101,6 +101,12 @@ class RemoteBudget:
     def _repr_html_(self) -> str:
         return "<pre>" + html.escape(repr(self)) + "</pre>"
 
+    def summary(self) -> dict[str, Any]:
+        """``%dpbudget --json``: the keys of a local summary for YOUR quota (``spent``, ``remaining``,
+        ``budget``, ``queries``, ``parameter``, ``definition``), and the data set's ``global`` budget."""
+        b = self.body
+        return {"definition": b["definition"], "parameter": b["parameter"], **b["quota"], "global": b["global"]}
+
 
 class RemoteSession:
     """A session whose data, ledger and budgets are held by a custodian server (``dpmagic serve``)."""
@@ -235,5 +241,5 @@ def remote_magic(name: str, call: Any, session: RemoteSession) -> Any:
         if wanted:
             raise ConfigurationError(f"%dpbudget --{wanted[0]} is not available on a server session")
         report = session.budget()
-        return report.body if getattr(args, "json", False) else report
+        return report.summary() if getattr(args, "json", False) else report
     raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")
