@@ -166,3 +166,20 @@ def test_quickstart_runs_against_a_server(
         assert len(srv.audit("adult")["entries"]) == summary["queries"]
     finally:
         srv.stop()
+
+
+@pytest.mark.slow
+def test_collusion_notebook_refuses_bob_and_keeps_the_global_budget() -> None:
+    """notebooks/server-collusion.ipynb in a real kernel against the live server it starts: Bob's overlapping query
+    is refused (one readable line), his disjoint one admitted, and the audit's global charge is within ε = 1."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    path = QUICKSTART.parent / "server-collusion.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    outputs = [(c, o) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    refused = [o for c, o in outputs if "raises-exception" in c.metadata.get("tags", [])]
+    assert any("BudgetExceededError" in (o.get("text", "") + str(o.get("evalue", ""))) for o in refused)
+    text = "".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for _, o in outputs)
+    assert "global ε charged: 0.6 of 1" in text and "ledger verifies: True" in text
