@@ -12,9 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from server_support import Server, write_config
 
 from dpmagic.errors import ConfigurationError
+from dpmagic.presentation.server.app import padded
 from dpmagic.presentation.server.config import hash_token, load_config, token_matches
 
 SQL = "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex"
@@ -252,3 +255,45 @@ def test_admin_budgets_are_recorded_and_survive_a_restart(tmp_path: Path) -> Non
             assert ask(b, epsilon=0.2).status_code == 409
     finally:
         srv.stop()
+
+
+@given(st.floats(min_value=0.0, max_value=100.0), st.sampled_from([0.05, 0.25, 1.0]))
+def test_padded_time_is_a_multiple_of_the_floor_not_below_the_work(elapsed: float, floor: float) -> None:
+    """The padded response time depends on the work's duration only through ceil(elapsed / floor): at least the
+    work, a whole multiple of the floor, and the floor itself for any work within it."""
+    t = padded(elapsed, floor)
+    k = round(t / floor)
+    assert k >= 1 and t == pytest.approx(k * floor, rel=1e-12)  # a whole multiple of the floor
+    assert t >= elapsed * (1 - 1e-12)  # never before the work is done
+    assert k == 1 or (k - 1) * floor < elapsed * (1 + 1e-12)  # the first multiple that is
+    if elapsed <= floor:
+        assert t == floor
+
+
+def test_duckdb_backend(tmp_path: Path) -> None:
+    """A data set read in place through DuckDB (the CSV is never loaded into the server's memory)."""
+    cfg = write_config(tmp_path)
+    cfg.write_text(cfg.read_text().replace('backend = "pandas"', 'backend = "duckdb"'))
+    srv = Server(cfg)
+    try:
+        with srv.client("alice") as a:
+            r = ask(a, epsilon=0.25)
+            assert r.status_code == 200, r.text
+            assert [row[0] for row in r.json()["data"]] == [0, 1]
+    finally:
+        srv.stop()
+
+
+def test_cli_serve_help_hash_token_and_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dpmagic.presentation.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "--config" in capsys.readouterr().out
+    assert main(["serve", "hash-token"]) == 0
+    out = capsys.readouterr().out
+    token = out.split("it is not stored): ")[1].split()[0]
+    assert f'token_hash = "{hash_token(token)}"' in out
+    assert main(["serve", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "no configuration file" in capsys.readouterr().err
+    assert main(["serve"]) == 2

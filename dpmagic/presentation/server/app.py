@@ -206,9 +206,7 @@ def create_app(custodian: Custodian) -> FastAPI:
         status, reply, read = await run_in_threadpool(answer)
         floor = cfg.response_floor_seconds
         if read and floor > 0:  # answer on the next multiple of the floor after the request began
-            elapsed = time.perf_counter() - started
-            deadline = started + floor * max(1, math.ceil(elapsed / floor))
-            await _sleep_until(deadline)
+            await _sleep_until(started + padded(time.perf_counter() - started, floor))
         return JSONResponse(reply, status_code=status)
 
     def admin(request: Request) -> JSONResponse | None:
@@ -261,6 +259,12 @@ def create_app(custodian: Custodian) -> FastAPI:
 
     app.add_middleware(BodyLimit, limit=cfg.max_body_bytes)
     return app
+
+
+def padded(elapsed: float, floor: float) -> float:
+    """The response time of a request that read rows: the smallest positive multiple of ``floor`` that is at
+    least ``elapsed`` (a function of ``elapsed`` only through ``ceil(elapsed / floor)``)."""
+    return floor * max(1, math.ceil(elapsed / floor))
 
 
 async def _sleep_until(deadline: float) -> None:

@@ -51,7 +51,7 @@ from dpmagic.presentation.server.config import (
 )
 from dpmagic.presentation.server.wire import error_body, frame_to_wire, result_to_wire
 from dpmagic.session.admission import admitting
-from dpmagic.session.cache import cache_key
+from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import parse_cost
 from dpmagic.session.session import Session
 
@@ -161,6 +161,9 @@ class DatasetHost:
             neighbors=cfg.neighbors,  # type: ignore[arg-type]
             table_names=(cfg.id,),
         )
+        # re-runs are per analyst (Custodian._stored): the session's shared cache and history would only grow
+        self.session.cache = _NoCache()
+        self.session.results = _NoHistory()
         self._quotas: dict[str, Accountant] = {}
         self._lock = threading.Lock()
 
@@ -186,6 +189,23 @@ class DatasetHost:
                 acct = Accountant(budget, s.schema, bound="exact", ledger=s.ledger, neighbors=s.neighbors, key=key)
                 self._quotas[analyst] = acct
             return acct
+
+
+class _NoCache(ReleaseCache):
+    """The server's sessions keep no shared re-run cache (another analyst's answer is never theirs)."""
+
+    def put(self, key: str, result: Any) -> None:
+        return None
+
+    def get(self, key: str, session: Any) -> None:
+        return None
+
+
+class _NoHistory(list[Any]):
+    """A session's list of results that keeps nothing (a long-running server would only accumulate them)."""
+
+    def append(self, item: Any) -> None:
+        return None
 
 
 class Store:
