@@ -9,14 +9,14 @@ same ledger file).  A query goes through the session's one release path (:meth:`
 under the session's lock both accountants admit it, both charges are written in one ledger transaction, and only
 then is a row read.  A refusal by either changes nothing.
 
-Idempotency.  A query with an ``Idempotency-Key`` is recorded ``pending`` (in ``server.sqlite``) before it runs;
-the key and the analyst travel with the global charge (its ledger details).  Its response — the answer, or the
-fixed post-read error — is stored ``done`` once it exists, and a retry with the same key gets it back, charged
-nothing.  If the server died after the charge and before storing the response, a retry after the restart finds
-the charge by its key in the ledger: released → the answer recorded in the ledger is returned; charged but not
-released (the process died between the charge and the read's end) → the fixed error :data:`LOST`, stored, and
-never a second charge.  No charge found → nothing was spent: the query runs.  A refused query stores nothing
-(a retry is asked again).
+Idempotency.  The record of what was charged is the ledger: a query asked with an ``Idempotency-Key`` carries
+the key, the analyst and a digest of the request in its global charge (written before any row is read), and the
+server keeps an index of them (rebuilt from the ledger at start).  Its response — the answer, or the fixed
+post-read error — is stored with the key (``server.sqlite``) once it exists; a retry gets it back, charged nothing.
+A key charged without a stored response (the server died in between) is answered from the ledger: the answer it
+recorded, or — the process died between the charge and the release — the fixed error :data:`LOST`, stored, and
+never a second charge.  A key with no charge is asked anew (nothing was spent); a refused query stores nothing.
+The same key with another request is refused (422); a retry while the first is running gets 409.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,16 @@ QUERY_FIELDS = {"sql", "epsilon", "rho", "mu", "ci", "min_rows", "dry_run", "fre
 class QuotaAdmission:
     """One analyst's quota for one request (:class:`dpmagic.session.admission.Admission`)."""
 
-    def __init__(self, accountant: Accountant, analyst: str, idempotency_key: str | None) -> None:
+    def __init__(
+        self,
+        accountant: Accountant,
+        analyst: str,
+        idempotency_key: str | None,
+        request: str | None = None,
+        on_commit: Callable[[int], None] | None = None,
+    ) -> None:
         self.accountant, self.analyst, self.idempotency_key = accountant, analyst, idempotency_key
+        self.request, self.on_commit = request, on_commit
         #: set once both charges are durable: from then on rows may be read
         self.charged = False
 
@@ -109,7 +118,8 @@ class QuotaAdmission:
             )
 
     def details(self) -> dict[str, Any]:
-        return {"analyst": self.analyst, "idempotency_key": self.idempotency_key}
+        out: dict[str, Any] = {"analyst": self.analyst, "idempotency_key": self.idempotency_key}
+        return out | ({"request": self.request} if self.request is not None else {})
 
     def commit(self, coverage: Box, cost: float, *, sql: str, canonical: str, entry_id: int) -> None:
         self.accountant.charge(
@@ -120,6 +130,8 @@ class QuotaAdmission:
             details={"global_entry": entry_id, "idempotency_key": self.idempotency_key},
         )
         self.charged = True
+        if self.on_commit is not None:
+            self.on_commit(entry_id)
 
 
 def bind_budget(ledger: Ledger, key: str, schema: Schema, budget: Budget, neighbors: str, what: str) -> Budget:
@@ -166,6 +178,13 @@ class DatasetHost:
         self.session.results = _NoHistory()
         self._quotas: dict[str, Accountant] = {}
         self._lock = threading.Lock()
+        #: (analyst, Idempotency-Key) → (global entry id, request digest) of every charge made with a key: from the
+        #: ledger at start (the charges of earlier runs), then kept as this process charges
+        self.charged_keys: dict[tuple[str, str], tuple[int, str | None]] = {
+            (e.details["analyst"], e.details["idempotency_key"]): (e.id, e.details.get("request"))
+            for e in self.session.accountant.entries()
+            if e.details.get("analyst") is not None and e.details.get("idempotency_key") is not None
+        }
 
     def quota_key(self, analyst: str) -> str:
         return f"{self.session.ledger_key}|analyst|{analyst}"
@@ -215,13 +234,15 @@ class Store:
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=60.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        # NORMAL: durable when the process dies; a power cut may lose the last stored responses, and then the
+        # ledger (synchronous=FULL) still says which keys were charged (Custodian._recover): never a second charge
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(
             """
             CREATE TABLE IF NOT EXISTS analysts (id TEXT PRIMARY KEY, token_hash TEXT NOT NULL,
                 revoked INTEGER NOT NULL DEFAULT 0, quotas TEXT NOT NULL DEFAULT '{}');
-            CREATE TABLE IF NOT EXISTS requests (analyst TEXT, dataset TEXT, key TEXT, request TEXT NOT NULL,
-                state TEXT NOT NULL, status INTEGER, response TEXT, PRIMARY KEY (analyst, dataset, key));
+            CREATE TABLE IF NOT EXISTS responses (analyst TEXT, dataset TEXT, key TEXT, request TEXT NOT NULL,
+                status INTEGER NOT NULL, response TEXT NOT NULL, PRIMARY KEY (analyst, dataset, key));
             CREATE TABLE IF NOT EXISTS answers (analyst TEXT, dataset TEXT, key TEXT, response TEXT NOT NULL,
                 PRIMARY KEY (analyst, dataset, key));
             """
@@ -354,47 +375,41 @@ class Custodian:
             if ident in self._inflight:
                 return 409, _err("a request with this Idempotency-Key is still being answered; retry later"), False
             rows = self.store.execute(
-                "SELECT request, state, status, response FROM requests WHERE analyst=? AND dataset=? AND key=?", ident
+                "SELECT request, status, response FROM responses WHERE analyst=? AND dataset=? AND key=?", ident
             )
-            if rows and rows[0][0] != digest:
+            charged = host.charged_keys.get((analyst, idem))
+            asked = rows[0][0] if rows else (charged[1] if charged is not None else None)
+            if asked is not None and asked != digest:
                 return 422, _err("this Idempotency-Key was used with another request"), False
-            if rows and rows[0][1] == "done":
-                return int(rows[0][2]), json.loads(rows[0][3]), False
-            if not rows:
-                self.store.execute(
-                    "INSERT INTO requests (analyst, dataset, key, request, state) VALUES (?, ?, ?, ?, 'pending')",
-                    (*ident, digest),
-                )
+            if rows:
+                return int(rows[0][1]), json.loads(rows[0][2]), False
             self._inflight.add(ident)
         try:
-            recovered = self._recover(host, analyst, idem) if rows else None
-            if recovered is not None:
-                status, reply, read, keep = (*recovered, [])
+            if charged is not None:  # charged by an earlier run that stored no response: the ledger's record
+                status, reply = self._recover(host, charged[0])
+                read, keep = False, []
             else:
-                status, reply, read, keep = self._run(host, analyst, req, idem)
-            if read or recovered is not None:  # charged: the response is the request's for good
-                done = "UPDATE requests SET state='done', status=?, response=? WHERE analyst=? AND dataset=? AND key=?"
-                self.store.many([*keep, (done, (status, json.dumps(reply), *ident))])
-            else:  # nothing charged: nothing to remember (a retry is asked anew)
-                self.store.execute("DELETE FROM requests WHERE analyst=? AND dataset=? AND key=?", ident)
+                status, reply, read, keep = self._run(host, analyst, req, idem, digest)
+            if read or charged is not None:  # charged: this is the request's response for good
+                put = "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)"
+                self.store.many([*keep, (put, (*ident, digest, status, json.dumps(reply)))])
             return status, reply, read
         finally:
             with self._inflight_lock:
                 self._inflight.discard(ident)
 
-    def _recover(self, host: DatasetHost, analyst: str, idem: str) -> Reply | None:
-        """A pending record from before a restart: the charge it made (found by its key in the ledger), if any."""
-        for e in host.session.accountant.entries():
-            if e.details.get("analyst") == analyst and e.details.get("idempotency_key") == idem:
-                if e.released and isinstance(e.answer, dict):
-                    df = pd.DataFrame(e.answer["data"], columns=e.answer["columns"])
-                    note = "answer restored from the ledger after a server restart (charged once)"
-                    reply = {"kind": "result", **frame_to_wire(df), "cost": e.cost, "cached": False}
-                    reply |= {"summary": note, "notes": [], "entry_id": e.id}
-                    reply |= {"text": f"{df.to_string(index=False)}\n{note}", "html": df.to_html(index=False) + note}
-                    return 200, reply, False
-                return 500, LOST, False
-        return None
+    def _recover(self, host: DatasetHost, entry_id: int) -> tuple[int, dict[str, Any]]:
+        """The response of a request charged (global entry ``entry_id``) by a run that stored none: the answer the
+        ledger recorded, or — the process died between the charge and the release — the fixed :data:`LOST`."""
+        e = next((e for e in host.session.accountant.entries() if e.id == entry_id), None)
+        if e is None or not e.released or not isinstance(e.answer, dict):
+            return 500, LOST
+        df = pd.DataFrame(e.answer["data"], columns=e.answer["columns"])
+        note = "answer restored from the ledger after a server restart (charged once)"
+        reply = {"kind": "result", **frame_to_wire(df), "cost": e.cost, "cached": False}
+        reply |= {"summary": note, "notes": [], "entry_id": e.id}
+        reply |= {"text": f"{df.to_string(index=False)}\n{note}", "html": df.to_html(index=False) + note}
+        return 200, reply
 
     def _preview(self, host: DatasetHost, analyst: str, req: dict[str, Any]) -> Reply:
         s = host.session
@@ -431,7 +446,7 @@ class Custodian:
         return json.loads(rows[0][0]) if rows else None
 
     def _run(
-        self, host: DatasetHost, analyst: str, req: dict[str, Any], idem: str | None
+        self, host: DatasetHost, analyst: str, req: dict[str, Any], idem: str | None, digest: str | None = None
     ) -> tuple[int, dict[str, Any], bool, list[tuple[str, tuple[Any, ...]]]]:
         """Run the query: (status, body, rows read?, the writes that store its answer for free re-runs)."""
         s = host.session
@@ -443,7 +458,12 @@ class Custodian:
             note = "(re-run: your stored answer, charged nothing)"
             stored |= {"cached": True, "text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
             return 200, stored, False, []
-        admission = QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, idem)
+
+        def remember(entry_id: int) -> None:  # inside the charge: the key is known charged before any read
+            if idem is not None:
+                host.charged_keys[(analyst, idem)] = (entry_id, digest)
+
+        admission = QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, idem, digest, remember)
         try:
             with admitting(admission):
                 result = s.query(
