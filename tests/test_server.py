@@ -179,6 +179,8 @@ def test_oversized_and_malformed_payloads_change_nothing(server: Server) -> None
             assert r.status_code == 400, (raw, r.text)
             assert fragment in r.json()["error"]["message"], (raw, r.text)
         assert a.get("/v1/datasets/nope/schema").status_code == 404
+        assert a.post("/v1/datasets/pums/afford", json=[1]).status_code == 400
+        assert a.post("/v1/datasets/pums/afford", content=b"{").status_code == 400
     assert server.audit()["entries"] == []
 
 

@@ -348,8 +348,8 @@ class Custodian:
             )
         return {"entries": out}
 
-    def afford(self, analyst: str, dataset: str, body: dict[str, Any]) -> dict[str, Any]:
-        sql = body.get("sql")
+    def afford(self, analyst: str, dataset: str, body: Any) -> dict[str, Any]:
+        sql = body.get("sql") if isinstance(body, dict) else None
         if not isinstance(sql, str):
             raise QueryError("the request needs 'sql' (a string)")
         s = self.host(dataset).session
