@@ -464,6 +464,37 @@ def _cmd_autoload(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """``dpmagic serve --config FILE`` / ``dpmagic serve hash-token``."""
+    from dpmagic.presentation.server.config import hash_token, load_config, new_token
+
+    if args.serve_action == "hash-token":
+        token = sys.stdin.readline().strip() if args.stdin else new_token()
+        if not token:
+            print("dpmagic serve hash-token: no token on stdin", file=sys.stderr)
+            return 2
+        if not args.stdin:
+            print(f"token (give it to its holder; it is not stored): {token}")
+        print(f'token_hash = "{hash_token(token)}"')
+        return 0
+    if args.config is None:
+        print("dpmagic serve: --config FILE is required (docs/server.md)", file=sys.stderr)
+        return 2
+    try:
+        load_config(args.config)
+    except DPMagicError as exc:
+        print(f"dpmagic serve: {exc}", file=sys.stderr)
+        return 2
+    from dpmagic.presentation.server import serve
+
+    try:
+        serve(args.config, host=args.host, port=args.port)
+    except DPMagicError as exc:  # a data set that does not bind (schema, data, ledger): one line, nothing served
+        print(f"dpmagic serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmagic", description="dpmagic command-line tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -530,6 +561,18 @@ def build_parser() -> argparse.ArgumentParser:
     for sp in (v, sh, ex, bk, it, up, sb, rs):
         sp.add_argument("--key-file", default=None, help=key_help)
     lg.set_defaults(func=_cmd_ledger)
+
+    sv = sub.add_parser(
+        "serve",
+        help="custodian: serve data sets to analysts over HTTP (per-analyst quotas, a global budget; docs/server.md)",
+    )
+    sv.add_argument("--config", default=None, help="the custodian's configuration file (TOML or JSON)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: put TLS in front)")
+    sv.add_argument("--port", type=int, default=8000)
+    svsub = sv.add_subparsers(dest="serve_action")
+    ht = svsub.add_parser("hash-token", help="print a new token and its hash (or the hash of the token on stdin)")
+    ht.add_argument("--stdin", action="store_true", help="hash the token read from stdin instead of a new one")
+    sv.set_defaults(func=_cmd_serve)
 
     al = sub.add_parser("autoload", help="opt in or out of loading the extension in every IPython kernel")
     al.add_argument("state", choices=["on", "off", "status"])

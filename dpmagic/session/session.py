@@ -26,6 +26,7 @@ Orchestration only (under 500 lines, most of them the public API's docstrings): 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
@@ -51,6 +52,7 @@ from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
 from dpmagic.releases import Mechanism, QueryMechanism
 from dpmagic.releases.postprocess import tidy
+from dpmagic.session.admission import current_admission
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import CostSpec, parse_cost, session_cost
 from dpmagic.session.events import EventBus, Listener
@@ -213,7 +215,9 @@ class Session:
         Queries on fresh regions can still get the full budget even when others are exhausted.  Reads no data.
         """
         q = self.parse(sql_or_query) if isinstance(sql_or_query, str) else sql_or_query
-        return self.accountant.affordable(q.coverage)
+        left = self.accountant.affordable(q.coverage)
+        extra = current_admission()  # a server's per-analyst quota (dpmagic.session.admission)
+        return left if extra is None else min(left, extra.affordable(q.coverage))
 
     def preview(
         self,
@@ -412,15 +416,28 @@ class Session:
                 # one overlap computation, outside the ledger's write lock but under the session's: committed
                 # as is (no other thread can charge in between; another process may, then it is recomputed)
                 pre = self.accountant.preview(mechanism.coverage, mechanism.cost)
-                entry_id, charge = self.accountant.charge(
-                    mechanism.coverage,
-                    mechanism.cost,
-                    sql=sql,
-                    canonical=canonical,
-                    details={"kind": mechanism.kind, **mechanism.describe(), **(details or {})},
-                    preview=pre,
-                    created=asked_at,
-                )
+                extra = current_admission()  # a server's per-analyst quota: checked first, charged with it
+                if extra is not None:
+                    extra.admit(mechanism.coverage, mechanism.cost)
+                with self.ledger.transaction() if extra is not None else contextlib.nullcontext():
+                    entry_id, charge = self.accountant.charge(
+                        mechanism.coverage,
+                        mechanism.cost,
+                        sql=sql,
+                        canonical=canonical,
+                        details={
+                            "kind": mechanism.kind,
+                            **mechanism.describe(),
+                            **(details or {}),
+                            **(extra.details() if extra is not None else {}),
+                        },
+                        preview=pre,
+                        created=asked_at,
+                    )
+                    if extra is not None:  # same transaction: both charges are durable together, or neither
+                        extra.commit(
+                            mechanism.coverage, mechanism.cost, sql=sql, canonical=canonical, entry_id=entry_id
+                        )
         except BudgetExceededError as exc:
             self._emit("refused", message=str(exc))
             raise

@@ -116,6 +116,10 @@ def routed(*, assign: bool = False, sql_in_line: bool = False) -> Callable[[Call
         def magic(self: MagicsBase, line: str, cell: str | None = None) -> Any:
             call = self.parse(func.__name__, line, cell, assign=assign, sql_in_line=sql_in_line)
             session = current_session()
+            if func.__name__ != "dpquery" and type(session).__name__ == "RemoteSession":
+                from dpmagic.presentation.remote import remote_magic  # a custodian server's session
+
+                return remote_magic(func.__name__, call, session)
             variant = variant_for(session)
             if variant is not None:
                 return getattr(variant, func.__name__)(self, call, session)

@@ -32,10 +32,24 @@ class SessionMagics(MagicsBase):
     @magic_arguments()
     @argument(
         "data",
+        nargs="?",
+        default=None,
         help="The sensitive rows: a variable holding a pandas DataFrame, a DuckDB relation or a Spark DataFrame, "
         "or a Parquet/CSV path or glob (bound through DuckDB, without loading the rows into the kernel).",
     )
-    @argument("--schema", "-s", required=True, help="Schema JSON file, or the name of a Schema / dict variable.")
+    @argument("--schema", "-s", default=None, help="Schema JSON file, or the name of a Schema / dict variable.")
+    @argument(
+        "--server",
+        default=None,
+        help="A custodian server's URL (dpmagic serve): the data, ledger and budgets stay there; needs --dataset.",
+    )
+    @argument("--dataset", default=None, help="With --server: the served data set's id.")
+    @argument(
+        "--token-file",
+        default=None,
+        help="With --server: a file holding your token (default: $DPMAGIC_TOKEN_FILE, else $DPMAGIC_TOKEN; never "
+        "the token itself in a notebook).",
+    )
     @argument(
         "--budget",
         "-b",
@@ -99,6 +113,14 @@ class SessionMagics(MagicsBase):
         from dpmagic.session.session import Session
 
         args = self.parse("dpsession", line).args
+        if args.server is not None or args.dataset is not None or args.token_file is not None:
+            bind_remote(args)
+            return
+        if args.data is None or args.schema is None:
+            raise ConfigurationError(
+                "%dpsession needs the data and --schema",
+                hint="%dpsession df --schema schema.json --budget epsilon=1, or %dpsession --server URL --dataset ID",
+            )
         ns: Mapping[str, Any] = self.shell.user_ns if self.shell is not None else {}
         data, table_name = data_arg(args.data, ns)
         schema = schema_arg(args.schema, ns)
@@ -155,6 +177,36 @@ class SessionMagics(MagicsBase):
         from dpmagic.accountant.currency import currency_for
 
         return f"{currency_for(self.default_definition).parameter}={spec}"
+
+
+#: options of a local binding, refused with --server (the custodian fixed them on the server)
+LOCAL_ONLY = ("data", "schema", "budget", "bound", "default_cost", "neighbors", "ledger", "delta", "prior", "parts")
+
+
+def bind_remote(args: Any) -> None:
+    """``%dpsession --server URL --dataset ID [--token-file FILE]``: bind a custodian server's data set."""
+    from dpmagic.presentation.remote import RemoteSession, token_from
+
+    if args.server is None or args.dataset is None:
+        raise ConfigurationError("a server session needs both --server URL and --dataset ID")
+    local = [k for k in LOCAL_ONLY if getattr(args, k) not in (None, False)]
+    if local or args.clamp or args.privacy != "differential":
+        what = local[0].replace("_", "-") if local else ("clamp" if args.clamp else "privacy")
+        raise ConfigurationError(
+            f"--{what} does not apply to a server session: the custodian fixed the data, schema and budgets"
+            if what != "data"
+            else "a server session takes no data: the rows stay on the server"
+        )
+    session = RemoteSession(unquote(args.server), unquote(args.dataset), token_from(args.token_file))
+    bind(session)
+    print(
+        f"{session.budget()!r}".replace(
+            "your quota",
+            f"dpmagic server session {session.url}, data set "
+            f"{session.dataset!r} ({session.definition}, {session.parameter}); your quota",
+            1,
+        )
+    )
 
 
 def schema_arg(arg: str, ns: Mapping[str, Any]) -> Any:

@@ -1,0 +1,245 @@
+"""The analyst's end of a custodian server: :class:`RemoteSession`, what ``%dpsession --server URL --dataset ID``
+binds.  It has the interface the magics use — ``parse``, ``query``, ``preview``, ``affordable``, ``budget`` — so
+``%%dpquery`` (every answered-query option, ``--dry-run``, ``--epsilon max``, ``--ci``) and ``%dpbudget`` run
+unchanged; the rows never leave the server.
+
+The schema is fetched from the server and queries are parsed here too (the same parser, the same public schema):
+a query the server would refuse for its SQL is refused before any request, and the empty-region warning is shown
+as locally.  Each query carries a fresh ``Idempotency-Key``; a request that fails in transit is retried with the
+same key, so the server charges it at most once and a retry returns the stored answer.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dpmagic.domain.schema import Schema
+from dpmagic.errors import ConfigurationError
+from dpmagic.presentation.server.wire import frame_from_wire, raise_error
+from dpmagic.query.model import Query
+from dpmagic.query.sql import parse_query
+from dpmagic.query.where import check_categories
+
+__all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_from"]
+
+#: the environment variable holding an analyst's token (never the notebook)
+TOKEN_ENV = "DPMAGIC_TOKEN"
+#: the environment variable naming a file that holds it (a JupyterHub spawner's secret mount)
+TOKEN_FILE_ENV = "DPMAGIC_TOKEN_FILE"
+
+
+def token_from(token_file: str | Path | None) -> str:
+    """The analyst's token: the first line of ``token_file`` (else of ``$DPMAGIC_TOKEN_FILE``), else
+    ``$DPMAGIC_TOKEN``."""
+    if token_file is None and os.environ.get(TOKEN_FILE_ENV):
+        token_file = os.environ[TOKEN_FILE_ENV]
+    if token_file is not None:
+        p = Path(token_file).expanduser()
+        if not p.is_file():
+            raise ConfigurationError(f"--token-file {str(p)!r} does not exist")
+        text = p.read_text().strip()
+        token = text.splitlines()[0].strip() if text else ""
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigurationError(
+            "no token for the server",
+            hint=f"set ${TOKEN_ENV} or ${TOKEN_FILE_ENV}, or give --token-file FILE (never the token itself)",
+        )
+    return token
+
+
+class RemoteAnswer:
+    """A released answer (or a public one, or a dry run) as the server rendered it; ``df`` is the released table."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.kind: str = body["kind"]
+        self.df = frame_from_wire(body) if "columns" in body else pd.DataFrame()
+        self.cost: float = float(body.get("cost", 0.0))
+        self.cached: bool = bool(body.get("cached", False))
+        self.entry_id: int | None = body.get("entry_id")
+        self.notes: list[str] = list(body.get("notes", []))
+
+    @property
+    def admissible(self) -> bool:
+        return bool(self.body.get("admissible", True))
+
+    def summary(self) -> str:
+        return str(self.body.get("summary") or self.body.get("text", ""))
+
+    def _repr_html_(self) -> str:
+        return str(self.body.get("html") or f"<pre>{html.escape(repr(self))}</pre>")
+
+    def __repr__(self) -> str:
+        return str(self.body.get("text", ""))
+
+
+class RemoteBudget:
+    """``%dpbudget`` on a server session: your quota and the data set's global budget."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+    def __repr__(self) -> str:
+        b, p = self.body, self.body["parameter"]
+        q, g = b["quota"], b["global"]
+        return (
+            f"your quota: {q['spent']:.4g} of {q['budget']:.4g} {p} charged ({q['queries']} queries), "
+            f"{q['remaining']:.4g} left\n"
+            f"global budget (everyone's queries, by their maximum overlap): {g['spent']:.4g} of {g['budget']:.4g} "
+            f"{p} charged, {g['remaining']:.4g} left"
+        )
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(repr(self)) + "</pre>"
+
+    def summary(self) -> dict[str, Any]:
+        """``%dpbudget --json``: the keys of a local summary for YOUR quota (``spent``, ``remaining``,
+        ``budget``, ``queries``, ``parameter``, ``definition``), and the data set's ``global`` budget."""
+        b = self.body
+        return {"definition": b["definition"], "parameter": b["parameter"], **b["quota"], "global": b["global"]}
+
+
+class RemoteSession:
+    """A session whose data, ledger and budgets are held by a custodian server (``dpmagic serve``)."""
+
+    #: retries of a request that failed in transit (same Idempotency-Key: charged at most once)
+    retries = 3
+
+    def __init__(self, url: str, dataset: str, token: str, *, timeout: float = 120.0) -> None:
+        import httpx
+
+        self.url, self.dataset = url.rstrip("/"), dataset
+        self._client = httpx.Client(
+            base_url=f"{self.url}/v1/datasets/{dataset}",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+        )
+        info = self._call("GET", "/schema")
+        self.schema = Schema.of(info["schema"])
+        self.table_names: tuple[str, ...] = tuple(info["table_names"])
+        self.definition: str = info["definition"]
+        self.parameter: str = info["parameter"]
+        self.neighbors: str = info["neighbors"]
+        self.panel: Any = None
+        self.sidecar: Any = None
+
+    def _call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        import httpx
+
+        for attempt in range(self.retries + 1):
+            try:
+                r = self._client.request(method, path, json=body, headers=headers)
+                break
+            except httpx.TransportError as exc:
+                if attempt == self.retries:
+                    raise ConfigurationError(f"the dpmagic server at {self.url} did not answer: {exc}") from None
+                time.sleep(0.5 * (attempt + 1))
+        try:
+            payload = r.json()
+        except ValueError:
+            payload = None
+        if r.status_code != 200:
+            raise_error(payload, r.status_code)
+        return payload
+
+    # -- what the magics call ------------------------------------------------------------------------------
+    def parse(self, sql: str) -> Query:
+        """Parse and validate ``sql`` against the server's public schema (no request)."""
+        names = None if self.table_names == ("data",) else self.table_names
+        q = parse_query(sql, self.schema, tables=names)
+        check_categories(q, self.schema)
+        return q
+
+    def _request(self, sql: str, cost: Any, named: dict[str, Any], **options: Any) -> dict[str, Any]:
+        self.parse(sql)  # refused here, before any request, as the server would
+        body: dict[str, Any] = {"sql": sql, **{k: v for k, v in options.items() if v not in (None, False, ())}}
+        if cost is not None:
+            body[self.parameter] = cost
+        body |= {k: v for k, v in named.items() if v is not None}
+        return body
+
+    def query(
+        self,
+        sql: str,
+        cost: Any = None,
+        *,
+        epsilon: Any = None,
+        rho: Any = None,
+        mu: Any = None,
+        ci: float | None = None,
+        min_rows: int | None = None,
+        fresh: bool = False,
+        postprocess: tuple[str, ...] | list[str] = (),
+    ) -> RemoteAnswer:
+        """Ask the server; charged there (your quota and the global budget) before any row is read."""
+        named = {"epsilon": epsilon, "rho": rho, "mu": mu}
+        body = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
+        return RemoteAnswer(self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex}))
+
+    def preview(
+        self,
+        sql: str,
+        cost: Any = None,
+        *,
+        epsilon: Any = None,
+        rho: Any = None,
+        mu: Any = None,
+        ci: float | None = None,
+        min_rows: int | None = None,
+    ) -> RemoteAnswer:
+        """A dry run on the server: reads nothing, charges nothing."""
+        named = {"epsilon": epsilon, "rho": rho, "mu": mu}
+        return RemoteAnswer(
+            self._call("POST", "/query", self._request(sql, cost, named, ci=ci, min_rows=min_rows, dry_run=True))
+        )
+
+    def affordable(self, sql: str) -> float:
+        """The largest cost your quota and the global budget both admit on this query's region now."""
+        self.parse(sql)
+        return float(self._call("POST", "/afford", {"sql": sql})["affordable"])
+
+    def budget(self) -> RemoteBudget:
+        return RemoteBudget(self._call("GET", "/budget"))
+
+    def ledger_frame(self) -> pd.DataFrame:
+        """Your own charges on this data set (never anyone else's)."""
+        rows = self._call("GET", "/ledger")["entries"]
+        return pd.DataFrame(rows, columns=["entry", "time", "sql", "cost", "released"])
+
+    def decide(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError("decision queries (--fnr) are not served yet: ask without --fnr on a server session")
+
+    def batch(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError("%%dpbatch is not served yet on a server session")
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"<dpmagic.RemoteSession {self.url} data set {self.dataset!r} ({self.parameter})>"
+
+
+def remote_magic(name: str, call: Any, session: RemoteSession) -> Any:
+    """The magics other than ``%%dpquery`` on a server session: ``%dpbudget`` (your quota and the global budget;
+    ``--afford SQL``; ``--json``); the rest are refused with one message naming what is not served."""
+    args = call.args
+    if name == "dpbudget":
+        if getattr(args, "afford", None):
+            from dpmagic.presentation.magic_cells import unquote
+
+            return round(session.affordable(unquote(args.afford)), 10)
+        wanted = [o for o in ("map", "widget") if getattr(args, o, None)]
+        if wanted:
+            raise ConfigurationError(f"%dpbudget --{wanted[0]} is not available on a server session")
+        report = session.budget()
+        return report.summary() if getattr(args, "json", False) else report
+    raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")

@@ -1,0 +1,115 @@
+"""What travels between ``dpmagic serve`` and a :class:`~dpmagic.presentation.remote.RemoteSession`: JSON only.
+
+An answer is its released table (``columns`` and ``data``: noisy values and their intervals, nothing else) with
+the server's own text and HTML rendering of it (the same :mod:`dpmagic.session.rendering` as a local session);
+a dry run is its summary and rendering; an error is ``{"error": {"type", "message", "hint"}}`` and becomes the
+same :class:`~dpmagic.errors.DPMagicError` subclass on the client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pandas as pd
+
+from dpmagic import errors
+
+__all__ = ["frame_to_wire", "frame_from_wire", "result_to_wire", "error_body", "raise_error"]
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def frame_to_wire(df: pd.DataFrame) -> dict[str, Any]:
+    """A released table as JSON: column names and rows (NaN → null)."""
+    return {
+        "columns": [str(c) for c in df.columns],
+        "data": [[_plain(v) for v in row] for row in df.astype(object).itertuples(index=False, name=None)],
+    }
+
+
+def frame_from_wire(body: dict[str, Any]) -> pd.DataFrame:
+    rows = [[float(v) if v in ("Infinity", "-Infinity") else v for v in row] for row in body["data"]]
+    df = pd.DataFrame(rows, columns=body["columns"])
+    return df.fillna(value=float("nan")) if len(df) else df
+
+
+def result_to_wire(result: Any) -> dict[str, Any]:
+    """A :class:`QueryResult`, :class:`PublicResult` or :class:`Preview` as the JSON the client renders."""
+    from dpmagic.session.results import Preview, PublicResult
+
+    if isinstance(result, Preview):
+        return {
+            "kind": "preview",
+            "admissible": bool(result.admissible),
+            "cost": result.cost,
+            "affordable": result.affordable,
+            "cached": result.cached,
+            "text": result.summary(),
+            "html": result._repr_html_(),
+        }
+    notes = list(result.notes)  # computed once (from the released values), then rendered with them
+    fixed = (
+        dataclasses.replace(result, notes=tuple(notes)) if isinstance(result, PublicResult) else _Noted(result, notes)
+    )
+    out = {
+        "kind": "public" if isinstance(result, PublicResult) else "result",
+        **frame_to_wire(result.df),
+        "cost": float(result.cost),
+        "cached": bool(result.cached),
+        "summary": fixed.summary(),
+        "notes": notes,
+        "text": repr(fixed),
+        "html": fixed._repr_html_(),
+    }
+    if not isinstance(result, PublicResult):
+        out["entry_id"] = int(result.entry_id)
+    return out
+
+
+class _Noted:
+    """A :class:`QueryResult` whose notes are given (rendering reads them twice: computed once here)."""
+
+    def __init__(self, result: Any, notes: list[str]) -> None:
+        self._result, self.notes = result, notes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._result, name)
+
+    def summary(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_summary(self)  # type: ignore[arg-type]
+
+    def _repr_html_(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_html(self)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        from dpmagic.session import rendering
+
+        return rendering.result_text(self)  # type: ignore[arg-type]
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    hint = getattr(exc, "hint", None)
+    return {"error": {"type": type(exc).__name__, "message": str(exc), "hint": hint}}
+
+
+def raise_error(body: Any, status: int) -> None:
+    """Raise the server's error as the same :class:`DPMagicError` subclass (an unknown name: the base class)."""
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        raise errors.DPMagicError(f"the server answered HTTP {status} without a dpmagic error body")
+    cls = getattr(errors, str(err.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.DPMagicError)):
+        cls = errors.DPMagicError
+    raise cls(str(err.get("message")), hint=err.get("hint"))
