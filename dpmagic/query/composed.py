@@ -8,8 +8,10 @@ composition, and the answers joined on the GROUP BY keys.  This module only spli
 
 Supported SELECT items: GROUP BY keys and bare aggregates, each under its own ``FILTER (WHERE c)`` or a one-branch
 ``CASE WHEN c THEN … END`` form (:func:`dpmagic.query.flatten._case_as_filter`), or none.  Arithmetic across
-aggregates of different conditions, HAVING, ORDER BY and LIMIT are refused with the reason (each part is its own
-release: combine them on the answer).
+aggregates of different conditions (``COUNT(*) FILTER (WHERE c) * 1.0 / COUNT(*)``) is post-processing of the
+joined answer: each aggregate it reads is a hidden output of its part, and its interval comes from theirs by a union
+bound and interval arithmetic (:mod:`dpmagic.query.intervals`; COUNT and SUM only).  HAVING, ORDER BY and LIMIT are
+refused with the reason (each part is its own release: combine them on the answer).
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class Composed:
     order: tuple[str, ...]
     #: the statement with no condition (the WHERE region: every part's coverage lies inside it)
     widest: str
+    #: arithmetic across aggregates (name, SQL over hidden part outputs), evaluated on the joined answer
+    computed: tuple[tuple[str, str], ...] = ()
+    #: the hidden part outputs those read (``dp__pN``)
+    hidden: tuple[str, ...] = ()
 
 
 def _refuse(why: str) -> UnsupportedQueryError:
@@ -84,6 +90,8 @@ def split_conditions(sql: str) -> Composed | None:
     keys: list[tuple[str, exp.Expr]] = []
     order: list[str] = []
     by_cond: dict[str | None, list[tuple[str, exp.Expr, exp.Expr | None]]] = {}
+    computed: list[tuple[str, str]] = []
+    hidden: list[str] = []
     for item in tree.expressions:
         alias = item.alias if isinstance(item, exp.Alias) else None
         node = item.this if isinstance(item, exp.Alias) else item
@@ -97,10 +105,13 @@ def split_conditions(sql: str) -> Composed | None:
         elif node.find(exp.AggFunc) is None and node.find(exp.Filter) is None and not isinstance(node, exp.Star):
             name = alias or (node.name if isinstance(node, exp.Column) else node.sql())
             keys.append((name, item))
+        elif node.find(exp.AggFunc) is not None and not isinstance(node, exp.Star):
+            name = alias or node.sql()
+            computed.append((name, _across(node, by_cond, hidden)))
         else:
             raise _refuse(f"{item.sql()} combines or nests them")
         order.append(name)
-    if len(set(order)) != len(order):
+    if len(set(order)) != len(order) or set(order) & set(hidden):
         raise _refuse("two outputs have the same name: give each an alias with AS")
     where = tree.args.get("where")
     parts = []
@@ -116,4 +127,38 @@ def split_conditions(sql: str) -> Composed | None:
         parts.append(Part(part.sql(), cond, tuple(n for n, _, _ in aggs)))
     widest = tree.copy()
     widest.set("expressions", [k.copy() for _, k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__n")])
-    return Composed(tuple(parts), tuple(n for n, _ in keys), tuple(order), widest.sql())
+    return Composed(tuple(parts), tuple(n for n, _ in keys), tuple(order), widest.sql(), tuple(computed), tuple(hidden))
+
+
+def _across(
+    node: exp.Expr, by_cond: dict[str | None, list[tuple[str, exp.Expr, exp.Expr | None]]], hidden: list[str]
+) -> str:
+    """Arithmetic across conditional aggregates (``COUNT(*) FILTER (WHERE c) * 1.0 / COUNT(*)``): each aggregate
+    becomes a hidden output of its condition's part (``dp__pN``), the item the SQL of the expression over them,
+    evaluated on the joined answer (:func:`dpmagic.session.composed._join`)."""
+
+    def visit(e: exp.Expr) -> exp.Expr:
+        if isinstance(e, exp.Filter) and isinstance(e.expression, exp.Where) and is_aggregate(e.this):
+            agg, cond = e.this, e.expression.this
+        elif is_aggregate(e) and e.find(exp.Filter) is None:
+            agg, cond = e, None
+        else:
+            return e
+        key = None if cond is None else cond.sql()
+        for n, a, _ in by_cond.get(key, []):
+            if n in hidden and a.sql() == agg.sql():
+                return exp.column(exp.to_identifier(n, quoted=True))
+        n = f"dp__p{len(hidden)}"
+        hidden.append(n)
+        by_cond.setdefault(key, []).append((n, agg.copy(), None if cond is None else cond.copy()))
+        return exp.column(exp.to_identifier(n, quoted=True))
+
+    out = node.copy().transform(visit, copy=False)
+    if out.find(exp.AggFunc) is not None or out.find(exp.Filter) is not None:
+        raise _refuse(f"{node.sql()} nests aggregates")
+    stray = sorted(c.name for c in out.find_all(exp.Column) if c.name not in hidden)
+    if stray:
+        raise _refuse(
+            f"{node.sql()} reads {stray[0]!r} outside an aggregate (only aggregates combine across conditions)"
+        )
+    return out.sql()
