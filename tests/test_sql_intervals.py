@@ -114,6 +114,20 @@ def test_a_linear_combination_gets_exactly_its_range(coefs, a, b, c) -> None:
     assert lo[0] == pytest.approx(min(values), abs=1e-9) and hi[0] == pytest.approx(max(values), abs=1e-9)
 
 
+@settings(max_examples=100, deadline=None)
+@given(a=st.floats(-1e9, 1e9), b=st.floats(1e-3, 1e9), c=st.floats(-1e3, 1e3))
+def test_a_point_box_gives_exactly_the_evaluators_value(a, b, c) -> None:
+    """At a zero-width box (an answer at a huge ε) the interval is the value itself, bit for bit: a rate is never
+    shown outside its own interval by a rounding."""
+    from dpmagic.query.evaluate import evaluate
+
+    for sql in ("A * 1.0 / B", "100.0 * A / B", "A / B - C", "(A + C) / CAST(B AS DOUBLE)"):
+        env = {"A": np.array([a]), "B": np.array([b]), "C": np.array([c])}
+        v = float(evaluate(sqlglot.parse_one(sql), env, 1, lambda col: col.name)[0])
+        lo, hi = interval_of(sqlglot.parse_one(sql), {n: (x, x) for n, x in env.items()}, {}, 1)
+        assert lo[0] <= v <= hi[0], (sql, v, lo, hi)
+
+
 def test_a_construct_outside_interval_arithmetic_is_unsupported() -> None:
     with pytest.raises(Unsupported):
         interval_of(sqlglot.parse_one("CASE WHEN A > 1 THEN 1 ELSE 0 END"), {"A": _box([0, 2])}, {}, 1)

@@ -79,13 +79,21 @@ def _mul(a: Box, b: Box) -> Box:
 
 
 def _div(a: Box, b: Box) -> Box:
-    """[a] ÷ [b]: [a] × [1/hi_b, 1/lo_b] where [b] excludes 0, else (−∞, ∞)."""
+    """[a] ÷ [b]: the min and max of the four end quotients where [b] excludes 0 (∞/∞ dropped: the other corners
+    bound the range), else (−∞, ∞); NaN where an end is missing.  Quotients, not a product with reciprocals, so
+    that a point box gives exactly the evaluator's value."""
     lo_b, hi_b = b
-    safe = (lo_b > 0) | (hi_b < 0)
+    missing = np.isnan(a[0]) | np.isnan(a[1]) | np.isnan(lo_b) | np.isnan(hi_b)
+    safe = ((lo_b > 0) | (hi_b < 0)) & ~missing
+    den_lo, den_hi = np.where(safe, lo_b, 1.0), np.where(safe, hi_b, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv = (np.where(safe, 1.0 / hi_b, -np.inf), np.where(safe, 1.0 / lo_b, np.inf))
-    lo, hi = _mul(a, inv)
-    return np.where(safe, lo, -np.inf), np.where(safe, hi, np.inf)
+        q = np.stack([a[0] / den_lo, a[0] / den_hi, a[1] / den_lo, a[1] / den_hi])
+    lo = np.min(np.where(np.isnan(q), np.inf, q), axis=0)
+    hi = np.max(np.where(np.isnan(q), -np.inf, q), axis=0)
+    return (
+        np.where(missing, np.nan, np.where(safe, lo, -np.inf)),
+        np.where(missing, np.nan, np.where(safe, hi, np.inf)),
+    )
 
 
 def interval_of(node: exp.Expr, bases: Mapping[str, Box], env: Mapping[str, np.ndarray], n: int) -> Box:
