@@ -11,7 +11,8 @@ Supported SELECT items: GROUP BY keys and bare aggregates, each under its own ``
 aggregates of different conditions (``COUNT(*) FILTER (WHERE c) * 1.0 / COUNT(*)``) is post-processing of the
 joined answer: each aggregate it reads is a hidden output of its part, and its interval comes from theirs by a union
 bound and interval arithmetic (:mod:`dpmagic.query.intervals`; COUNT and SUM only).  HAVING, ORDER BY and LIMIT are
-refused with the reason (each part is its own release: combine them on the answer).
+refused with the reason (each part is its own release: combine them on the answer).  A SUM of a CASE with several
+branches is the sum of one conditional aggregate per branch (:func:`_case_branches`), answered so.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def split_conditions(sql: str) -> Composed | None:
         return None
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         return None
-    tree = statements[0].transform(_case_as_filter, copy=True)
+    tree = statements[0].transform(_case_branches, copy=True).transform(_case_as_filter, copy=False)
     assert isinstance(tree, exp.Select)
     filters = list(tree.find_all(exp.Filter))
     if not filters or any(not isinstance(f.expression, exp.Where) for f in filters):
@@ -128,6 +129,55 @@ def split_conditions(sql: str) -> Composed | None:
     widest = tree.copy()
     widest.set("expressions", [k.copy() for _, k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__n")])
     return Composed(tuple(parts), tuple(n for n, _ in keys), tuple(order), widest.sql(), tuple(computed), tuple(hidden))
+
+
+def _number(node: exp.Expr | None) -> float | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return float(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return -float(node.this.this)
+    return None
+
+
+def _case_branches(node: exp.Expr) -> exp.Expr:
+    """``SUM(CASE WHEN c₁ THEN v₁ WHEN c₂ THEN v₂ … ELSE v₀ END)`` (two branches or more) as the sum over its
+    branches of the aggregate over the rows each one takes: branch i takes the rows where cᵢ holds and no earlier
+    condition does (the CASE's own first-match rule; the domain has no NULLs, so NOT is exact), a number vᵢ
+    gives vᵢ · COUNT(*) FILTER (WHERE …), another expression SUM(vᵢ) FILTER (WHERE …); a branch of 0 (or a
+    missing ELSE) adds nothing.  The branches' row sets are disjoint, so each is one release of the composition
+    (:mod:`dpmagic.session.composed`) and the total's interval comes from theirs (:mod:`dpmagic.query.intervals`).
+    Anything else unchanged."""
+    if not isinstance(node, exp.Sum) or isinstance(node.parent, exp.Filter):
+        return node
+    case = node.this
+    if not isinstance(case, exp.Case) or case.this is not None or len(case.args.get("ifs") or []) < 2:
+        return node
+    branches = [(b.this, b.args.get("true")) for b in case.args["ifs"]]
+    default = case.args.get("default")
+    earlier: list[exp.Expr] = []
+    terms: list[exp.Expr] = []
+    for cond, value in [*branches, (None, default)]:
+        parts: list[exp.Expr] = [exp.Paren(this=cond.copy())] if cond is not None else []
+        parts += [exp.Not(this=exp.Paren(this=c.copy())) for c in earlier]
+        if cond is not None:
+            earlier.append(cond)
+        if value is None or isinstance(value, exp.Null):
+            continue
+        k = _number(value)
+        if k == 0.0:
+            continue
+        where = exp.Where(this=exp.and_(*parts) if len(parts) > 1 else parts[0])
+        agg: exp.Expr = exp.Count(this=exp.Star()) if k is not None else exp.Sum(this=value.copy())
+        term: exp.Expr = exp.Filter(this=agg, expression=where)
+        if k is not None and k != 1.0:
+            term = exp.Mul(this=value.copy(), expression=term)
+        terms.append(term)
+    if not terms:
+        return exp.Mul(this=exp.Literal.number(0), expression=exp.Count(this=exp.Star()))
+    total = terms[0]
+    for t in terms[1:]:
+        total = exp.Add(this=total, expression=t)
+    return exp.Paren(this=total)
 
 
 def _across(
