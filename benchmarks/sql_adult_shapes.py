@@ -82,6 +82,18 @@ SHAPES: list[tuple[str, str | None]] = [
     ("SELECT PI() * COUNT(*) AS p FROM adult", "SELECT 3.141592653589793 * COUNT(*) AS p FROM adult"),
     ("SELECT COUNT(*) AS n FROM adult WHERE age > (SELECT AVG(age) FROM adult)", None),
     ("SELECT sex FROM adult GROUP BY sex", None),
+    (
+        "SELECT sex, SUM(CASE WHEN age < 30 THEN 1 WHEN age < 60 THEN 2 ELSE 3 END) AS score FROM adult GROUP BY sex",
+        None,
+    ),
+    (
+        'SELECT SUM(CASE WHEN "hours-per-week" > 40 THEN "hours-per-week" - 40 ELSE 0 END) AS overtime FROM adult',
+        None,
+    ),
+    (
+        "SELECT race, COUNT(*) FILTER (WHERE class = '>50K') AS rich, COUNT(*) AS n FROM adult GROUP BY race",
+        "SELECT race, SUM(class = '>50K') AS rich, COUNT(*) AS n FROM adult GROUP BY race",
+    ),
     # expected refusals
     ('SELECT AVG(age * "hours-per-week") AS x FROM adult', None),
     ("SELECT fnlwgt, COUNT(*) AS n FROM adult GROUP BY fnlwgt", None),
