@@ -252,6 +252,12 @@ def test_arithmetic_across_conditions_equals_sqlite_on_pandas_and_duckdb() -> No
             assert row[1:] == pytest.approx(want[1:])
         for n in ("rate", "pct", "d"):
             assert (r.df[f"{n}_ci_low"] <= r.df[n]).all() and (r.df[n] <= r.df[f"{n}_ci_high"]).all()
+        # a key a condition excludes (public, from the schema): its share is 0, with the interval [0, 0]
+        r = s.query(
+            "SELECT g, COUNT(*) FILTER (WHERE g = 'a') * 1.0 / COUNT(*) AS share FROM t GROUP BY g", epsilon=1.0
+        )
+        row_b = r.df[r.df["g"] == "b"].iloc[0]
+        assert (row_b["share"], row_b["share_ci_low"], row_b["share_ci_high"]) == (0.0, 0.0, 0.0)
 
 
 @pytest.mark.slow  # 200 composed releases through the session (about 40 s)
