@@ -1,7 +1,9 @@
 """Held-out-style check: 40 queries written in the style of a peer's PUMS test corpus (our own writing).
 
 Counts how many dpmagic answers and how many it refuses (with the message), at a large budget.  Run:
-``python benchmarks/sql_peer_style.py`` → ``benchmarks/results/sql_peer_style.txt``.
+``PYTHONPATH=$PWD python benchmarks/sql_peer_style.py`` → ``benchmarks/results/sql_peer_style.txt`` (the
+refusal's hint after it).  Its sequel, 35 shapes an analyst writes on Adult checked against SQLite:
+``benchmarks/sql_adult_shapes.py``.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def main() -> None:
             answered += 1
             lines.append(f"ANSWERED ({len(r.df)} rows)  {q}")
         except DPMagicError as exc:
-            lines.append(f"REFUSED  {q}\n          -> {exc}")
+            hint = f" (hint: {exc.hint})" if exc.hint else ""
+            lines.append(f"REFUSED  {q}\n          -> {exc}{hint}")
     head = f"{answered} of {len(QUERIES)} answered, {len(QUERIES) - answered} refused"
     out = Path(__file__).parent / "results" / "sql_peer_style.txt"
     out.parent.mkdir(exist_ok=True)

@@ -8,8 +8,11 @@ composition, and the answers joined on the GROUP BY keys.  This module only spli
 
 Supported SELECT items: GROUP BY keys and bare aggregates, each under its own ``FILTER (WHERE c)`` or a one-branch
 ``CASE WHEN c THEN … END`` form (:func:`dpmagic.query.flatten._case_as_filter`), or none.  Arithmetic across
-aggregates of different conditions, HAVING, ORDER BY and LIMIT are refused with the reason (each part is its own
-release: combine them on the answer).
+aggregates of different conditions (``COUNT(*) FILTER (WHERE c) * 1.0 / COUNT(*)``) is post-processing of the
+joined answer: each aggregate it reads is a hidden output of its part, and its interval comes from theirs by a union
+bound and interval arithmetic (:mod:`dpmagic.query.intervals`; COUNT and SUM only).  HAVING, ORDER BY and LIMIT are
+refused with the reason (each part is its own release: combine them on the answer).  A SUM of a CASE with several
+branches is the sum of one conditional aggregate per branch (:func:`_case_branches`), answered so.
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class Composed:
     order: tuple[str, ...]
     #: the statement with no condition (the WHERE region: every part's coverage lies inside it)
     widest: str
+    #: arithmetic across aggregates (name, SQL over hidden part outputs), evaluated on the joined answer
+    computed: tuple[tuple[str, str], ...] = ()
+    #: the hidden part outputs those read (``dp__pN``)
+    hidden: tuple[str, ...] = ()
 
 
 def _refuse(why: str) -> UnsupportedQueryError:
@@ -67,7 +74,7 @@ def split_conditions(sql: str) -> Composed | None:
         return None
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         return None
-    tree = statements[0].transform(_case_as_filter, copy=True)
+    tree = statements[0].transform(_case_branches, copy=True).transform(_case_as_filter, copy=False)
     assert isinstance(tree, exp.Select)
     filters = list(tree.find_all(exp.Filter))
     if not filters or any(not isinstance(f.expression, exp.Where) for f in filters):
@@ -84,6 +91,8 @@ def split_conditions(sql: str) -> Composed | None:
     keys: list[tuple[str, exp.Expr]] = []
     order: list[str] = []
     by_cond: dict[str | None, list[tuple[str, exp.Expr, exp.Expr | None]]] = {}
+    computed: list[tuple[str, str]] = []
+    hidden: list[str] = []
     for item in tree.expressions:
         alias = item.alias if isinstance(item, exp.Alias) else None
         node = item.this if isinstance(item, exp.Alias) else item
@@ -97,10 +106,13 @@ def split_conditions(sql: str) -> Composed | None:
         elif node.find(exp.AggFunc) is None and node.find(exp.Filter) is None and not isinstance(node, exp.Star):
             name = alias or (node.name if isinstance(node, exp.Column) else node.sql())
             keys.append((name, item))
+        elif node.find(exp.AggFunc) is not None and not isinstance(node, exp.Star):
+            name = alias or node.sql()
+            computed.append((name, _across(node, by_cond, hidden)))
         else:
             raise _refuse(f"{item.sql()} combines or nests them")
         order.append(name)
-    if len(set(order)) != len(order):
+    if len(set(order)) != len(order) or set(order) & set(hidden):
         raise _refuse("two outputs have the same name: give each an alias with AS")
     where = tree.args.get("where")
     parts = []
@@ -116,4 +128,87 @@ def split_conditions(sql: str) -> Composed | None:
         parts.append(Part(part.sql(), cond, tuple(n for n, _, _ in aggs)))
     widest = tree.copy()
     widest.set("expressions", [k.copy() for _, k in keys] + [exp.alias_(exp.Count(this=exp.Star()), "__n")])
-    return Composed(tuple(parts), tuple(n for n, _ in keys), tuple(order), widest.sql())
+    return Composed(tuple(parts), tuple(n for n, _ in keys), tuple(order), widest.sql(), tuple(computed), tuple(hidden))
+
+
+def _number(node: exp.Expr | None) -> float | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return float(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return -float(node.this.this)
+    return None
+
+
+def _case_branches(node: exp.Expr) -> exp.Expr:
+    """``SUM(CASE WHEN c₁ THEN v₁ WHEN c₂ THEN v₂ … ELSE v₀ END)`` (two branches or more) as the sum over its
+    branches of the aggregate over the rows each one takes: branch i takes the rows where cᵢ holds and no earlier
+    condition does (the CASE's own first-match rule; the domain has no NULLs, so NOT is exact), a number vᵢ
+    gives vᵢ · COUNT(*) FILTER (WHERE …), another expression SUM(vᵢ) FILTER (WHERE …); a branch of 0 (or a
+    missing ELSE) adds nothing.  The branches' row sets are disjoint, so each is one release of the composition
+    (:mod:`dpmagic.session.composed`) and the total's interval comes from theirs (:mod:`dpmagic.query.intervals`).
+    Anything else unchanged."""
+    if not isinstance(node, exp.Sum) or isinstance(node.parent, exp.Filter):
+        return node
+    case = node.this
+    if not isinstance(case, exp.Case) or case.this is not None or len(case.args.get("ifs") or []) < 2:
+        return node
+    branches = [(b.this, b.args.get("true")) for b in case.args["ifs"]]
+    default = case.args.get("default")
+    earlier: list[exp.Expr] = []
+    terms: list[exp.Expr] = []
+    for cond, value in [*branches, (None, default)]:
+        parts: list[exp.Expr] = [exp.Paren(this=cond.copy())] if cond is not None else []
+        parts += [exp.Not(this=exp.Paren(this=c.copy())) for c in earlier]
+        if cond is not None:
+            earlier.append(cond)
+        if value is None or isinstance(value, exp.Null):
+            continue
+        k = _number(value)
+        if k == 0.0:
+            continue
+        where = exp.Where(this=exp.and_(*parts) if len(parts) > 1 else parts[0])
+        agg: exp.Expr = exp.Count(this=exp.Star()) if k is not None else exp.Sum(this=value.copy())
+        term: exp.Expr = exp.Filter(this=agg, expression=where)
+        if k is not None and k != 1.0:
+            term = exp.Mul(this=value.copy(), expression=term)
+        terms.append(term)
+    if not terms:
+        return exp.Mul(this=exp.Literal.number(0), expression=exp.Count(this=exp.Star()))
+    total = terms[0]
+    for t in terms[1:]:
+        total = exp.Add(this=total, expression=t)
+    return exp.Paren(this=total)
+
+
+def _across(
+    node: exp.Expr, by_cond: dict[str | None, list[tuple[str, exp.Expr, exp.Expr | None]]], hidden: list[str]
+) -> str:
+    """Arithmetic across conditional aggregates (``COUNT(*) FILTER (WHERE c) * 1.0 / COUNT(*)``): each aggregate
+    becomes a hidden output of its condition's part (``dp__pN``), the item the SQL of the expression over them,
+    evaluated on the joined answer (:func:`dpmagic.session.composed._join`)."""
+
+    def visit(e: exp.Expr) -> exp.Expr:
+        if isinstance(e, exp.Filter) and isinstance(e.expression, exp.Where) and is_aggregate(e.this):
+            agg, cond = e.this, e.expression.this
+        elif is_aggregate(e) and e.find(exp.Filter) is None:
+            agg, cond = e, None
+        else:
+            return e
+        key = None if cond is None else cond.sql()
+        for n, a, _ in by_cond.get(key, []):
+            if n in hidden and a.sql() == agg.sql():
+                return exp.column(exp.to_identifier(n, quoted=True))
+        n = f"dp__p{len(hidden)}"
+        hidden.append(n)
+        by_cond.setdefault(key, []).append((n, agg.copy(), None if cond is None else cond.copy()))
+        return exp.column(exp.to_identifier(n, quoted=True))
+
+    out = node.copy().transform(visit, copy=False)
+    if out.find(exp.AggFunc) is not None or out.find(exp.Filter) is not None:
+        raise _refuse(f"{node.sql()} nests aggregates")
+    stray = sorted(c.name for c in out.find_all(exp.Column) if c.name not in hidden)
+    if stray:
+        raise _refuse(
+            f"{node.sql()} reads {stray[0]!r} outside an aggregate (only aggregates combine across conditions)"
+        )
+    return out.sql()

@@ -5,7 +5,8 @@ COUNT(*)``, ``AVG(a + b)`` is ``(SUM(a) + SUM(b)) / COUNT(*)``: exact identities
 arithmetic; each term may be clamped, ``SUM(CLAMP(a, 0, 10) + b)``).  The parser then releases the base
 aggregates it already knows — each with its own, brute-force-tested sensitivity, the query's cost split over
 them as for any query with several aggregates — and the combination is free post-processing of released values
-(a computed output: no interval stated).  Nothing is read.
+(a computed output, whose 95% interval combines the base intervals by a union bound: :mod:`dpmagic.query.intervals`).
+Nothing is read.
 
 Only sums, differences, negation and multiplication by a number literal distribute; a product of two columns
 (``AVG(price * quantity)``), a division (``SUM(age / 2)`` truncates per row on int columns), a function of a
@@ -15,13 +16,15 @@ message.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from fractions import Fraction
 
 from sqlglot import exp
 
 from dpmagic.query.evaluate import columns_of
 
-__all__ = ["distribute_linear"]
+__all__ = ["distribute_linear", "linear_range"]
 
 Terms = list[tuple[Fraction, exp.Expr | None]]  # (coefficient, atom); None: the constant term (COUNT(*))
 
@@ -111,8 +114,30 @@ def distribute_linear(tree: exp.Select) -> exp.Select:
         if isinstance(node, exp.Sum):
             return exp.Paren(this=total)
         count = exp.Cast(this=exp.Count(this=exp.Star()), to=exp.DataType.build("DOUBLE"))
-        return exp.Paren(this=exp.Div(this=exp.Paren(this=total), expression=count))
+        out = exp.Paren(this=exp.Div(this=exp.Paren(this=total), expression=count))
+        out.meta["linear_avg"] = terms  # its range over the declared box bounds the answer (query.sql)
+        return out
 
     out = tree.transform(rewrite, copy=True)
     assert isinstance(out, exp.Select)
     return out
+
+
+def linear_range(terms: Terms, bounds_of: Callable[[exp.Expr], tuple[float, float]]) -> tuple[float, float]:
+    """The range of Σ k · atom + k₀ over the box of the atoms' bounds (``bounds_of``: an atom's declared or clamped
+    bounds): each term's end chosen by the sign of its coefficient, summed exactly (fractions) and rounded
+    outwards to floats (interval arithmetic, exact for a sum of independent terms; an atom repeated is merged
+    first by the caller's combination only in the SQL, so the range here may be wider, never narrower)."""
+    lo, hi = Fraction(0), Fraction(0)
+    for k, atom in terms:
+        if atom is None:
+            lo, hi = lo + k, hi + k
+            continue
+        a, b = (Fraction(v) for v in bounds_of(atom))
+        lo, hi = lo + min(k * a, k * b), hi + max(k * a, k * b)
+    flo, fhi = float(lo), float(hi)
+    if Fraction(flo) > lo:
+        flo = math.nextafter(flo, -math.inf)
+    if Fraction(fhi) < hi:
+        fhi = math.nextafter(fhi, math.inf)
+    return flo, fhi

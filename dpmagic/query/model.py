@@ -124,12 +124,15 @@ class Output:
     """One column of the answer: a SQL expression (sqlglot SQL text) over aggregate aliases and group keys.
 
     ``source`` names the base aggregate whose 95% interval carries over (a bare aggregate, or one under
-    CAST / parentheses / rounding-free renaming); None for computed values (no interval is shown).
+    CAST / parentheses / rounding-free renaming); None for computed values, whose interval is derived from the
+    base intervals by a union bound and interval arithmetic (:mod:`dpmagic.query.intervals`).  ``bounds``: for
+    the AVG of a linear row expression, the expression's range over the declared box (its value lies in it).
     """
 
     name: str
     expr: str
     source: str | None = None
+    bounds: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

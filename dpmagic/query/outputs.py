@@ -4,7 +4,8 @@ Everything here reads only the *released* (noisy) frame — the group keys, whic
 and the noisy aggregates — so by the post-processing property of differential privacy it costs nothing.
 HAVING does not reduce the cost: every cell was computed, noised and charged before it filters.  Output
 expressions that are a bare aggregate under parentheses or CAST keep a 95% interval (the same transformation
-applied to its ends; both are monotone); other computed outputs have none.
+applied to its ends; both are monotone); other computed outputs get one from the intervals of the aggregates they
+read, by a union bound and interval arithmetic (:mod:`dpmagic.query.intervals`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sqlglot
 from sqlglot import exp
 
 from dpmagic.query.evaluate import _truth, columns_of, evaluate
-from dpmagic.query.model import Aggregate, GroupKey, Query
+from dpmagic.query.intervals import Unsupported, aggregates_read, interval_of, level_column, ratio_interval
+from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 
 __all__ = ["finish", "hidden_label", "in_region", "order_rows", "selection_only", "stand_in_env"]
 
@@ -52,8 +54,12 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     n = len(df)
     env = {str(c): _column(df[c]) for c in df.columns}
     out: dict[str, object] = {}
+    notes: list[str] = []
+    aliases = {a.alias for a in query.aggregates}
     for o in query.outputs:
         out[o.name] = _ev(o.expr, env, n)
+        if o.source is None:
+            notes += _computed_interval(o, aliases, env, n, out)
         if o.source is not None and f"{o.source}_ci_low" in df.columns:
             tree = sqlglot.parse_one(o.expr)
             for end in ("ci_low", "ci_high"):
@@ -76,7 +82,6 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
                 if f"{agg.alias}_{end}" in env:
                     out[f"{label}_{end}"] = env[f"{agg.alias}_{end}"]
     frame = pd.DataFrame(out)
-    notes: list[str] = []
     keep = np.ones(n, dtype=bool)
     labels = _row_labels(query, df)
     if query.having is not None:
@@ -94,6 +99,41 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     result = frame.iloc[order].reset_index(drop=True)
     result.attrs["dp_notes"] = notes
     return result
+
+
+def _computed_interval(
+    o: Output, aliases: set[str], env: dict[str, np.ndarray], n: int, out: dict[str, object]
+) -> list[str]:
+    """A computed output's interval (``out[name_ci_low]``, ``out[name_ci_high]``) from the intervals of the k
+    aggregates it reads at level 1 − α/k (:mod:`dpmagic.query.intervals`: union bound, interval arithmetic); the
+    AVG of a linear expression as a ratio within its declared range.  Returns notes for the answer."""
+    read = aggregates_read(o.expr, aliases)
+    if not read:
+        return []  # group keys and constants only: public, exact
+    k = len(read)
+    cols = {a: (level_column(a, "ci_low", k), level_column(a, "ci_high", k)) for a in read}
+    if not all(c in env for pair in cols.values() for c in pair):
+        return [f"{o.name}: no interval is stated (it reads an aggregate whose interval is not combined here)"]
+    bases = {a: (env[lo], env[hi]) for a, (lo, hi) in cols.items()}
+    tree = sqlglot.parse_one(o.expr)
+    try:
+        with np.errstate(all="ignore"):
+            if o.bounds is not None:
+                est, low, high = ratio_interval(tree, bases, env, n, o.bounds)
+                out[o.name] = est
+            else:
+                low, high = interval_of(tree, bases, env, n)
+    except Unsupported as exc:
+        return [f"{o.name}: no interval is stated ({exc} is not combined by interval arithmetic)"]
+    out[f"{o.name}_ci_low"], out[f"{o.name}_ci_high"] = low, high
+    if o.bounds is not None and np.isnan(est).any():
+        m = int(np.isnan(est).sum())
+        return [
+            f"{o.name}: not shown (NaN) for {m} group{'s' if m != 1 else ''}: the noisy count is too small (its "
+            "interval reaches below one row), so the average would be meaningless; the interval is the whole "
+            "range of the expression over the declared domain"
+        ]
+    return []
 
 
 def selection_only(query: Query) -> list[Aggregate]:

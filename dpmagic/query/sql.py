@@ -48,7 +48,7 @@ from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_co
 from dpmagic.query.evaluate import EvalError, evaluate
 from dpmagic.query.flatten import flatten_table_subqueries, fold_common_filter
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
-from dpmagic.query.linear import distribute_linear
+from dpmagic.query.linear import distribute_linear, linear_range
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.syntax import syntax_error
 from dpmagic.query.where import where_clause
@@ -466,7 +466,11 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             inner = inner.this
         if isinstance(inner, exp.Column) and any(a.alias == inner.name for a in ctx.aggregates):
             source = inner.name
-        outputs.append(Output(alias or node.sql(), e.sql(), source))
+        bounds = None
+        terms = node.meta.get("linear_avg")
+        if terms is not None:  # AVG of a linear row expression: its value lies in the expression's range
+            bounds = linear_range(terms, lambda atom: _atom_bounds(atom, ctx.schema))
+        outputs.append(Output(alias or node.sql(), e.sql(), source, bounds))
     names = [o.name.lower() for o in outputs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -476,6 +480,14 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
     elif ctx.groups and key_pos != len(ctx.groups):
         simple = False
     return outputs, simple
+
+
+def _atom_bounds(atom: exp.Expr, schema: Schema) -> tuple[float, float]:
+    """The public bounds of a linear term's atom (a column or a clamp of one): its SUM's declared or clamped
+    bounds (:func:`dpmagic.aggregates.common.effective_bounds`)."""
+    from dpmagic.aggregates.common import effective_bounds
+
+    return effective_bounds(base_aggregate(exp.Sum(this=atom.copy()), schema), schema)
 
 
 def _default_name(agg: Aggregate) -> str:

@@ -36,6 +36,7 @@ from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, release_integer
 from dpmagic.noise.sensitivity import release_sensitivity
+from dpmagic.query.intervals import level_column, union_level, union_sizes
 from dpmagic.query.model import Query
 from dpmagic.releases.cells import Cells
 
@@ -201,6 +202,7 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
     extended: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     if plan.extra:
         extended = release_extended(plan.extra, cells.extra, level)
+    sizes = union_sizes(query)
     for agg in query.aggregates:
         unit = unit_for(agg.func)
         if isinstance(unit, BasicUnit):
@@ -213,6 +215,12 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
         else:
             v, lo_ci, hi_ci = extended[agg.alias]
         out[agg.alias], out[f"{agg.alias}_ci_low"], out[f"{agg.alias}_ci_high"] = v, lo_ci, hi_ci
+        if isinstance(unit, BasicUnit):
+            # a computed output reading k aggregates takes each one's interval at level 1 − α/k (a union bound,
+            # dpmagic.query.intervals): post-processing of the same noisy values, nothing drawn again
+            for k in sizes:
+                _, lo_k, hi_k = unit.answer(agg, count, total, schema, union_level(level, k))
+                out[level_column(agg.alias, "ci_low", k)], out[level_column(agg.alias, "ci_high", k)] = lo_k, hi_k
     return pd.DataFrame(out)
 
 

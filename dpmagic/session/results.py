@@ -196,7 +196,7 @@ class ComposedResult:
 
     @property
     def notes(self) -> list[str]:
-        notes = [n for r in self.parts for n in r.notes]
+        notes = [n for r in self.parts for n in r.notes] + list(self.df.attrs.get("dp_notes", []))
         return list(dict.fromkeys(notes))
 
     def summary(self) -> str:
