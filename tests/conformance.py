@@ -329,8 +329,10 @@ def _releases_per_set(q, plan, sets: list[tuple[tuple[int, ...], ...]]) -> dict[
         idx = np.array([[at.get((j, *k), len(cells.keys)) for k in keys] for j in range(len(part))], dtype=np.int64)
         for alias, u in plan.extra.items():
             for name, v in u.unit.integer_releases(u, cells.extra[alias]).items():
-                vec = np.append(np.asarray(v, dtype=np.int64), np.int64(0))
-                out.setdefault(f"{alias}:{name}", []).append(vec[idx])
+                # a release of w entries per cell (a quantile's interval histogram: cells × bins, cell-major)
+                arr = np.asarray(v, dtype=np.int64).reshape(len(cells.keys), -1)
+                vec = np.vstack([arr, np.zeros((1, arr.shape[1]), dtype=np.int64)])
+                out.setdefault(f"{alias}:{name}", []).append(vec[idx].reshape(len(part), -1))
     return {name: np.vstack(parts) for name, parts in out.items()}
 
 

@@ -90,7 +90,7 @@ def per_row(q, plan, schema: Schema) -> list[dict[str, np.ndarray]]:
         for alias, u in plan.extra.items():
             for name, v in u.unit.integer_releases(u, cells.extra[alias]).items():
                 rel[f"{alias}:{name}"] = _int64([int(a) for a in v])
-            if not u.unit.sensitivities(u):  # a quantile: its histogram per cell
+            if u.agg.func == "quantile":  # a quantile: its histogram per cell (the pick's input)
                 rel[f"hist:{alias}"] = np.asarray(cells.extra[alias], dtype=np.int64)
         rel["cell"] = np.asarray(cells.counts, dtype=np.int64)  # the row's cell (one 1, or none: outside the box)
         out.append(rel)
@@ -141,6 +141,7 @@ def person_vectors(rel: list[dict[str, np.ndarray]], people: list[tuple[int, ...
 def changes(vec: np.ndarray, replace_one: bool) -> np.ndarray:
     if not replace_one:
         return vec
+    vec = np.unique(vec, axis=0)  # persons with the same release add no pair (the maxima are unchanged)
     return (vec[:, None, :] - vec[None, :, :]).reshape(-1, vec.shape[1])
 
 

@@ -17,7 +17,37 @@ the within-cell change, so each of the two costs at most half (pure; a quarter u
 (a schema's person unit) one person moves up to c rows in each of up to n cells: the map is taken at
 :func:`dpmagic.noise.sensitivity.person_distance` (docs/people.md §2).  Candidates
 (public, from the declared or clamped range): every integer when an int range has ≤ 10,001 values, otherwise
-1,001 evenly spaced points.  Values are clamped into the range.  No interval is stated (NaN).
+1,001 evenly spaced points.  Values are clamped into the range.
+
+**The interval** (a second release, in the same charge: the unit has two releases per cell, each at the query's
+per-release share).  With the pick, each cell's histogram over B ≤ :data:`INTERVAL_BINS` coarse bins of the
+candidates (:func:`interval_edges`: bin i holds the values in (c_{e_{i−1}}, c_{e_i}]) is released with OpenDP's
+integer noise (:func:`interval_noise`: a COUNT over the finer cells cell × bin, its sensitivity that of a sum of
+per-row values in [0, 1], brute-force checked by the conformance suite).  The interval is post-processing of that
+noisy histogram alone (:func:`interval`), proven as follows.  Let P_j = #{x ≤ c_{e_j}}, Q_j = n − P_j,
+r = p·(n − 1) + 1 and v the exact p-quantile by linear interpolation (PERCENTILE_CONT), which lies between the
+order statistics x_(⌊r⌋) ≤ v ≤ x_(⌈r⌉) (both of which it is for MIN, MAX and an integral r).  For n ≥ 1 and
+D_j = (1 − p)·P_j − p·Q_j:
+
+* D_j ≥ 1 − p ⟺ P_j ≥ r ⟺ P_j ≥ ⌈r⌉ ⟹ x_(⌈r⌉) ≤ c_{e_j}, so v ≤ c_{e_j};
+* D_j ≤ −p ⟺ P_j ≤ r − 1 ⟺ P_j < ⌊r⌋ ⟹ x_(⌊r⌋) > c_{e_j}, so v > c_{e_j}.
+
+The noisy D̂_j − D_j = Σ_i w_i Z_i is a fixed weighting of the bins' independent noises Z_i (w_i = 1 − p for
+i ≤ j, −p beyond).  Each of these B sums exceeds its bound E_j in absolute value with probability ≤ β/B,
+β = 1 − level (:func:`weighted_tail_bound`: a Chernoff bound with the exact moment generating function of the
+discrete Laplace; for the discrete Gaussian its sub-Gaussian bound E[e^{tZ}] ≤ e^{t²σ²/2}, Canonne, Kamath &
+Steinke 2020, "The discrete Gaussian for differential privacy", NeurIPS, Cor. 9).  By the union bound, with
+probability ≥ level all B bounds hold at once, and then U = c_{e_j} at the first j with D̂_j − E_j ≥ 1 − p
+(else hi) has v ≤ U, and L = c_{e_j} at the last j with D̂_j + E_j ≤ −p (else lo) has v > L.  So [L, U] covers v
+(and both order statistics) with probability ≥ level, whatever the data: the interval depends on the rows only
+through the noisy histogram.  The pick is clipped into [L, U] (post-processing; coverage unchanged).
+
+**Empty groups.**  The derivation needs n ≥ 1, and a quantile of no row is undefined.  On an empty cell every
+D_j = 0, so (on the same event) an upper bound found for p < 1 (D_j ≥ 1 − p > 0) or a lower bound found for
+p > 0 (D_j ≤ −p < 0) proves n ≥ 1.  A cell where neither is found may be empty: its value is NaN (the answer's
+notes say so) and its interval the whole range [lo, hi].  Where the two bounds cross (only outside the level
+event) the interval is also [lo, hi].  B is kept small (:data:`INTERVAL_BINS`) because E_j grows like √B: a
+cell needs roughly 2·E_j / min(p, 1 − p) rows (MIN and MAX: E_j of one bin's noise) before a value is shown.
 
 MIN and MAX are the 0- and 1-quantiles, but OpenDP's quantile score ties on every candidate below the minimum
 (above the maximum), so the exponential mechanism would pick uniformly among them.  They use their own score
@@ -46,6 +76,7 @@ OpenDP's sampler, whose running time depends on the noise and the scores, not on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,20 +86,25 @@ import opendp.prelude as dp
 
 from dpmagic.aggregates.common import CellCalibration
 from dpmagic.errors import BudgetError, UnsupportedQueryError
-from dpmagic.noise.calibration import MAX_ROWS
-from dpmagic.noise.sensitivity import person_distance
+from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, release_integer
+from dpmagic.noise.sensitivity import Coverage, patterns, person_distance
 
 dp.enable_features("contrib")
 
 __all__ = [
+    "INTERVAL_BINS",
     "MAX_HISTOGRAM_BINS",
     "QuantilePlan",
     "bins",
     "candidates",
     "histogram_bins",
+    "interval",
+    "interval_edges",
+    "interval_noise",
     "plan",
     "release",
     "scores",
+    "weighted_tail_bound",
 ]
 
 MAX_INT_CANDIDATES = 10_001
@@ -76,6 +112,8 @@ GRID = 1_001
 #: the most bins (GROUP BY cells × (2K + 1)) one quantile's histogram may have: 2^24 int64 counts (128 MB in
 #: the kernel), refused before the charge beyond (the grid and the cells are public)
 MAX_HISTOGRAM_BINS = 1 << 24
+#: the most coarse bins per cell of a quantile's interval histogram (:func:`interval_edges`)
+INTERVAL_BINS = 32
 
 
 @dataclass(frozen=True)
@@ -138,14 +176,28 @@ def grid_of(cands: tuple[float, ...], lo: float, hi: float, is_int: bool) -> Gri
 
 class QuantilePlan:
     def __init__(
-        self, cands: tuple[float, ...], alpha: float, scale: float, measure: str, is_int: bool, grid: Grid
+        self,
+        cands: tuple[float, ...],
+        alpha: float,
+        scale: float,
+        measure: str,
+        is_int: bool,
+        grid: Grid,
+        hist: Noise | None = None,
     ) -> None:
         self.candidates, self.alpha, self.scale, self.measure, self.is_int = cands, alpha, scale, measure, is_int
         #: how an engine bins a value on the candidates (:class:`Grid`)
         self.grid = grid
+        #: the noise of the interval's coarse histogram (:func:`interval_noise`; None: no interval)
+        self.hist = hist
+        #: the candidates' indices ending the coarse bins (:func:`interval_edges`)
+        self.edges = interval_edges(len(cands))
 
     def __str__(self) -> str:
-        return f"exponential mechanism (Gumbel scale {self.scale:.4g}) over {len(self.candidates)} candidates"
+        pick = f"exponential mechanism (Gumbel scale {self.scale:.4g}) over {len(self.candidates)} candidates"
+        if self.hist is None:
+            return pick
+        return f"{pick}; interval from a {len(self.edges)}-bin histogram with {self.hist}"
 
 
 def candidates(lo: float, hi: float, is_int: bool) -> tuple[float, ...]:
@@ -271,8 +323,114 @@ def extreme_scores_of(hist: np.ndarray, alpha: float) -> list[float]:
     return (-above + (k - 1 - i) / (2 * k)).tolist()
 
 
-def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration, *, n_cells: int = 1) -> QuantilePlan:
-    """The noise of one quantile's release in each of ``n_cells`` cells (no data read).
+def interval_edges(k: int) -> np.ndarray:
+    """The indices e_0 = 0 < … < e_{B−1} = k − 1 of the candidates that end the interval histogram's coarse bins
+    (every candidate when k ≤ :data:`INTERVAL_BINS`, else B = :data:`INTERVAL_BINS` evenly spaced ones): public."""
+    return np.unique(np.round(np.linspace(0, k - 1, min(k, INTERVAL_BINS))).astype(np.int64))
+
+
+def coarse_histograms(hists: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Each cell's counts in the coarse bins (c_{e_{i−1}}, c_{e_i}] (the first: ≤ c_{e_0}), from its histogram over
+    the 2K + 1 fine bins (:func:`bins`): ``n_cells × B`` int64.  The values are clamped into [lo, hi] = [c_0, c_{K−1}],
+    so the bins hold every row of the cell."""
+    h = np.asarray(hists, dtype=np.int64)
+    le = np.cumsum(h, axis=1)[:, 2 * edges + 1]  # #{x ≤ c_{e_i}}
+    return np.diff(le, axis=1, prepend=0)
+
+
+def interval_noise(definition: str, share: float, cov: Coverage, *, replace_one: bool) -> Noise:
+    """The noise of the interval histogram: a COUNT over the finer cells (GROUP BY cell × coarse bin) — a step
+    adds or removes a row in one bin, and a replacement may move a row to another bin even within one cell — so its
+    sensitivity is that of a sum of per-row values in [0, 1] over at least two cells
+    (:func:`dpmagic.noise.sensitivity.patterns`, also at person level), calibrated at ``share``."""
+    cells = dataclasses.replace(cov, cells=max(cov.cells, 2))
+    return calibrate(definition, share, patterns(0, 1, cells, replace_one=replace_one))  # type: ignore[arg-type]
+
+
+def _dlap_log_mgf(t: np.ndarray, scale: float) -> np.ndarray:
+    """log E[e^{tZ}] of the discrete Laplace P(k) ∝ e^{−|k|/scale}, for |t| < 1/scale:
+    (1 − q)² / ((1 − q e^t)(1 − q e^{−t})), q = e^{−1/scale}."""
+    r = 1.0 / scale
+    return 2.0 * math.log1p(-math.exp(-r)) - np.log1p(-np.exp(t - r)) - np.log1p(-np.exp(-t - r))
+
+
+def weighted_tail_bound(noise: Noise, counts: list[tuple[int, float]], beta: float) -> float:
+    """A proven E with P(|Σ_i w_i Z_i| ≥ E) ≤ ``beta`` for independent noises Z_i of ``noise`` (in its answer units),
+    where ``counts`` lists (how many i, |w_i|).  Discrete Gaussian: sub-Gaussian with variance proxy σ²Σw²
+    (Canonne, Kamath & Steinke 2020, Cor. 9), E = σ·√(2Σw²·ln(2/β)).  Discrete Laplace: Chernoff,
+    P(S ≥ E) ≤ e^{−tE}·Π_i M(t·w_i) at any admissible t (symmetric: ×2), minimised over a grid of t.  The grid
+    rounding of a coarse release adds Σ|w_i|·``noise.rounding``."""
+    s1 = sum(m * w for m, w in counts)
+    if s1 == 0:
+        return 0.0
+    g = noise.granularity
+    slack = s1 * noise.rounding
+    if noise.kind == "discrete_gaussian":
+        s2 = sum(m * w * w for m, w in counts)
+        return g * noise.scale * math.sqrt(2.0 * s2 * math.log(2.0 / beta)) + slack
+    assert noise.kind == "discrete_laplace"
+    wmax = max(w for m, w in counts if m)
+    t = np.geomspace(1e-6, 0.999, 400) / (noise.scale * wmax)
+    log_m = sum(m * _dlap_log_mgf(t * w, noise.scale) for m, w in counts if m and w)
+    e = (log_m + math.log(2.0 / beta)) / t
+    assert np.all(np.isfinite(e))
+    return g * float(np.min(e)) + slack
+
+
+def interval_bounds(p: QuantilePlan, level: float) -> np.ndarray:
+    """E_j for every edge j of D̂_j, each exceeded with probability ≤ (1 − level)/B (module docstring).  Public:
+    from the plan alone."""
+    assert p.hist is not None
+    b = len(p.edges)
+    beta = (1.0 - level) / b
+    a = p.alpha
+    return np.array([weighted_tail_bound(p.hist, [(j + 1, 1.0 - a), (b - 1 - j, a)], beta) for j in range(b)])
+
+
+def interval(
+    noisy: np.ndarray, picks: np.ndarray, p: QuantilePlan, lo: float, hi: float, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, ci_low, ci_high) per cell from the noisy coarse histograms (``n_cells × B``) and the picks: the
+    proven ``level`` interval of the module docstring, the pick clipped into it, NaN (and [lo, hi]) where the cell
+    may be empty.  Post-processing of released values only."""
+    ej = interval_bounds(p, level)
+    a = p.alpha
+    c = np.asarray(p.candidates, dtype=float)[p.edges]
+    noisy = np.asarray(noisy, dtype=float).reshape(len(picks), len(p.edges))
+    values, lows, highs = [], [], []
+    for row, pick in zip(noisy, picks):
+        pj = np.cumsum(row)
+        d = (1.0 - a) * pj - a * (pj[-1] - pj)
+        up = np.flatnonzero(d - ej >= 1.0 - a)
+        down = np.flatnonzero(d + ej <= -a)
+        nonempty = (a < 1.0 and len(up) > 0) or (a > 0.0 and len(down) > 0)
+        u = float(c[up[0]]) if len(up) else float(hi)
+        low = float(c[down[-1]]) if len(down) else float(lo)
+        if not nonempty:  # the cell may be empty: no value
+            values.append(math.nan)
+            lows.append(float(lo))
+            highs.append(float(hi))
+            continue
+        if (len(up) and len(down) and down[-1] >= up[0]) or low > u:  # only outside the level event
+            low, u = float(lo), float(hi)
+        values.append(min(max(float(pick), low), u))
+        lows.append(low)
+        highs.append(u)
+    return np.array(values, dtype=float), np.array(lows, dtype=float), np.array(highs, dtype=float)
+
+
+def plan(
+    lo: float,
+    hi: float,
+    is_int: bool,
+    alpha: float,
+    cal: CellCalibration,
+    *,
+    n_cells: int = 1,
+    hist: Noise | None = None,
+) -> QuantilePlan:
+    """The noise of one quantile's release in each of ``n_cells`` cells (no data read); ``hist`` the noise of its
+    interval histogram (:func:`interval_noise`; None: the pick alone, no interval).
 
     Refuses a histogram larger than :data:`MAX_HISTOGRAM_BINS` (``n_cells`` × (2K + 1): public) and, for a
     quantile, an installed OpenDP whose score differs from :func:`scores` (:func:`_check_scores`)."""
@@ -324,7 +482,7 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration,
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}") from None
         if float(_extreme_chain(len(cands), cal.definition, scale).map(d_ext)) > target:
             raise BudgetError(f"no noise scale makes this MIN / MAX cost {target:g}")
-        return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid)
+        return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid, hist)
     d_in = 2 if cal.replace_one else 1
     if person:  # one person moves up to c rows per cell, over several cells (docs/people.md §2)
         assert cal.contribution is not None
@@ -344,13 +502,16 @@ def plan(lo: float, hi: float, is_int: bool, alpha: float, cal: CellCalibration,
     meas = _chain(cands, alpha, cal.definition, scale)
     if float(meas.map(d_in)) > target:  # OpenDP's own map must agree
         raise BudgetError(f"no noise scale makes this quantile cost {target:g}")
-    return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid)
+    return QuantilePlan(cands, alpha, scale, cal.definition, is_int, grid, hist)
 
 
-def release(hists: np.ndarray, p: QuantilePlan, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def release(
+    hists: np.ndarray, p: QuantilePlan, lo: float, hi: float, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The noisy quantile of every cell from its histogram over the candidates (``hists``: n_cells × (2K + 1),
     the values already clamped into [lo, hi] by the backend): OpenDP's report-noisy-max on the score computed
-    from the histogram — the same measurement, on the same scores, as :func:`_chain` on the cell's values."""
+    from the histogram — the same measurement, on the same scores, as :func:`_chain` on the cell's values — and,
+    when the plan has one, its interval from the noisy coarse histogram (:func:`interval`)."""
     hists = np.asarray(hists, dtype=np.int64).reshape(-1, histogram_bins(len(p.candidates)))
     if _is_extreme(p.alpha):
         ext = _extreme_chain(len(p.candidates), p.measure, p.scale)
@@ -361,5 +522,9 @@ def release(hists: np.ndarray, p: QuantilePlan, lo: float, hi: float) -> tuple[n
         select = _select(p.candidates, p.alpha, p.measure, p.scale)
         picks = [int(select(scores(h, p.alpha))) for h in hists]
     out = np.array([p.candidates[i] for i in picks], dtype=float)
-    nan = np.full(len(out), np.nan)
-    return out, nan, nan.copy()
+    if p.hist is None:
+        nan = np.full(len(out), np.nan)
+        return out, nan, nan.copy()
+    coarse = coarse_histograms(hists, p.edges)
+    noisy = release_integer(coarse.reshape(-1), p.hist)
+    return interval(noisy, out, p, lo, hi, level)

@@ -101,19 +101,23 @@ def quantile_histograms(values: np.ndarray, cell: np.ndarray, n_cells: int, u: U
 
 
 class QuantileUnit(AggregateUnit):
-    """A quantile (``param`` = p in [0, 1]; MIN and MAX are p = 0 and 1): OpenDP's exponential mechanism over
-    the public candidate grid, its cost from OpenDP's privacy map (no sensitivity to declare)."""
+    """A quantile (``param`` = p in [0, 1]; MIN and MAX are p = 0 and 1): two releases per cell, each at the
+    query's per-release share — OpenDP's exponential mechanism over the public candidate grid (its cost from
+    OpenDP's privacy map), and a noisy coarse histogram of the same candidates (a COUNT's sensitivity, declared in
+    :meth:`sensitivities`) from which the 95% interval is proven (:mod:`dpmagic.aggregates.quantile`)."""
 
     kind = "quantile"
-    releases = 1
+    releases = 2
 
     def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
         c = ctx.schema[str(agg.column)]
         assert isinstance(c, NumericColumn) and agg.param is not None
         lo, hi = effective_bounds(agg, ctx.schema)
-        return UnitPlan(
-            agg, quantile.plan(lo, hi, c.is_int, agg.param, ctx.calibration, n_cells=ctx.query.n_cells), lo, hi
-        )
+        if ctx.calibration.definition == "gdp":  # refused by the pick's plan, before the histogram's
+            quantile.plan(lo, hi, c.is_int, agg.param, ctx.calibration, n_cells=ctx.query.n_cells)
+        hist = quantile.interval_noise(ctx.definition, ctx.share, ctx.coverage, replace_one=ctx.replace_one)
+        p = quantile.plan(lo, hi, c.is_int, agg.param, ctx.calibration, n_cells=ctx.query.n_cells, hist=hist)
+        return UnitPlan(agg, p, lo, hi)
 
     def describe(self, u: UnitPlan) -> dict[str, str]:
         return {f"quantile({u.agg.column}, {u.agg.param:g})": str(u.plan)}
@@ -128,7 +132,16 @@ class QuantileUnit(AggregateUnit):
         return r.histogram(handle, histogram_bins(len(u.plan.candidates)))
 
     def release(self, u: UnitPlan, inputs: Any, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return quantile.release(inputs, u.plan, u.lo, u.hi)
+        return quantile.release(inputs, u.plan, u.lo, u.hi, level)
+
+    def sensitivities(self, u: UnitPlan) -> dict[str, Any]:
+        return {} if u.plan.hist is None else {"histogram": u.plan.hist}
+
+    def integer_releases(self, u: UnitPlan, inputs: Any) -> dict[str, list[int]]:
+        """The interval's coarse histograms, cells × bins flattened (cell-major)."""
+        if u.plan.hist is None:
+            return {}
+        return {"histogram": quantile.coarse_histograms(inputs, u.plan.edges).reshape(-1).tolist()}
 
     def engine_groups(self, u: UnitPlan, n_cells: int) -> int:
         return n_cells * histogram_bins(len(u.plan.candidates))

@@ -132,8 +132,8 @@ def public_bounds(schema: Schema, tree: Node) -> tuple[dict[str, tuple[float, fl
 
 
 def group_keys(query: Query) -> list[object]:
-    """The public groups: the declared GROUP BY cells (a label, or a tuple of labels for several keys)."""
-    import itertools
-
-    keys: list[tuple[object, ...]] = list(itertools.product(*[g.labels for g in query.groups]))
+    """The public groups: the declared GROUP BY cells inside the WHERE region (a label, or a tuple of labels for
+    several keys; :meth:`~dpmagic.query.model.Query.region_keys`, from the query and the schema alone) — a group
+    the WHERE clause excludes holds no row, so it is neither read nor reported."""
+    keys: list[tuple[object, ...]] = query.region_keys()
     return [k[0] for k in keys] if len(query.groups) == 1 else list(keys)

@@ -307,6 +307,8 @@ def run(
         phases[-1].update({"fp_estimate": fp, "negatives_estimate": negatives})
         if fp <= p.alpha * negatives:
             return finish(answer, None, fp / negatives if negatives > 0 else 0.0)
+        if not todo:  # every reported group is certain: no re-read can lower the estimate, the answer is final
+            return finish(answer, None, fp / negatives if negatives > 0 else None)
         if rnd > max_rounds:
             break
         # Phase Two round: tighter u for the uncertain atoms, fresh noise, only uncertain groups.

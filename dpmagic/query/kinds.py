@@ -34,7 +34,7 @@ BUILTIN: tuple[AggregateKind, ...] = (
     AggregateKind("count_distinct", 1),
     AggregateKind("var", 3),  # a COUNT, a SUM and a sum of squares
     AggregateKind("stddev", 3),
-    AggregateKind("quantile", 1),
+    AggregateKind("quantile", 2),  # the pick and its interval histogram
 )
 
 _KINDS: dict[str, AggregateKind] = {k.name: k for k in BUILTIN}

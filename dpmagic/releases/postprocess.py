@@ -11,7 +11,7 @@ nothing and needs no charge.
   would collapse to zero width is widened back to the declared range (a noisy value never gets a
   zero-width interval).
 * :func:`answer_notes` — one plain-language line per thing the analyst should know about an answer
-  (an AVG not shown, a negative count, …).
+  (an AVG, quantile, MIN or MAX not shown because its group may be empty, a negative count, …).
 * :func:`tidy` — optional, switched on by the analyst: counts as whole numbers, non-negative counts, SUMs
   and AVGs clipped into what the declared bounds allow (their intervals intersected with the same set, which
   keeps their coverage).
@@ -76,13 +76,17 @@ def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
                 f"{agg.alias}: negative in {n} group{'s' if n != 1 else ''}{where(neg)} — noise on a small or "
                 "empty group; switch on free post-processing with --nonneg (or %config DPMagic.postprocess)"
             )
-    quantiles = [a.alias for a in query.aggregates if a.func == "quantile" and a.alias in df.columns]
-    if quantiles:
-        notes.append(
-            f"{', '.join(quantiles)}: no interval is stated for a quantile, MIN or MAX (the exponential "
-            "mechanism's pick among public candidates): on a small or empty group it can be far from the exact "
-            "value, so read it as indicative; a COUNT of the same groups shows how many rows each holds"
-        )
+    for agg in query.aggregates:
+        if agg.func != "quantile" or agg.alias not in df.columns:
+            continue
+        nan = df[agg.alias].isna()
+        if nan.any():
+            n = int(nan.sum())
+            notes.append(
+                f"{agg.alias}: not shown (NaN) for {n} group{'s' if n != 1 else ''}{where(nan)}: the noisy "
+                "histogram behind its interval cannot rule out that the group is empty, and a quantile, MIN or MAX "
+                "of no row is undefined; the interval is the whole declared range"
+            )
     notes.extend(df.attrs.get("dp_notes", []))  # HAVING / ORDER BY … LIMIT on noisy values (outputs.finish)
     return notes
 

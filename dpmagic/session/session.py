@@ -378,8 +378,12 @@ class Session:
 
     def dry_run(self, mechanism: Mechanism) -> Charge:
         """:meth:`run` without the charge and the read: the exact :class:`Charge` that running ``mechanism`` now
-        would make (``admissible`` False when the run would be refused).  Reads no data, changes nothing."""
-        return self.accountant.preview(mechanism.coverage, mechanism.cost)
+        would make (``admissible`` False when the run would be refused).  The same admission checks as :meth:`run`,
+        in the same order: what the backend cannot answer raises here as there (public information only), then the
+        accountant's preview.  Reads no data, changes nothing."""
+        with self.lock:
+            mechanism.check(self.backend)
+            return self.accountant.preview(mechanism.coverage, mechanism.cost)
 
     def run(
         self,

@@ -132,7 +132,10 @@ class QueryMagics(MagicsBase):
         - HAVING, ORDER BY (names, aliases, positions), LIMIT n / TOP n: post-processing of the noisy values
           (free; HAVING does not lower the cost); the values they read are shown with their intervals, and a
           note names the groups whose membership or order the intervals do not settle
-        - every aggregate has a 95% interval except quantiles, MIN and MAX (NaN: not stated)
+        - every aggregate has a 95% interval: COUNT, SUM, AVG and COUNT(DISTINCT) from their noise; VAR and
+          STDDEV from their three releases' intervals; quantiles, MIN and MAX from a noisy histogram of the
+          candidates released in the same charge (each takes two releases of the query's cost); a value the
+          intervals cannot support is NaN with a note (an AVG, quantile, MIN or MAX of a group that may be empty)
         - GROUP BY keys alone (SELECT educ FROM t WHERE ... GROUP BY educ): the declared keys inside the WHERE
           region, public, free (no data read, nothing charged)
         - refused with one message, before any charge: row-level SELECTs (SELECT *, DISTINCT, no aggregate
