@@ -339,6 +339,8 @@ class EngineBackend(Backend):
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sum_keys:
                 continue
+            if units is not None and agg.sum_key not in units:  # no raw sum planned: an AVG's sum is centred
+                continue
             c = self.schema[agg.column]
             assert isinstance(c, NumericColumn)
             lo, hi = clamp_bounds(c, agg.clamp)
