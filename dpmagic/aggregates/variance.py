@@ -1,6 +1,7 @@
 """VAR / VARIANCE / VAR_SAMP / VAR_POP and STDDEV / STD / STDEV / STDDEV_POP.
 
-Three noisy releases per cell, the cost split equally over them (as AVG splits its two): a COUNT n, a SUM
+Three noisy releases per cell — shared with the query's COUNT / AVG / SUM and between VAR and STDDEV of the
+column, the cost split over the query's distinct releases (:mod:`dpmagic.aggregates.moments`): a COUNT n, a SUM
 S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public range [lo, hi] of the
 column's values in the WHERE box (declared bounds ∩ the box's set on the column, clamped by the analyst's
 clamp if any: :func:`dpmagic.noise.sensitivity.value_range`) and c is its midpoint (an integer for int columns).

@@ -76,7 +76,7 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
                 if f"{agg.alias}_{end}" in env:
                     out[f"{label}_{end}"] = env[f"{agg.alias}_{end}"]
     frame = pd.DataFrame(out)
-    notes: list[str] = []
+    notes: list[str] = list(df.attrs.get("dp_notes", []))  # the release's own notes (clamped AVGs) come first
     keep = np.ones(n, dtype=bool)
     labels = _row_labels(query, df)
     if query.having is not None:

@@ -1,17 +1,20 @@
 """Turning exact cell aggregates into a noisy, released answer.
 
-Cost split (documented policy): a query charged cost c releases, in every GROUP BY cell, one noisy value per
-COUNT, SUM or COUNT(DISTINCT), two per AVG (a noisy SUM and a noisy COUNT), three per VAR / STDDEV and one per
-quantile (the units of :mod:`dpmagic.aggregates`).  The query's additive weight w = weight(c) is
-divided equally among those k releases (w/k each: ε/k under pure DP, ρ/k under zCDP, μ²/k under GDP).  Each
-release is the vector of its cells' values, noised for that vector's sensitivity (:mod:`dpmagic.noise.sensitivity`):
-under add/remove-one a row touches one cell, so every cell gets the full per-release share; under replace-one
-two cells can change, which the L1 / L2 sensitivity (or GDP's per-cell split) accounts for.
+Cost split (documented policy: docs/privacy-model.md, "The cost split"): a query charged cost c releases, in every
+GROUP BY cell, each of its *distinct* quantities once (:mod:`dpmagic.aggregates.moments`): one cell count for every
+COUNT / AVG / VAR / STDDEV, per column a centred sum (AVG / VAR / STDDEV, and a SUM of the same column derived from
+it) or a raw sum (SUM alone), a centred sum of squares (VAR / STDDEV), and each own release of the other units
+(COUNT(DISTINCT), quantiles).  The query's additive weight w = weight(c) gives the own releases w/k each (k
+distinct releases) and the shared ones the error-minimising split of :func:`~dpmagic.aggregates.moments.split_weights`
+(w_r ∝ A_r^(1/3) under pure DP, √A_r under zCDP / GDP).  Each release is the vector of its cells' values, noised
+for that vector's sensitivity (:mod:`dpmagic.noise.sensitivity`): under add/remove-one a row touches one cell, so
+every cell gets the full per-release share; under replace-one two cells can change, which the L1 / L2 sensitivity
+(or GDP's per-cell split) accounts for.
 
-AVG is post-processing (:func:`dpmagic.releases.postprocess.ratio_estimate`): noisy SUM / noisy COUNT, clamped into the
-column's declared bounds, and NaN where the noisy count's interval reaches below one row.  Its 95% interval is
-the range of SUM/COUNT over the rectangle of the two 97.5% intervals (a union bound), so it covers the true
-average with probability ≥ 95% whenever the true count is positive; never zero-width.
+AVG is post-processing (:func:`dpmagic.releases.postprocess.ratio_estimate` on the centred values): c + S/n̂,
+clamped into the column's range in the box, and NaN where the noisy count's interval reaches below one row.  Its
+95% interval is the range of c + S/n over the rectangle of the two 97.5% intervals (a union bound), so it covers
+the true average with probability ≥ 95% whenever the true count is positive; never zero-width.
 
 An analyst's clamp (``SUM(CLAMP(x, lo, hi))``, :attr:`~dpmagic.query.model.Aggregate.clamp`) is a different sum:
 it has its own release, keyed by :attr:`~dpmagic.query.model.Aggregate.sum_key`, whose sensitivity follows the
