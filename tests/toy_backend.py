@@ -80,10 +80,10 @@ class ToyBackend(Backend):
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
-            if units is not None and agg.sum_key not in units:  # a centred sum: no raw sum planned
-                continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
+            if units is not None and agg.sum_key not in units and not col.is_int:
+                continue  # a float sum not planned as a raw sum (an AVG's sum is centred)
             lo, hi = clamp_bounds(col, agg.clamp)
             total = [0] * n
             for row, c in zip(self.rows, cells, strict=True):

@@ -339,10 +339,10 @@ class EngineBackend(Backend):
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sum_keys:
                 continue
-            if units is not None and agg.sum_key not in units:  # no raw sum planned: an AVG's sum is centred
-                continue
             c = self.schema[agg.column]
             assert isinstance(c, NumericColumn)
+            if units is not None and agg.sum_key not in units and not c.is_int:
+                continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)
             lo, hi = clamp_bounds(c, agg.clamp)
             x = col(agg.column)
             value: exp.Expr | Quantised = x

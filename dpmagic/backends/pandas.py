@@ -153,10 +153,10 @@ class PandasBackend(Backend):
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
-            if units is not None and agg.sum_key not in units:  # no raw sum planned: an AVG's sum is centred
-                continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
+            if units is not None and agg.sum_key not in units and not col.is_int:
+                continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)
             raw = self.df[agg.column].to_numpy()
             lo, hi = clamp_bounds(col, agg.clamp)  # the declared bounds, or the analyst's clamp inside them
             if col.is_int:
