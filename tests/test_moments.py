@@ -234,3 +234,17 @@ def test_every_group_and_definition_plans_without_data() -> None:
         b = plan_noise(q, SCHEMA, CURRENCIES[definition], 0.9, replace_one=replace_one)
         assert a.shares == b.shares and a.count == b.count
         assert {k: m.plan for k, m in a.moments.items()} == {k: m.plan for k, m in b.moments.items()}
+
+
+def test_accuracy_targets_use_the_centred_plan() -> None:
+    """``--ci`` on AVG (with ``min_rows``) bounds the centred AVG's half-width; on VAR it is refused with the reason,
+    never a crash (VAR has no plan of its own any more)."""
+    from dpmagic.errors import ConfigurationError
+    from dpmagic.releases.plan import cost_for_target, plan_halfwidth
+
+    q = _q("SELECT COUNT(*) AS n, AVG(x) AS a FROM t")
+    cost = cost_for_target(q, SCHEMA, CURRENCIES["pure"], 2.0, min_rows=100)
+    plan = plan_noise(q, SCHEMA, CURRENCIES["pure"], cost)
+    assert plan_halfwidth(plan, q, SCHEMA, min_rows=100) <= 2.0
+    with pytest.raises(ConfigurationError, match="not available for VAR"):
+        cost_for_target(_q("SELECT VAR(x) AS v FROM t"), SCHEMA, CURRENCIES["pure"], 2.0)

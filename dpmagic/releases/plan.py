@@ -199,6 +199,8 @@ def plan_halfwidth(
             mp = plan.moments.get(agg.sum_key)
             centred = None if mp is None else mp.plan
             widths.append(unit.basic_halfwidth(agg, plan.count, raw, centred, min_rows, level))
+        elif unit.quantities:  # VAR / STDDEV: from the shared centred plan (no target: refused with the reason)
+            widths.append(unit.halfwidth(plan.moments[agg.sum_key], level))
         else:
             widths.append(unit.halfwidth(plan.extra[agg.alias], level))
     return max(widths)

@@ -43,9 +43,9 @@ class QueryMechanism(QueryBoxMechanism):
         noise = {"count": plan.count} if plan.count is not None else {}
         noise.update({f"sum({k})": v for k, v in plan.sums.items()})
         for k, m in plan.moments.items():  # the centred quantities (dpmagic.aggregates.moments)
-            noise[f"s({k})"] = m.plan.total.noise
+            noise[f"centred sum({k})"] = m.plan.total.noise
             if m.plan.squares is not None:
-                noise[f"q({k})"] = m.plan.squares.noise
+                noise[f"centred sum of squares({k})"] = m.plan.squares.noise
         return noise
 
     def describe(self) -> dict[str, Any]:
@@ -60,7 +60,7 @@ class QueryMechanism(QueryBoxMechanism):
             d["centred_noise"] = {
                 k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity}
                 for k, v in self.noise.items()
-                if k.startswith(("s(", "q("))
+                if k.startswith("centred ")
             }
         d["shares"] = dict(plan.shares)
         return d
