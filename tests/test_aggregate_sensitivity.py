@@ -104,15 +104,15 @@ CASES = list(itertools.product(["pure", "zcdp", "gdp"], [False, True], WHERES, G
 @pytest.mark.parametrize("definition, replace_one, where, group", CASES)
 @pytest.mark.parametrize("select", BASIC)
 def test_clamped_sums_bins_and_filters(definition, replace_one, where, group, select) -> None:
-    """COUNT and (clamped) SUM releases, incl. AVG's two, over binned GROUP BY cells and exact filters."""
+    """COUNT, raw (clamped) SUM and AVG's centred SUM releases, over binned GROUP BY cells and exact filters."""
     q = _query(select, where, group)
     plan = plan_noise(q, TINY, CURRENCIES[definition], COST[definition], replace_one=replace_one)
     cell = _cell_of(q, where, group)
     n_cells = q.n_cells
-    exact = PandasBackend(FRAME, TINY).evaluate(q, units_of(plan))
+    exact = PandasBackend(FRAME, TINY).evaluate(q, units_of(plan), extended=plan.extra)
     releases = [(None, plan.count)] if plan.count is not None else []
     for agg in q.aggregates:
-        if agg.column is not None and (agg.sum_key, plan.sums[agg.sum_key]) not in releases:
+        if agg.sum_key in plan.sums and (agg.sum_key, plan.sums[agg.sum_key]) not in releases:
             releases.append((agg, plan.sums[agg.sum_key]))
     for agg, noise in releases:
         if agg is None:
@@ -126,6 +126,30 @@ def test_clamped_sums_bins_and_filters(definition, replace_one, where, group, se
         contrib = _contrib(cell, n_cells, values)
         assert contrib.sum(axis=0).tolist() == list(backend)  # the backend sums exactly these contributions
         _covered(noise, contrib, definition, replace_one)
+    assert set(plan.moments) == {a.sum_key for a in q.aggregates if a.func == "avg"}
+    for mp in plan.moments.values():
+        _check_centred(mp.agg, mp.plan, cell, n_cells, exact.extra[mp.key], definition, replace_one)
+
+
+def _check_centred(agg, p, cell, n_cells, exact, definition, replace_one) -> None:
+    """The count, centred sum and (if planned) centred sum of squares of ``agg``'s column: each row's value
+    clamped into the box's range [p.lo, p.hi], centred on p.c (quantised on float columns), summed exactly by the
+    backend and covered by its noise."""
+    ys = [min(max(r[agg.column], p.lo), p.hi) - p.c for r in ROWS]  # clamped into the box's range, centred
+    if agg.column == "x":
+        assert all(float(y).is_integer() for y in ys)
+        s_vals = [int(y) for y in ys]
+        q_vals = [int(y) ** 2 for y in ys]
+    else:
+        s_vals = [int(np.rint(y / p.total.noise.unit)) for y in ys]
+        q_vals = [] if p.squares is None else [int(np.rint(y * y / p.squares.noise.unit)) for y in ys]
+    parts = [(p.count, [1] * len(ROWS), "n"), (p.total.noise, s_vals, "s")]
+    if p.squares is not None:
+        parts.append((p.squares.noise, q_vals, "q"))
+    for noise, values, key in parts:
+        contrib = _contrib(cell, n_cells, values)
+        assert contrib.sum(axis=0).tolist() == list(exact[key])
+        _covered(noise, contrib, definition, replace_one)
 
 
 VAR_SELECTS = ["VAR(x) AS v", "STDDEV(f) AS v", "VAR(CLAMP(x, -1, 2)) AS v", "VAR_POP(CLAMP(f, 0, 1)) AS v"]
@@ -137,27 +161,11 @@ def test_variance_releases(definition, replace_one, where, group, select) -> Non
     """VAR / STDDEV: count, centred sum and centred sum of squares, each an exact integer release."""
     q = _query(select, where, group)
     plan = plan_noise(q, TINY, CURRENCIES[definition], COST[definition], replace_one=replace_one)
-    p = plan.extra["v"].plan
     agg = q.aggregates[0]
+    mp = plan.moments[agg.sum_key]
     cell = _cell_of(q, where, group)
-    n_cells = q.n_cells
-    exact = PandasBackend(FRAME, TINY).evaluate(q, units_of(plan), extended=plan.extra).extra["v"]
-    ys = [min(max(r[agg.column], p.lo), p.hi) - p.c for r in ROWS]  # clamped into the box's range, centred
-    if agg.column == "x":
-        assert all(float(y).is_integer() for y in ys)
-        s_vals = [int(y) for y in ys]
-        q_vals = [int(y) ** 2 for y in ys]
-    else:
-        s_vals = [int(np.rint(y / p.total.noise.unit)) for y in ys]
-        q_vals = [int(np.rint(y * y / p.squares.noise.unit)) for y in ys]
-    for noise, values, key in (
-        (p.count, [1] * len(ROWS), "n"),
-        (p.total.noise, s_vals, "s"),
-        (p.squares.noise, q_vals, "q"),
-    ):
-        contrib = _contrib(cell, n_cells, values)
-        assert contrib.sum(axis=0).tolist() == list(exact[key])
-        _covered(noise, contrib, definition, replace_one)
+    exact = PandasBackend(FRAME, TINY).evaluate(q, units_of(plan), extended=plan.extra).extra[mp.key]
+    _check_centred(agg, mp.plan, cell, q.n_cells, exact, definition, replace_one)
 
 
 def test_variance_centre_is_the_box_midpoint() -> None:
@@ -165,7 +173,8 @@ def test_variance_centre_is_the_box_midpoint() -> None:
     assert (p.c, p.total.a, p.total.b) == (0, -2, 3)
     q = _query("VAR(x) AS v", "WHERE x >= 1", "")
     plan = plan_noise(q, TINY, CURRENCIES["pure"], 1.0)
-    assert (plan.extra["v"].plan.lo, plan.extra["v"].plan.hi, plan.extra["v"].plan.c) == (1, 3, 2)
+    p = plan.moments["x"].plan
+    assert (p.lo, p.hi, p.c) == (1, 3, 2)
 
 
 def _cov(where: str, group: str):

@@ -71,12 +71,14 @@ def _engine_trace(backend: Backend) -> Iterator[list]:
 @contextlib.contextmanager
 def _pandas_trace(backend: Backend) -> Iterator[list]:
     """Rows summed by every exact per-cell sum (every row of the frame, rows outside the box in the discarded bin)."""
+    import dpmagic.aggregates.variance as centred  # the centred sums of AVG / VAR / STDDEV (moments)
     import dpmagic.backends.pandas as module
 
     got: list = []
     with (
         patched(module, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
         patched(exactsum, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
+        patched(centred, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
     ):
         yield got
 
@@ -235,3 +237,29 @@ def test_toy_aggregate_on_every_backend(toy_unit) -> None:
     for bind in (_duckdb, _toy):
         assert_same_cells(ref, bind(GOOD, SMALL).evaluate(q, units_of(plan), extended=plan.extra))
     assert np.isfinite(toy_unit.halfwidth(plan.extra["s"]))
+
+
+# ---- the shared quantities (issue 32): AVG's centred sum, through the same brute-force checks -------------------
+SHARED = {
+    "avg": "AVG(x) AS a, AVG(CLAMP(f, 0, 1)) AS b",
+    "var": "VAR(x) AS v, STDDEV(x) AS s, VAR_POP(CLAMP(f, 0, 1)) AS w",
+}
+
+
+@pytest.mark.parametrize("kind", ["avg"])
+def test_centred_sum_sensitivity_brute_force(kind: str) -> None:
+    """AVG's releases (the count and the centred sum Σ(x − c)) cover the brute-force change, both relations, all
+    three definitions, with and without WHERE / GROUP BY (:func:`conformance.check_unit_sensitivity`)."""
+    assert check_unit_sensitivity(kind, SHARED[kind]) > 0
+
+
+@pytest.mark.parametrize("kind", ["avg"])
+def test_centred_sum_person_sensitivity_brute_force(kind: str) -> None:
+    assert check_unit_person_sensitivity(kind, SHARED[kind]) > 0
+
+
+def test_centred_answers_cover_at_negligible_noise() -> None:
+    check_unit_release_covers("avg", "AVG(x) AS a", lambda d: float(d["x"].mean()))
+    check_unit_release_covers("var", "VAR(x) AS v", lambda d: float(d["x"].var(ddof=1)))
+    check_unit_release_covers("stddev", "STDDEV(x) AS v", lambda d: float(d["x"].std(ddof=1)))
+    check_unit_plan_reads_no_data("var", SHARED["var"].replace("STDDEV(x) AS s, ", ""))

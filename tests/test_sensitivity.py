@@ -24,7 +24,7 @@ from tests_support import brute_change as _brute
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.domain.schema import Schema
 from dpmagic.noise.calibration import discrete_gaussian_gdp_sigma
-from dpmagic.noise.sensitivity import release_sensitivity
+from dpmagic.noise.sensitivity import coverage_of, patterns, release_sensitivity, value_range
 from dpmagic.query.sql import parse_query
 from dpmagic.releases.plan import plan_noise
 
@@ -62,8 +62,9 @@ SELECTS = ["COUNT(*) AS n, SUM(x) AS sx, AVG(f) AS af", "SUM(f) AS sf, AVG(x) AS
 COST = {"pure": 0.7, "zcdp": 0.3, "gdp": 0.9}
 
 
-def _contributions(q, column: str | None, unit: float) -> np.ndarray:
-    """C[r, c]: what row r adds to cell c of the exact release (in the units the mechanism sums)."""
+def _contributions(q, column: str | None, unit: float, centre: float = 0) -> np.ndarray:
+    """C[r, c]: what row r adds to cell c of the exact release (in the units the mechanism sums); ``centre``: the
+    centred sum Σ(x − c) of AVG (issue 32)."""
     keys = list(itertools.product(*[TINY[g].values for g in q.group_by]))  # type: ignore[union-attr]
     out = np.zeros((len(ROWS), len(keys)), dtype=np.int64)
     for i, row in enumerate(ROWS):
@@ -73,9 +74,9 @@ def _contributions(q, column: str | None, unit: float) -> np.ndarray:
         if column is None:
             out[i, cell] = 1
         elif column in ("x", "y"):
-            out[i, cell] = row[column]
+            out[i, cell] = row[column] - centre
         else:
-            out[i, cell] = int(np.rint(row["f"] / unit))
+            out[i, cell] = int(np.rint((row["f"] - centre) / unit))
     return out
 
 
@@ -89,15 +90,26 @@ def test_declared_sensitivity_matches_brute_force(definition, replace_one, where
     q = parse_query(f"SELECT {cols}{select} FROM t {where}{gb}", TINY)
     currency = CURRENCIES[definition]
     plan = plan_noise(q, TINY, currency, COST[definition], replace_one=replace_one)
-    share = plan.share_cost
-    releases = [(None, plan.count)] if plan.count is not None else []
-    releases += list(plan.sums.items())
-    for column, noise in releases:
+    releases = [(None, plan.count, 0, "count")] if plan.count is not None else []
+    releases += [(k, v, 0, f"sum({k})") for k, v in plan.sums.items()]
+    # AVG's centred sum Σ(x − c) (issue 32): c the midpoint of the box's range, every value already inside it
+    releases += [(k, m.plan.total.noise, m.plan.c, f"s({k})") for k, m in plan.moments.items()]
+    spent = math.fsum(currency.weight(v) for v in plan.shares.values())
+    assert spent == pytest.approx(currency.weight(COST[definition]), rel=1e-9)  # the weight, split, no more
+    for column, noise, centre, name in releases:
         assert noise is not None
-        contrib = _contributions(q, column, noise.unit)
+        share = plan.shares[name]  # the error-minimising split (dpmagic.aggregates.moments.split_weights)
+        contrib = _contributions(q, column, noise.unit, centre)
         # 1. The exact release's sensitivity (before any grid), as derived in dpmagic.noise.sensitivity: tight.
         to_units = None if column != "f" else (lambda v, u=noise.unit: int(np.rint(v / u)))
-        sens = release_sensitivity(q, TINY, column, replace_one=replace_one, to_units=to_units)
+        if name.startswith("s("):
+            lo, hi = value_range(q, TINY, column)
+            a, b = lo - centre, hi - centre
+            if to_units is not None:
+                a, b = to_units(a), to_units(b)
+            sens = patterns(a, b, coverage_of(q, TINY), replace_one=replace_one)
+        else:
+            sens = release_sensitivity(q, TINY, column, replace_one=replace_one, to_units=to_units)
         l1, l2, linf, cells = _brute(contrib, 1, replace_one)
         assert (sens.l1, sens.linf) == (l1, linf), (column, sens, l1, linf)
         assert sens.l2 == pytest.approx(l2, rel=1e-12)

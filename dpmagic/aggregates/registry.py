@@ -4,8 +4,10 @@ Every kind a :class:`~dpmagic.query.model.Aggregate` can name (its ``func``) has
 :class:`AggregateUnit` here, which declares everything the layers above need of it, so that no caller branches
 on the kind's name (the strategy tables of networkx, Tumult Analytics' one class per aggregate):
 
-* :attr:`~AggregateUnit.releases` — noisy releases per GROUP BY cell (the query's cost is split equally over
-  all of its aggregates' releases: :func:`releases_per_cell`);
+* :attr:`~AggregateUnit.releases` — noisy releases per GROUP BY cell it needs alone, and
+  :attr:`~AggregateUnit.quantities` — the shared quantities (cell count, raw or centred sum, centred sum of
+  squares) it is computed from: the query's cost is split over its *distinct* releases
+  (:func:`releases_per_cell`; :mod:`dpmagic.aggregates.moments` chooses the split);
 * :meth:`~AggregateUnit.plan` — its calibration at a per-release cost, from the schema and the query alone
   (no data);
 * :meth:`~AggregateUnit.exact` — its exact inputs on the pandas backend (from column arrays and cell codes over
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 
 from dpmagic.errors import UnsupportedQueryError
-from dpmagic.query.kinds import AggregateKind, declare
+from dpmagic.query.kinds import AggregateKind, declare, distinct_releases
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -144,6 +146,9 @@ class AggregateUnit(ABC):
     releases: ClassVar[int]
     #: a member of the shared counts-and-sums family (:mod:`dpmagic.aggregates.basic`)
     basic: ClassVar[bool] = False
+    #: the shared quantities it is computed from (:class:`~dpmagic.query.kinds.AggregateKind`); empty: its
+    #: releases are its own and it is planned alone (:meth:`plan`)
+    quantities: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
@@ -206,7 +211,7 @@ def register(unit: AggregateUnit, *, replace: bool = False) -> AggregateUnit:
         raise ValueError(f"aggregate kind {unit.kind!r} is already registered ({type(_UNITS[unit.kind]).__name__})")
     if not isinstance(unit.releases, int) or unit.releases < 1:
         raise ValueError(f"an aggregate unit needs at least one release, not {unit.releases!r}")
-    declare(AggregateKind(unit.kind, unit.releases, unit.basic))
+    declare(AggregateKind(unit.kind, unit.releases, unit.basic, unit.quantities))
     _UNITS[unit.kind] = unit
     return unit
 
@@ -236,5 +241,9 @@ def registered() -> Mapping[str, AggregateUnit]:
 
 
 def releases_per_cell(query: Query) -> int:
-    """Noisy releases per cell of ``query`` (each aggregate's unit's :attr:`~AggregateUnit.releases`)."""
-    return sum(unit_for(a.func).releases for a in query.aggregates)
+    """Distinct noisy releases per cell of ``query``: a quantity shared by several aggregates (the cell count of
+    COUNT and AVG; n, S and Q of VAR and STDDEV of one column) counts once, a unit without shared quantities
+    its own :attr:`~AggregateUnit.releases` (:func:`dpmagic.query.kinds.distinct_releases`)."""
+    for a in query.aggregates:
+        unit_for(a.func)  # an unknown kind is refused here
+    return distinct_releases(query.aggregates)

@@ -25,7 +25,8 @@ __all__ = ["UnitPlan", "plan_extended", "exact_extended", "quantile_histograms",
 def plan_extended(
     query: Query, schema: Schema, definition: Definition, share: float, *, replace_one: bool
 ) -> dict[str, UnitPlan]:
-    """Plans of the query's non-basic aggregates, each release calibrated at ``share`` (no data read)."""
+    """Plans of the query's aggregates with releases of their own (quantiles, COUNT(DISTINCT)), each release
+    calibrated at ``share`` (no data read)."""
     cov = coverage_of(query, schema)
     cal = calibration(
         definition,
@@ -39,7 +40,7 @@ def plan_extended(
     out: dict[str, UnitPlan] = {}
     for a in query.aggregates:
         unit = unit_for(a.func)
-        if not unit.basic:
+        if not unit.basic and not unit.quantities:  # the shared quantities are planned by plan_noise (moments)
             out[a.alias] = unit.plan(a, ctx)
     return out
 

@@ -1,6 +1,7 @@
 """VAR / VARIANCE / VAR_SAMP / VAR_POP and STDDEV / STD / STDEV / STDDEV_POP.
 
-Three noisy releases per cell, the cost split equally over them (as AVG splits its two): a COUNT n, a SUM
+Three noisy releases per cell — shared with the query's COUNT / AVG / SUM and between VAR and STDDEV of the
+column, the cost split over the query's distinct releases (:mod:`dpmagic.aggregates.moments`): a COUNT n, a SUM
 S = Σ (x − c) and a sum of squares Q = Σ (x − c)², where x is clamped to the public range [lo, hi] of the
 column's values in the WHERE box (declared bounds ∩ the box's set on the column, clamped by the analyst's
 clamp if any: :func:`dpmagic.noise.sensitivity.value_range`) and c is its midpoint (an integer for int columns).
@@ -42,6 +43,7 @@ from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit, qu
 from dpmagic.noise.sensitivity import Coverage, patterns, value_range
 
 if TYPE_CHECKING:
+    from dpmagic.aggregates.moments import Drawn
     from dpmagic.query.model import Aggregate
 
 __all__ = ["StddevUnit", "VarUnit", "VariancePlan", "SumPart", "plan", "exact", "release", "center", "sql_values"]
@@ -65,9 +67,11 @@ class SumPart:
 
 @dataclass(frozen=True)
 class VariancePlan:
+    """The noise of n, S = Σ(x − c) and (when a VAR / STDDEV needs it) Q = Σ(x − c)² for values in [lo, hi]."""
+
     count: Noise
     total: SumPart
-    squares: SumPart
+    squares: SumPart | None
     lo: float
     hi: float
     c: float
@@ -94,20 +98,44 @@ def _part(
 
 
 def plan(
-    lo: float, hi: float, is_int: bool, definition: Definition, share: float, cov: Coverage, *, replace_one: bool
+    lo: float,
+    hi: float,
+    is_int: bool,
+    definition: Definition,
+    share: float,
+    cov: Coverage,
+    *,
+    replace_one: bool,
+    shares: tuple[float, float, float] | None = None,
+    count: Noise | None = None,
+    squares: bool = True,
 ) -> VariancePlan:
-    """The three releases' noise for values in [lo, hi] (the box's clamped value range); no data read."""
+    """The releases' noise for values in [lo, hi] (the box's clamped value range); no data read.
+
+    ``shares`` = (count, sum, squares) costs (default: ``share`` each); ``count`` an already calibrated count
+    noise (shared with the query's COUNT / AVG); ``squares`` False plans no sum of squares (``squares`` is then
+    None: an AVG or SUM needs only n and S)."""
     c = center(lo, hi, is_int)
-    count = calibrate(definition, share, patterns(1, 1, cov, replace_one=replace_one))
+    n_share, s_share, q_share = shares if shares is not None else (share, share, share)
+    if count is None:
+        count = calibrate(definition, n_share, patterns(1, 1, cov, replace_one=replace_one))
     sa, sb = lo - c, hi - c
     q = max(sa * sa, sb * sb)
     s_exact = is_int and max(abs(sa), abs(sb)) <= _INT_LIMIT
     q_exact = is_int and q <= _INT_LIMIT
-    total = _part(definition, share, cov, sa, sb, s_exact, replace_one=replace_one)
-    squares = _part(
-        definition, share, cov, 0 if q_exact else 0.0, q if q_exact else float(q), q_exact, replace_one=replace_one
-    )
-    return VariancePlan(count, total, squares, lo, hi, c, is_int)
+    total = _part(definition, s_share, cov, sa, sb, s_exact, replace_one=replace_one)
+    sq: SumPart | None = None
+    if squares:
+        sq = _part(
+            definition,
+            q_share,
+            cov,
+            0 if q_exact else 0.0,
+            q if q_exact else float(q),
+            q_exact,
+            replace_one=replace_one,
+        )
+    return VariancePlan(count, total, sq, lo, hi, c, is_int)
 
 
 def _values(part: SumPart, v: np.ndarray) -> np.ndarray:
@@ -125,29 +153,43 @@ def exact(values: np.ndarray, cell: np.ndarray, n_cells: int, p: VariancePlan) -
     analyst clamped), so the work and the int64 arithmetic do not depend on the data.  O(rows).
     """
     n = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64).tolist()
+    sq = p.squares
+    q_in: np.ndarray | None = None
     if p.is_int:
         y = np.clip(values.astype(np.int64), np.int64(p.lo), np.int64(p.hi))
         s_in = (y - np.int64(p.c)) if not p.total.quantised else (y.astype(np.float64) - float(p.c))
-        if p.squares.quantised:
+        if sq is not None and sq.quantised:
             q_in = (y.astype(np.float64) - float(p.c)) ** 2
-        else:
+        elif sq is not None:
             yc = y - np.int64(p.c)
             q_in = yc * yc
     else:
         x = np.clip(values.astype(np.float64), p.lo, p.hi) - p.c
         s_in, q_in = x, x * x
-    s = exact_cell_sums(cell, _values(p.total, s_in), n_cells)
-    q = exact_cell_sums(cell, _values(p.squares, q_in), n_cells)
-    return {"n": n, "s": s, "q": q}
+    out = {"n": n, "s": exact_cell_sums(cell, _values(p.total, s_in), n_cells)}
+    if sq is not None:
+        assert q_in is not None
+        out["q"] = exact_cell_sums(cell, _values(sq, q_in), n_cells)
+    return out
 
 
 def release(
     inputs: dict[str, list[int]], p: VariancePlan, ddof: float, sqrt: bool, level: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The noisy variance (or standard deviation) per cell: post-processing of three integer releases."""
+    assert p.squares is not None
     n = release_integer(inputs["n"], p.count)
     s = release_integer(inputs["s"], p.total.noise)
     q = release_integer(inputs["q"], p.squares.noise)
+    return from_noisy(n, s, q, p, ddof, sqrt, level)
+
+
+def from_noisy(
+    n: np.ndarray, s: np.ndarray, q: np.ndarray, p: VariancePlan, ddof: float, sqrt: bool, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The variance (or standard deviation) per cell and its ``level`` interval from the noisy n, S and Q
+    (post-processing: one draw of n, S, Q serves VAR and STDDEV of every ddof, and STDDEV is exactly the square
+    root of the VAR of the same ddof, its interval the square roots of VAR's)."""
     nn = np.maximum(n, ddof + 1.0)
     with np.errstate(over="ignore", invalid="ignore"):
         var = (q - s * s / nn) / (nn - ddof)
@@ -174,6 +216,7 @@ def interval(
     values in a range of width W (for d > 0 the factor n/(n − d) is largest at the smallest n).  Where the count's
     interval reaches d or below, or a release may have been clamped before noise, the interval is that whole
     range: conservative, never wrong.  O(cells)."""
+    assert p.squares is not None
     lvl = 1.0 - (1.0 - level) / 3.0
     h_n, h_s, h_q = (x.ci_halfwidth(lvl) for x in (p.count, p.total.noise, p.squares.noise))
     clamped = (
@@ -202,37 +245,40 @@ def interval(
     return lo, np.maximum(hi, lo)
 
 
-def sql_values(name: str, p: VariancePlan) -> tuple[tuple[exp.Expr | Quantised, int], tuple[exp.Expr | Quantised, int]]:
+Valued = tuple["exp.Expr | Quantised", int]
+
+
+def sql_values(name: str, p: VariancePlan) -> tuple[Valued, Valued | None]:
     """The per-row S and Q values of :func:`dpmagic.aggregates.variance.exact` (same formulas, same units),
-    each with a proven bound of its magnitude (:func:`exact_sum`)."""
+    each with a proven bound of its magnitude (:func:`exact_sum`); Q is None when the plan has no squares."""
     x = col(name)
+    sq = p.squares
     if p.is_int:
         y = clip(x, int(p.lo), int(p.hi))
         c = int(p.c)
         dev = max(abs(int(p.lo) - c), abs(int(p.hi) - c))  # |y - c|
         yd = exp.Sub(this=as_double(y.copy()), expression=lit(float(p.c)))
-        s: tuple[exp.Expr | Quantised, int]
-        q: tuple[exp.Expr | Quantised, int]
+        s: Valued
+        q: Valued | None = None
         if p.total.quantised:
             qs = quantise_sql(yd.copy(), p.total.noise.unit, p.total.a, p.total.b)
             s = (qs, qs.bound)
         else:
             s = (exp.Sub(this=y.copy(), expression=lit(c)), dev)
-        if p.squares.quantised:
+        if sq is not None and sq.quantised:
             qq = quantise_sql(
-                exp.Mul(this=exp.paren(yd.copy()), expression=exp.paren(yd.copy())),
-                p.squares.noise.unit,
-                p.squares.a,
-                p.squares.b,
+                exp.Mul(this=exp.paren(yd.copy()), expression=exp.paren(yd.copy())), sq.noise.unit, sq.a, sq.b
             )
             q = (qq, qq.bound)
-        else:
+        elif sq is not None:
             yc = exp.paren(exp.Sub(this=y.copy(), expression=lit(c)))
             q = (exp.Mul(this=yc, expression=yc.copy()), dev * dev)
         return s, q
     xc = exp.paren(exp.Sub(this=clip(as_double(x), float(p.lo), float(p.hi)), expression=lit(float(p.c))))
     qs = quantise_sql(xc.copy(), p.total.noise.unit, p.total.a, p.total.b)
-    qq = quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), p.squares.noise.unit, p.squares.a, p.squares.b)
+    if sq is None:
+        return (qs, qs.bound), None
+    qq = quantise_sql(exp.Mul(this=xc.copy(), expression=xc.copy()), sq.noise.unit, sq.a, sq.b)
     return (qs, qs.bound), (qq, qq.bound)
 
 
@@ -241,7 +287,17 @@ class VarUnit(AggregateUnit):
 
     kind = "var"
     releases = 3
+    quantities = ("n", "s", "q")  # shared with COUNT / AVG / SUM and STDDEV of the query (moments)
     sqrt: ClassVar[bool] = False
+
+    def answer(self, agg: Aggregate, drawn: Drawn, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """From the query's shared draws of n, S and Q (:mod:`dpmagic.aggregates.moments`): VAR and STDDEV of one
+        column and ddof read the same numbers, so STDDEV is exactly the square root of VAR."""
+        assert drawn.count is not None
+        s, q, p = drawn.centred[agg.sum_key]
+        assert q is not None
+        ddof = 1.0 if agg.param is None else float(agg.param)
+        return from_noisy(drawn.count[0], s, q, p, ddof, self.sqrt, level)
 
     def plan(self, agg: Aggregate, ctx: PlanContext) -> UnitPlan:
         c = ctx.schema[str(agg.column)]
@@ -262,7 +318,9 @@ class VarUnit(AggregateUnit):
         return exact(values, cell, n_cells, u.plan)
 
     def sql(self, u: UnitPlan, alias: str, b: SqlInputs) -> Any:
-        (s_expr, s_bound), (q_expr, q_bound) = sql_values(str(u.agg.column), u.plan)
+        (s_expr, s_bound), sq = sql_values(str(u.agg.column), u.plan)
+        assert sq is not None
+        q_expr, q_bound = sq
         ks = b.value(s_expr)
         kq = b.value(q_expr)
         b.exact_sum(f"vs_{alias}", ks, s_bound)
@@ -278,6 +336,7 @@ class VarUnit(AggregateUnit):
 
     def sensitivities(self, u: UnitPlan) -> dict[str, Any]:
         p = u.plan
+        assert p.squares is not None
         return {"n": p.count, "s": p.total.noise, "q": p.squares.noise}
 
     def integer_releases(self, u: UnitPlan, inputs: Any) -> dict[str, list[int]]:

@@ -353,6 +353,8 @@ class EngineBackend(Backend):
                 continue
             c = self.schema[agg.column]
             assert isinstance(c, NumericColumn)
+            if units is not None and agg.sum_key not in units and not c.is_int:
+                continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)
             lo, hi = clamp_bounds(c, agg.clamp)
             x = col(agg.column)
             value: exp.Expr | Quantised = x

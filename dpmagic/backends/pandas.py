@@ -128,8 +128,9 @@ class PandasBackend(Backend):
 
         Float sums are computed as integers in the quantum ``units[agg.sum_key]`` (a power of two; see
         :func:`dpmagic.noise.calibration.quantise`); an analyst's clamp is applied to the values first, and its bounds
-        are the quantisation bounds.  ``extended`` holds the plans of the non-basic aggregates
-        (:func:`dpmagic.aggregates.plan_extended`, by alias), whose exact inputs go to ``Cells.extra``.  The work
+        are the quantisation bounds; with ``units`` given, only the raw sums it names are computed (an AVG's sum is
+        a centred quantity).  ``extended`` holds the plans of the aggregates with their own releases and of the
+        centred quantities (:func:`dpmagic.releases.plan.plan_noise`), whose exact inputs go to ``Cells.extra``.  The work
         is vectorised over *every* row of the frame (rows outside the WHERE filter go to a discarded bin), so it
         does not depend on how many rows the box holds.
         """
@@ -154,6 +155,8 @@ class PandasBackend(Backend):
                 continue
             col = self.schema[agg.column]
             assert isinstance(col, NumericColumn)
+            if units is not None and agg.sum_key not in units and not col.is_int:
+                continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)
             raw = self.df[agg.column].to_numpy()
             lo, hi = clamp_bounds(col, agg.clamp)  # the declared bounds, or the analyst's clamp inside them
             if col.is_int:

@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from dpmagic.domain.sets import Box, ValueSet, box_to_json
-from dpmagic.query.kinds import kind_of
+from dpmagic.query.kinds import distinct_releases, kind_of
 
 __all__ = ["Aggregate", "AggregateFunction", "Filter", "GroupKey", "Output", "Query"]
 
@@ -239,7 +239,8 @@ class Query:
 
     @property
     def releases_per_cell(self) -> int:
-        return sum(a.releases for a in self.aggregates)
+        """The distinct noisy releases per cell (shared ones counted once: :func:`~dpmagic.query.kinds.distinct_releases`)."""
+        return distinct_releases(self.aggregates)
 
     @property
     def is_empty(self) -> bool:

@@ -54,7 +54,7 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     n = len(df)
     env = {str(c): _column(df[c]) for c in df.columns}
     out: dict[str, object] = {}
-    notes: list[str] = []
+    notes: list[str] = list(df.attrs.get("dp_notes", []))  # the release's own notes (clamped AVGs) come first
     aliases = {a.alias for a in query.aggregates}
     for o in query.outputs:
         out[o.name] = _ev(o.expr, env, n)

@@ -42,6 +42,10 @@ class QueryMechanism(QueryBoxMechanism):
         plan = self.plan
         noise = {"count": plan.count} if plan.count is not None else {}
         noise.update({f"sum({k})": v for k, v in plan.sums.items()})
+        for k, m in plan.moments.items():  # the centred quantities (dpmagic.aggregates.moments)
+            noise[f"centred sum({k})"] = m.plan.total.noise
+            if m.plan.squares is not None:
+                noise[f"centred sum of squares({k})"] = m.plan.squares.noise
         return noise
 
     def describe(self) -> dict[str, Any]:
@@ -52,6 +56,13 @@ class QueryMechanism(QueryBoxMechanism):
         d["sum_noise"] = {
             k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity} for k, v in plan.sums.items()
         }
+        if plan.moments:
+            d["centred_noise"] = {
+                k: {"kind": v.kind, "scale": v.scale, "sensitivity": v.sensitivity}
+                for k, v in self.noise.items()
+                if k.startswith("centred ")
+            }
+        d["shares"] = dict(plan.shares)
         return d
 
     def _extended(self) -> Mapping[str, Any] | None:
@@ -61,5 +72,7 @@ class QueryMechanism(QueryBoxMechanism):
         from dpmagic.query.outputs import finish, in_region
 
         cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)
-        df = in_region(self.query, release(self.query, cells, self.plan, self.schema))  # keys the WHERE excludes: out
+        released = release(self.query, cells, self.plan, self.schema)
+        df = in_region(self.query, released)  # keys the WHERE excludes: out
+        df.attrs["dp_notes"] = list(released.attrs.get("dp_notes", []))  # notes on clamped AVGs (noisy values only)
         return finish(self.query, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values
