@@ -297,11 +297,12 @@ class PIdentity:
         return np.concatenate([u, self.B @ u])
 
     def reconstruct(self, y: np.ndarray) -> np.ndarray:
-        """x̂ = (AᵀA)⁻¹Aᵀy = S M⁻¹ (y₁ + Bᵀy₂) (because S·D = I); O(np)."""
+        """x̂ = (AᵀA)⁻¹Aᵀy = S M⁻¹ (y₁ + Bᵀy₂) (because S·D = I); O(np).  y may be (n + p) × k (k estimates)."""
         y = np.asarray(y, dtype=float)
         n = self.n
         v = y[:n] + self.B.T @ y[n:]
-        return self.s * self._minv(v)
+        s = self.s if v.ndim == 1 else self.s[:, None]
+        return s * self._minv(v)
 
     def gram_pinv(self) -> np.ndarray:
         """(AᵀA)⁻¹ = S M⁻¹ S (dense n × n)."""
