@@ -367,3 +367,75 @@ def test_expected_rmse_is_exact_for_the_implicit_strategy(implicit_small, monkey
     assert pre.rmse["opt"] == pytest.approx(exact, rel=1e-9)
     assert pre.rmse["opt"] < 0.95 * pre.rmse["identity"] and "hierarchical" in pre.skipped
     assert pre.rmse["identity"] == pytest.approx(math.sqrt(2.0 * np.trace(g) / 820), rel=1e-12)
+
+
+# -- marginals on the compressed domain --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes,k", [((3, 4, 2), 2), ((5, 2), 1), ((2, 3, 2, 2), 3)])
+def test_marginal_variances_closed_form_match_the_dense_pseudo_inverse(sizes, k) -> None:
+    from dpmagic.batch import marginals, opt_marginals
+    from dpmagic.batch.reconstruct import _marginal_pinv, _marginal_row_quadratics
+    from dpmagic.batch.workloads import Kron, as_union
+
+    w = marginals(sizes, k)
+    a = opt_marginals(w)
+    closed = np.concatenate(_marginal_row_quadratics(a, as_union(w)))
+    xp = _marginal_pinv(a)
+    dense = np.concatenate(
+        [c * c * np.einsum("ij,jk,ik->i", Kron(t.factors).matrix(), xp, Kron(t.factors).matrix()) for c, t in w.terms]
+    )
+    assert np.allclose(closed, dense, rtol=1e-9, atol=1e-12)
+    assert np.allclose(answer_variances(w, a, laplace(1.0)), 2.0 * dense, rtol=1e-9)
+
+
+def test_marginals_over_more_than_4096_cells_are_answered_and_kept() -> None:
+    """20 × 15 × 20 = 6,000 cells: the per-query variances come from the compressed domain (before: refused,
+    'answer_variances: domain too large'); a point of one column from the kept estimate equals the batch's own
+    1-way marginal answer, with the same interval."""
+    schema = Schema.from_dict(
+        {
+            "table": "m",
+            "columns": {
+                "u": {"type": "int", "lower": 0, "upper": 19},
+                "v": {"type": "int", "lower": 0, "upper": 14},
+                "w": {"type": "int", "lower": 0, "upper": 19},
+            },
+        }
+    )
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({c: rng.integers(0, m, 500) for c, m in (("u", 20), ("v", 15), ("w", 20))})
+    s = dpmagic.Session(df, schema, "epsilon=1")
+    res = s.batch("marginals([u, v, w], 2)", epsilon=0.5, keep="m2")
+    assert res.strategy == "opt" and len(res.df) == 1 + 20 + 15 + 20 + 20 * 15 + 20 * 20 + 15 * 20
+    est = s.estimate("m2")
+    row = res.df[res.df["query"] == "v = 7"].iloc[0]
+    ans = est.point(7, column="v")
+    assert ans.count == pytest.approx(row["count"], rel=1e-9)
+    assert ans.ci_high == pytest.approx(row["count_ci_high"], rel=1e-9)
+    assert s.spent == pytest.approx(0.5)
+
+
+def test_a_query_the_strategy_does_not_support_is_refused() -> None:
+    """After 1-way marginals only (OPT_M measures no joint table), a joint cell is not determined: refused."""
+    from dpmagic.batch import marginals, opt_marginals
+
+    a = opt_marginals(marginals((3, 4), 1))
+    assert not np.all(a.kappa > 0)
+    est = BatchEstimate(
+        name="m1",
+        columns=("e", "b"),
+        values=(tuple(range(3)), tuple("wxyz")),
+        ordered=(True, False),
+        strategy=a,
+        x_hat=np.ones(12),
+        unit_variance=2.0,
+        entry_id=1,
+        workload="marginals([e, b], 1)",
+    )
+    assert est.point("x", column="b").count == pytest.approx(3.0)
+    assert est.range(0, 1, column="e").count == pytest.approx(8.0)
+    cell = np.zeros(12)
+    cell[5] = 1.0
+    with pytest.raises(ConfigurationError, match="not determined by what 'm1' measured"):
+        est.query(cell)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpmagic.batch.implicit import PIdentityCovariance, full_rank, quadratic_form, range_sums
+from dpmagic.batch.implicit import PIdentityCovariance, full_rank, quadratic_form, range_sums, supports_vector
 from dpmagic.batch.strategies import PIdentity
 from dpmagic.errors import ConfigurationError
 
@@ -70,7 +70,8 @@ class BatchEstimate:
     """The least-squares estimate x̂ of a released batch, over the batch's columns and their declared values.
 
     ``range(lo, hi)``, ``prefix(v)``, ``point(v)`` and ``query(vector)`` answer from x̂ for free; ``ranges`` answers
-    many ranges at once (a DataFrame).  ``unit_variance`` is the variance of one noisy strategy answer, at the scale
+    many ranges at once (a DataFrame).  A query the strategy does not support (q outside A's row space, e.g. a
+    3-way cell after a batch of 2-way marginals) is refused: its estimate would be biased.  ``unit_variance`` is the variance of one noisy strategy answer, at the scale
     actually used.  ``ordered`` marks the int columns (ranges and prefixes need one).
     """
 
@@ -164,10 +165,11 @@ class BatchEstimate:
         return PIdentityCovariance(self.strategy) if isinstance(self.strategy, PIdentity) else None
 
     def _answer(self, label: str, q: np.ndarray) -> DerivedAnswer:
-        if not self.unbiased:
+        if not self.unbiased and not supports_vector(self.strategy, q):
             raise ConfigurationError(
-                f"the strategy of {self.name!r} does not determine every cell: follow-up queries would be biased",
-                hint="use a batch whose strategy measures every cell (identity, opt on one column, ...)",
+                f"{label}: not determined by what {self.name!r} measured (its strategy does not support this query; "
+                "an answer from the estimate would be biased)",
+                hint="ask a query of the batch's workload, or run a batch whose strategy measures every cell",
             )
         est = float(q @ self.x_hat)
         var = self.unit_variance * quadratic_form(self.strategy, q)

@@ -35,6 +35,7 @@ __all__ = [
     "PIdentityCovariance",
     "quadratic_form",
     "full_rank",
+    "supports_vector",
     "range_sums",
 ]
 
@@ -174,6 +175,30 @@ def full_rank(strategy: object) -> bool:
         return all(full_rank(f) for f in strategy.factors)
     if isinstance(strategy, MarginalStrategy):
         return bool(np.all(strategy.kappa > 0))
+    return False
+
+
+def supports_vector(strategy: object, q: np.ndarray, rtol: float = 1e-9) -> bool:
+    """q lies in A's row space (X⁺X q = q, X = AᵀA), so qᵀx̂ is unbiased: PIdentity always; explicit and Kronecker
+    strategies by their row projectors; marginal strategies when q has no part in an eigenspace P_b with κ_b = 0."""
+    q = np.asarray(q, dtype=float).reshape(-1)
+    scale = rtol * max(float(np.linalg.norm(q)), 1e-300)
+    if isinstance(strategy, PIdentity):
+        return True
+    if isinstance(strategy, ExplicitStrategy):
+        return float(np.linalg.norm(strategy._row_projector @ q - q)) <= scale
+    if isinstance(strategy, KronStrategy):
+        mats = [
+            np.eye(f.n) if isinstance(f, PIdentity) else f._row_projector
+            for f in strategy.factors
+            if isinstance(f, (PIdentity, ExplicitStrategy))
+        ]
+        if len(mats) != len(strategy.factors):
+            return False
+        return float(np.linalg.norm(kron_matvec(mats, q) - q)) <= scale
+    if isinstance(strategy, MarginalStrategy):
+        kap = strategy.kappa
+        return all(float(np.linalg.norm(strategy._project(q, b))) <= scale for b in range(len(kap)) if kap[b] <= 0)
     return False
 
 
