@@ -434,7 +434,9 @@ def implicit(sizes: list[int]) -> dict:
             spec = parse_workload(wl, schema)
             load0 = os.getloadavg()[0]
             t0, c0 = time.perf_counter(), time.process_time()
-            rb.implicit_opt(spec, 1)  # the strategy search (cached for the call below)
+            path = "implicit" if rb.is_implicit(spec, 1) else "explicit"
+            if path == "implicit":
+                rb.implicit_opt(spec, 1)  # the strategy search (cached for the call below)
             t1, c1 = time.perf_counter(), time.process_time()
             res = s.batch(wl, epsilon=1.0, keep="est")  # planning (cached OPT₀), charge, release
             t2 = time.perf_counter()
@@ -456,6 +458,7 @@ def implicit(sizes: list[int]) -> dict:
             r = {
                 "workload": name,
                 "n": n,
+                "path": path,
                 "queries": int(spec.num_queries),
                 "strategy": res.strategy,
                 "p": int(getattr(plan.strategies["opt"], "B", np.zeros((0, 0))).shape[0]),

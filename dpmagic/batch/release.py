@@ -83,6 +83,8 @@ _OPT_MAX_N = 1024
 #: Gaussian OPT₀ (dpmagic.batch.gaussian_opt) costs ≤ 12 n × n eigendecompositions: n ≤ 1024 keeps a cell fast
 _OPT_GAUSSIAN_MAX_N = 1024
 _Z95 = 1.959963984540054
+#: one-column range workloads over more values than this are answered implicitly under Laplace noise (is_implicit)
+_IMPLICIT_MIN_N = 256
 #: implicit OPT₀ (one column, n > _OPT_MAX_N or more than MAX_BATCH_QUERIES queries): CPU seconds of this process
 #: (time.process_time: the result does not depend on other jobs' load) for the strategy search, from
 #: IMPLICIT_OPT_SECONDS[0] at n ≤ 1024 rising linearly to IMPLICIT_OPT_SECONDS[1] at n ≥ 4096 (all ranges over 4,096
@@ -97,10 +99,16 @@ _OPT_CACHE: dict[tuple[str, tuple[int, ...], int], PIdentity] = {}
 _OPT_CACHE_SIZE = 8
 
 
-def is_implicit(spec: WorkloadSpec) -> bool:
-    """One column with more cells than the explicit optimiser takes, or more queries than a batch lists: answered
-    implicitly (:mod:`dpmagic.batch.implicit`; the workload is never materialised)."""
-    return len(spec.columns) == 1 and (spec.n > _OPT_MAX_N or spec.num_queries > MAX_BATCH_QUERIES)
+def is_implicit(spec: WorkloadSpec, p: int = 1) -> bool:
+    """Answered implicitly (:mod:`dpmagic.batch.implicit`; the workload is never materialised): one column with more
+    cells than the explicit optimiser takes or more queries than a batch lists, or — Laplace noise (p = 1) — ranges
+    over more than :data:`_IMPLICIT_MIN_N` values (the explicit OPT⊗ costs O(pn²) per step and has no time limit;
+    under Gaussian noise the explicit path keeps the Gaussian OPT₀ up to its limit)."""
+    if len(spec.columns) != 1:
+        return False
+    if spec.n > _OPT_MAX_N or spec.num_queries > MAX_BATCH_QUERIES:
+        return True
+    return p == 1 and spec.has_ranges and spec.n > _IMPLICIT_MIN_N
 
 
 def implicit_opt_seconds(n: int) -> float:
@@ -233,7 +241,7 @@ def candidate_strategies(
     sizes = spec.sizes
     w = spec.workload
     skip: dict[str, str] = {} if skipped is None else skipped
-    if is_implicit(spec):
+    if is_implicit(spec, noise.p):
         return _implicit_candidates(spec, noise, skip)
     out: dict[str, Any] = {"identity": KronStrategy(tuple(identity_strategy(n) for n in sizes), "Identity")}
     if spec.n <= _WORKLOAD_MAX_N and w.num_queries * spec.n <= _WORKLOAD_MAX_ENTRIES:
@@ -432,7 +440,7 @@ class BatchMechanism(QueryBoxMechanism):
         ratio = (self.scale / self.noise_model.scale(base)) ** 2
         #: the variance of one noisy strategy answer (for follow-up queries of the kept estimate)
         self.unit_variance = float(self.noise_model.variance(self.strategy.sensitivity(p))) * ratio
-        self.implicit = is_implicit(spec)
+        self.implicit = is_implicit(spec, p)
         if self.implicit:
             self.labels, self._starts, self._ends = implicit_rows(spec)
             cov = PIdentityCovariance(self.strategy)
