@@ -439,3 +439,28 @@ def test_a_query_the_strategy_does_not_support_is_refused() -> None:
     cell[5] = 1.0
     with pytest.raises(ConfigurationError, match="not determined by what 'm1' measured"):
         est.query(cell)
+
+
+@pytest.mark.parametrize(
+    "definition,neighbors", [("pure", "add-remove"), ("pure", "replace"), ("zcdp", "add-remove"), ("gdp", "replace")]
+)
+def test_implicit_mechanism_noise_and_variances_under_every_definition(implicit_small, definition, neighbors) -> None:
+    """The implicit release's sensitivity is the strategy's (×2 L1 / ×√2 L2 under replace-one, PIdentity being
+    non-negative), and every listed variance is exactly (noise variance at the scale used) · qᵀ(AᵀA)⁻¹q."""
+    s = dpmagic.Session(
+        _frame(), SCHEMA, {"pure": "epsilon=1", "zcdp": "rho=1", "gdp": "mu=1"}[definition], neighbors=neighbors
+    )  # type: ignore[arg-type]
+    cur = s.currency
+    spec = parse_workload("all_range(d)", SCHEMA)
+    replace = neighbors == "replace"
+    plan = rb.plan_strategy(spec, cur, replace_one=replace)
+    q = s.parse('SELECT COUNT(*) FROM "t" GROUP BY "d"')
+    mech = rb.BatchMechanism(spec, q, cur, 0.5, replace_one=replace, plan=plan)
+    a = mech.strategy
+    assert mech.implicit and isinstance(a, PIdentity) and a.norm == mech.noise_model.p
+    factor = rb.replace_factor(a.norm) if replace else 1.0
+    assert mech.sensitivity == pytest.approx(factor, rel=1e-12) and mech.sensitivity >= factor
+    noise_var = 2 * mech.scale**2 if mech.noise_model.kind == "laplace" else mech.scale**2
+    starts, ends = rb.implicit_rows(spec)[1:]
+    assert np.allclose(mech.variances, noise_var * PIdentityCovariance(a).ranges(starts, ends), rtol=1e-9)
+    assert mech.unit_variance == pytest.approx(noise_var, rel=1e-9)
