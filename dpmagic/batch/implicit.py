@@ -94,18 +94,24 @@ def one_column_block(workload: Workload) -> Dense | None:
 
 
 def gram_diag(block: Dense, chunk: int = 256) -> np.ndarray:
-    """diag(WᵀW): from the dense Gram, or for a block with a fast product by applying it to rows of the identity
-    ``chunk`` at a time (O(n²) time, O(chunk·n) memory; the n × n Gram is never held)."""
+    """diag(WᵀW) (read-only; kept on the block): from the dense Gram, or for a block with a fast product by applying
+    it to rows of the identity ``chunk`` at a time (O(n²) time, O(chunk·n) memory; the n × n Gram is never held)."""
+    cached = getattr(block, "_diag_cache", None)
+    if cached is not None:
+        return cached
     rm = _block_rmul(block) if block.gram_fn is None or block.fast_rmul else None
     if rm is None:
-        return np.diag(block.gram()).astype(float)
-    n = block.n
-    out = np.empty(n)
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
-        e = np.zeros((hi - lo, n))
-        e[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
-        out[lo:hi] = rm(e)[np.arange(hi - lo), np.arange(lo, hi)]
+        out = np.diag(block.gram()).astype(float)
+    else:
+        n = block.n
+        out = np.empty(n)
+        for lo in range(0, n, chunk):
+            hi = min(n, lo + chunk)
+            e = np.zeros((hi - lo, n))
+            e[np.arange(hi - lo), np.arange(lo, hi)] = 1.0
+            out[lo:hi] = rm(e)[np.arange(hi - lo), np.arange(lo, hi)]
+    out.setflags(write=False)
+    block._diag_cache = out  # type: ignore[attr-defined]  # the block is immutable: computed once
     return out
 
 
