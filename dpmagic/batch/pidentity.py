@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dpmagic.batch.implicit import gram_diag
 from dpmagic.batch.strategies import PIdentity, _pid_objective
 from dpmagic.batch.workloads import Dense
 from dpmagic.errors import ConfigurationError
@@ -190,7 +191,7 @@ def opt_p_identity(
         n = gram.n
         structured = gram.fast_rmul
         g = None if structured else np.asarray(gram.gram(), dtype=float)
-        dg = np.diag(gram.gram()).astype(float)
+        dg = gram_diag(gram)  # without the n × n Gram for a structured block
         rmul0: Rmul = gram.gram_rmul if structured else (lambda v: v @ g)
     else:
         g = np.asarray(gram, dtype=float)

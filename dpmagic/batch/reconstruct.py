@@ -132,6 +132,8 @@ def answer_variances(workload: Workload, strategy, noise: NoiseFamily) -> np.nda
             xp = _gram_pinv_1d(strategy)
         elif hasattr(strategy, "explicit"):
             xp = strategy.explicit().gram_pinv
+        elif hasattr(strategy, "kappa") and (closed := _marginal_row_quadratics(strategy, u)) is not None:
+            return var * np.concatenate(closed)
         elif hasattr(strategy, "kappa") and u.n <= 4096:
             xp = _marginal_pinv(strategy)
         else:
@@ -140,6 +142,36 @@ def answer_variances(workload: Workload, strategy, noise: NoiseFamily) -> np.nda
             mat = Kron(t.factors).matrix() if len(t.factors) > 1 else t.factors[0].matrix()
             out.append(c * c * np.einsum("ij,jk,ik->i", mat, xp, mat))
     return var * np.concatenate(out)
+
+
+def _marginal_row_quadratics(strategy, u: Stack) -> list[np.ndarray] | None:
+    """w_q X⁺ w_qᵀ of every query of a marginal workload (every factor Identity or Total) under a marginal strategy,
+    in closed form on the compressed domain: X⁺ = Σ_{κ_b > 0} P_b/κ_b with P_b = ⊗ᵢ(I − J/nᵢ if i ∈ b else J/nᵢ) an
+    orthogonal projector (HDMM §7–8, Thms 9–11), and a query w = ⊗ᵢ wᵢ factorises: wP_bwᵀ = Πᵢ wᵢP_{b,i}wᵢᵀ with
+    e_vᵀ(I − J/n)e_v = 1 − 1/n, e_vᵀ(J/n)e_v = 1/n (Identity), 1ᵀ(I − J/n)1 = 0, 1ᵀ(J/n)1 = n (Total).  Every query
+    of a term has the same value; O(2^d · d) per term, whatever the attribute sizes.  None when some factor is not
+    Identity/Total or a needed κ_b is 0 (not supported)."""
+    kap = np.asarray(strategy.kappa, dtype=float)
+    out = []
+    for c, t in u.terms:
+        if any(f.kind not in ("identity", "total") for f in t.factors):
+            return None
+        v = 0.0
+        for b in range(len(kap)):
+            prod = 1.0
+            for i, f in enumerate(t.factors):
+                inside = (b >> i) & 1
+                if f.kind == "identity":
+                    prod *= (1.0 - 1.0 / f.n) if inside else 1.0 / f.n
+                else:
+                    prod *= 0.0 if inside else float(f.n)
+            if prod == 0.0:
+                continue
+            if kap[b] <= 0:
+                return None
+            v += prod / kap[b]
+        out.append(np.full(t.num_queries, c * c * v))
+    return out
 
 
 def _marginal_pinv(strategy) -> np.ndarray:

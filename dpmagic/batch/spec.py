@@ -18,8 +18,9 @@ appearance, each over every declared value (int columns: every integer from the 
 upper bound; categorical: the declared categories, in declared order) — the public domain only, never the
 rows.  In every term a column it does not name contributes a Total factor (its queries count all its
 values).  Limits (documented refusals with a hint): the data vector has at most :data:`MAX_BATCH_CELLS`
-cells (the GROUP BY limit of a query, :data:`dpmagic.query.sql.MAX_CELLS`) and the workload at most
-:data:`MAX_BATCH_QUERIES` queries.  Parsing is O(length of the text + number of terms · columns).
+cells (the GROUP BY limit of a query, :data:`dpmagic.query.sql.MAX_CELLS`) and a workload over two or more
+columns at most :data:`MAX_BATCH_QUERIES` queries (one column has no query limit: it is answered implicitly,
+:mod:`dpmagic.batch.implicit`).  Parsing is O(length of the text + number of terms · columns).
 """
 
 from __future__ import annotations
@@ -317,9 +318,10 @@ def parse_workload(text: str, schema: Schema) -> WorkloadSpec:
         for t in terms
     )
     spec = WorkloadSpec(canonical, tuple(terms), columns, tuple(values))
-    if spec.num_queries > MAX_BATCH_QUERIES:
+    if spec.num_queries > MAX_BATCH_QUERIES and len(columns) > 1:
         raise ConfigurationError(
             f"workload: {spec.num_queries:,} queries, more than the batch limit of {MAX_BATCH_QUERIES:,}",
-            hint="use width_range or prefix instead of all_range on a large column",
+            hint="one column at a time has no query limit (its estimate is kept and any query asked from it); or "
+            "use width_range or prefix instead of all_range",
         )
     return spec

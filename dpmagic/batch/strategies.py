@@ -270,25 +270,39 @@ class PIdentity:
         return sla.cho_factor(np.eye(b.shape[0]) + b @ b.T)
 
     def _minv(self, v: np.ndarray) -> np.ndarray:
-        """M⁻¹ v with M = I + BᵀB (Woodbury: v − Bᵀ (I + BBᵀ)⁻¹ B v); v may be n × k."""
+        """M⁻¹ v with M = I + BᵀB (Woodbury: v − Bᵀ (I + BBᵀ)⁻¹ B v); v may be n × k (B with p = 0 rows: v)."""
+        if self.B.shape[0] == 0:
+            return np.array(v, dtype=float)
         return v - self.B.T @ sla.cho_solve(self._chol, self.B @ v)
 
     def trace(self, workload: Workload) -> float:
+        """tr(G (AᵀA)⁻¹): in O(p²n) without the n × n Gram when the workload is a union of one-column terms with a
+        fast Gram product (:func:`dpmagic.batch.implicit.pid_trace`), else by the dense Woodbury formula."""
+        from dpmagic.batch.implicit import one_column_block, pid_trace
+
+        block = one_column_block(workload) if not isinstance(workload, np.ndarray) else None
+        if block is not None:
+            return pid_trace(block, self)
         g = _gram_of(workload, self.n)
+        if self.B.shape[0] == 0:
+            return float(np.diag(g) @ (self.s * self.s))
         return float(_pid_objective(g, self.B, self.norm, grad=False)[0])
 
     def supports(self, workload: Workload) -> bool:
         return True  # A has full column rank (it contains a scaled identity)
 
     def measure(self, x: np.ndarray) -> np.ndarray:
-        return self.matrix @ np.asarray(x, dtype=float).reshape(-1)
+        """A x = [x / s; B (x / s)] in O(pn) (the (n + p) × n matrix is not formed)."""
+        u = np.asarray(x, dtype=float).reshape(-1) / self.s
+        return np.concatenate([u, self.B @ u])
 
     def reconstruct(self, y: np.ndarray) -> np.ndarray:
-        """x̂ = (AᵀA)⁻¹Aᵀy = S M⁻¹ (y₁ + Bᵀy₂) (because S·D = I); O(np)."""
+        """x̂ = (AᵀA)⁻¹Aᵀy = S M⁻¹ (y₁ + Bᵀy₂) (because S·D = I); O(np).  y may be (n + p) × k (k estimates)."""
         y = np.asarray(y, dtype=float)
         n = self.n
         v = y[:n] + self.B.T @ y[n:]
-        return self.s * self._minv(v)
+        s = self.s if v.ndim == 1 else self.s[:, None]
+        return s * self._minv(v)
 
     def gram_pinv(self) -> np.ndarray:
         """(AᵀA)⁻¹ = S M⁻¹ S (dense n × n)."""

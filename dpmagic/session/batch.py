@@ -26,9 +26,12 @@ from dpmagic.noise.sensitivity import person_rows
 from dpmagic.session.costs import plain_cost
 
 if TYPE_CHECKING:
+    from dpmagic.batch.estimate import BatchEstimate
     from dpmagic.session.session import Session
 
-__all__ = ["BatchPreview", "BatchResult", "run_batch"]
+__all__ = ["BatchPreview", "BatchResult", "run_batch", "kept_estimate", "check_keep_name"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -83,13 +86,24 @@ class BatchResult:
     seconds: float
     spent: float
     budget: float
+    estimate: BatchEstimate | None = None
+    queries: int | None = None
 
     def summary(self) -> str:
-        return (
-            f"batch {self.workload}: {len(self.df)} queries, strategy {self.strategy}, expected RMSE "
+        m = len(self.df) if self.queries is None else self.queries
+        text = (
+            f"batch {self.workload}: {m:,} queries, strategy {self.strategy}, expected RMSE "
             f"{self.expected_rmse:.4g}; charged {self.parameter}={self.cost:.4g} "
             f"({self.spent:.4g} of {self.budget:.4g} {self.parameter} used)"
         )
+        if m != len(self.df):
+            text += f"; listed: the estimate's {len(self.df):,} cells (every query is a sum of them)"
+        est = self.estimate
+        if est is not None and est.name == f"#{self.entry_id}":
+            text += "; ask any other query for free from .estimate (.range(lo, hi), .prefix(v), .query(vector))"
+        elif est is not None:
+            text += f"; kept as {est.name!r}: ask any other query for free with %dpbatch --from {est.name} range LO HI"
+        return text
 
     def __repr__(self) -> str:
         return self.summary() + "\n" + self.df.to_string(max_rows=20)
@@ -113,6 +127,7 @@ def run_batch(
     cost_spec: float | str | None,
     rmse_target: float | None,
     dry_run: bool,
+    keep: str | None = None,
 ) -> BatchPreview | BatchResult:
     """The body of :meth:`dpmagic.Session.batch`."""
     import time
@@ -125,6 +140,8 @@ def run_batch(
     replace = session.neighbors == "replace"
     if rmse_target is not None and cost_spec is not None:
         raise ConfigurationError("batch: give a cost or an RMSE target, not both")
+    if keep is not None:
+        check_keep_name(session, keep)
 
     def resolve(coverage: Box, unit_rmse: float) -> float:
         if rmse_target is not None:
@@ -141,6 +158,11 @@ def run_batch(
     if re.search(r"\bselect\b", workload, re.I):
         if where:
             raise ConfigurationError("batch: with SELECT statements, put each WHERE inside its statement")
+        if keep is not None:
+            raise ConfigurationError(
+                "batch: a batch of SELECT statements keeps no estimate (each box is measured directly)",
+                hint="keep= needs a workload such as all_range(age)",
+            )
         if strategy not in ("auto", "workload"):
             raise ConfigurationError(
                 f"batch: a batch of SELECT statements is measured directly (strategy workload), not {strategy!r}"
@@ -189,6 +211,25 @@ def run_batch(
             skipped=dict(plan.skipped) if plan is not None else {},
         )
     released = session.run(mech, sql=text, canonical=canonical, started=t0)
+    estimate = None
+    if isinstance(mech, BatchMechanism) and mech.x_hat is not None:
+        from dpmagic.batch.estimate import BatchEstimate
+        from dpmagic.domain.schema import CategoricalColumn
+
+        sp = mech.spec
+        estimate = BatchEstimate(
+            name=keep if keep is not None else f"#{released.entry_id}",
+            columns=sp.columns,
+            values=sp.values,
+            ordered=tuple(not isinstance(session.schema.columns[c], CategoricalColumn) for c in sp.columns),
+            strategy=mech.strategy,
+            x_hat=mech.x_hat,
+            unit_variance=mech.unit_variance,
+            entry_id=released.entry_id,
+            workload=label + (f" WHERE {where}" if where and where.strip() else ""),
+        )
+        if keep is not None:
+            session.estimates[keep] = estimate
     return BatchResult(
         df=released.df,
         workload=label,
@@ -201,4 +242,26 @@ def run_batch(
         seconds=released.seconds,
         spent=session.spent,
         budget=session.budget.total,
+        estimate=estimate,
+        queries=int(mech.spec.num_queries) if isinstance(mech, BatchMechanism) else None,
     )
+
+
+def check_keep_name(session: Session, name: str) -> None:
+    """A name for a kept estimate: an identifier not already used in the session (checked before any charge)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigurationError(f"batch: the estimate's name must be an identifier, got {name!r}", hint="e.g. ages")
+    if name in session.estimates:
+        raise ConfigurationError(
+            f"batch: an estimate named {name!r} is already kept in this session",
+            hint="choose another name (kept estimates are never replaced)",
+        )
+
+
+def kept_estimate(session: Session, name: str) -> BatchEstimate:
+    """The estimate kept as ``name``, or one clear error listing the kept names."""
+    est = session.estimates.get(name) if isinstance(name, str) else None
+    if est is None:
+        kept = ", ".join(sorted(session.estimates)) or "none yet (use keep=NAME, or --keep NAME in %%dpbatch)"
+        raise ConfigurationError(f"no batch estimate named {name!r} in this session", hint=f"kept: {kept}")
+    return est

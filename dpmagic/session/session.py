@@ -158,6 +158,8 @@ class Session:
         #: backend reads, one at a time (outside :attr:`lock`: a read never delays an admission)
         self._read_lock = threading.Lock()
         self.results: list[QueryResult] = []
+        #: batch estimates kept by name (``Session.batch(..., keep=NAME)``): follow-up queries from them are free
+        self.estimates: dict[str, Any] = {}
         self.cache = ReleaseCache()
         self.events = EventBus()
         self.panel: Any = None  # the live budget widget, once the magics display it
@@ -482,19 +484,36 @@ class Session:
         mu: CostSpec = None,
         rmse: float | None = None,
         dry_run: bool = False,
+        keep: str | None = None,
     ) -> BatchPreview | BatchResult:
         """Answer a whole workload at once (issue 15): ``prefix(age) * identity(sex)``, ``marginals([a, b], 2)``
         ... (:mod:`dpmagic.batch.spec`) within ``where``, by the matrix mechanism with the strategy of smallest
         expected RMSE (or ``strategy``), or several ``SELECT COUNT(*) ... WHERE <box>`` measured with noise of
         their exact batch sensitivity.  One charge (coverage: the WHERE box), through :meth:`run`.  ``rmse``
         asks for the smallest cost whose expected RMSE is at most it; ``dry_run`` previews the strategies,
-        their expected RMSE and the charge, reading nothing (:mod:`dpmagic.batch.release`)."""
+        their expected RMSE and the charge, reading nothing (:mod:`dpmagic.batch.release`).  ``keep`` names the
+        released estimate (:class:`dpmagic.batch.estimate.BatchEstimate`, also ``result.estimate``): any linear
+        query of the batch's columns is then answered from it for free, ``session.estimate(NAME).range(lo, hi)``.
+        One column has no query limit (all ranges over 4,096 values: 8.4M queries, answered implicitly)."""
         from dpmagic.session.batch import run_batch
 
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         return run_batch(
-            self, workload, where=where, strategy=strategy, cost_spec=spec, rmse_target=rmse, dry_run=dry_run
+            self,
+            workload,
+            where=where,
+            strategy=strategy,
+            cost_spec=spec,
+            rmse_target=rmse,
+            dry_run=dry_run,
+            keep=keep,
         )
+
+    def estimate(self, name: str) -> Any:
+        """The batch estimate kept as ``name`` (``batch(..., keep=name)``); its follow-up queries cost nothing."""
+        from dpmagic.session.batch import kept_estimate
+
+        return kept_estimate(self, name)
 
     def decide(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from IPython.core.magic import cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from dpmagic.errors import ConfigurationError
@@ -32,7 +32,13 @@ class BatchMagics(MagicsBase):
     @argument("--rmse", type=float, default=None, help="Accuracy first: the smallest cost with expected RMSE ≤ this.")
     @argument("--dry-run", action="store_true", help="Preview strategies, expected RMSE and the charge; spend nothing.")
     @argument("--out", "-o", default=None, help="Assign the answer's DataFrame to this variable (same as 'name <<').")
-    @cell_magic
+    @argument("--keep", "-k", default=None, help="Keep the released estimate under this name for free follow-ups.")
+    @argument(
+        "--from", "-f", dest="source", default=None, help="Line form: answer from the estimate kept under this name."
+    )
+    @argument("--column", "-c", default=None, help="Line form: the column of a range/prefix/point (several columns).")
+    @argument("follow", nargs="*", help="Line form: range LO HI | prefix V | point V.")
+    @line_cell_magic
     @friendly
     @routed(assign=True)
     def dpbatch(self, call: MagicCall, session: Any) -> Any:
@@ -59,10 +65,26 @@ class BatchMagics(MagicsBase):
         The strategy (``--strategy``, default auto: the smallest expected RMSE) is measured once with noise and
         every workload count is answered from it with a 95% interval; ``--rmse T`` asks for the smallest cost
         whose expected RMSE is at most T; ``--dry-run`` shows each strategy's expected RMSE and the charge,
-        reading nothing.  At most 10,000 cells and 200,000 counts.  The charge covers the WHERE region only
-        (disjoint regions compose in parallel) and is made before any row is read.
+        reading nothing.  At most 10,000 cells; over several columns at most 200,000 counts (one column has no
+        limit: beyond 200,000 counts the estimate's cells are listed and every count is asked from it).  The
+        charge covers the WHERE region only (disjoint regions compose in parallel) and is made before any row is
+        read.
+
+        ``--keep NAME`` keeps the released estimate; any count over its columns is then answered from it for free
+        (no charge, consistent with the batch, with a 95% interval), on one line::
+
+            %dpbatch --from NAME range 10 200        # NAME's column between 10 and 200
+            %dpbatch --from NAME prefix 65           # at most 65
+            %dpbatch --from NAME point 'Male' --column sex
         """
         args = call.args
+        if call.body is None:
+            return self._follow_up(call, session)
+        if args.source is not None or args.follow or args.column is not None:
+            raise ConfigurationError(
+                "%%dpbatch: --from, --column and follow-up words belong to the line form",
+                hint="%dpbatch --from NAME range LO HI (one line, one %)",
+            )
         costs = {k: cost_arg(getattr(args, k), k) for k in ("epsilon", "rho", "mu")}
         named = [f"--{k}" for k, v in costs.items() if v is not None]
         if args.rmse is not None and named:
@@ -72,8 +94,50 @@ class BatchMagics(MagicsBase):
             )
         workload, where = split_batch_cell(call.body or "")
         out = session.batch(
-            workload, where=where, strategy=args.strategy, rmse=args.rmse, dry_run=args.dry_run, **costs
+            workload,
+            where=where,
+            strategy=args.strategy,
+            rmse=args.rmse,
+            dry_run=args.dry_run,
+            keep=args.keep,
+            **costs,
         )
         if args.dry_run:
             return self.preview(out, call.target)
         return self.deliver(out, call.target)
+
+    def _follow_up(self, call: MagicCall, session: Any) -> Any:
+        """``%dpbatch --from NAME range LO HI | prefix V | point V [--column C]``: free, from the kept estimate."""
+        args = call.args
+        others = [f"--{k.replace('_', '-')}" for k in ("epsilon", "rho", "mu", "rmse", "keep") if getattr(args, k)]
+        others += ["--dry-run"] if args.dry_run else []
+        others += ["--strategy"] if args.strategy != "auto" else []
+        if args.source is None:
+            raise ConfigurationError(
+                "%dpbatch (one line) answers from a kept estimate: give --from NAME",
+                hint="%dpbatch --from NAME range LO HI; a new batch is a %%dpbatch cell",
+            )
+        if others:
+            raise ConfigurationError(f"%dpbatch --from: {others[0]} does not apply (a follow-up costs nothing)")
+        est = session.estimate(args.source)
+        words = list(args.follow)
+        forms = {"range": 2, "prefix": 1, "point": 1}
+        if not words or words[0].lower() not in forms or len(words) != 1 + forms[words[0].lower()]:
+            raise ConfigurationError(
+                f"%dpbatch --from {args.source}: expected range LO HI, prefix V or point V, got {' '.join(words)!r}"
+            )
+        kind = words[0].lower()
+        vals = [_value(w) for w in words[1:]]
+        out = getattr(est, kind)(*vals, column=args.column)
+        return self.deliver(out, call.target)
+
+
+def _value(word: str) -> object:
+    """A follow-up value: an integer, else the word (quotes removed) for a categorical value."""
+    w = word.strip()
+    if len(w) >= 2 and w[0] == w[-1] and w[0] in "'\"":
+        return w[1:-1]
+    try:
+        return int(w)
+    except ValueError:
+        return w
