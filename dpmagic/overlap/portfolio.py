@@ -6,10 +6,14 @@ applicable steps by the instance's features (:class:`Instance`), :func:`run_port
 deadline, each seeded with the best witness so far, and stops at the first exact one.  One object,
 :class:`PortfolioConfig`, configures it (which steps may run, the cost constants, the shares of the time).
 
-Steps (``tensor``, ``graph``, ``columns``, ``milp``, ``lp``):
+Steps (``tensor``, ``scoped``, ``graph``, ``columns``, ``milp``, ``lp``):
 
 * ``tensor`` — the load tensor (:mod:`.tensor`): exact, one numpy computation; alone when its estimate is
   below ``probe_min_seconds`` (the census workload);
+* ``scoped`` — branch and bound over columns in one static order with each query charged once (:mod:`.scoped`,
+  issue 28): first whenever it applies (at most ``scoped_max_columns`` columns of at most ``scoped_max_atoms``
+  atoms, queries constraining on average at most ``scoped_max_scope`` of them) and the tensor is not cheap; the
+  other steps follow it when it runs out of its ``scoped_share`` of the time;
 * ``graph`` — branch and bound over the query graph (:mod:`.gsearch`), also as a short *probe* capped at
   ``probe_share`` of the tensor's estimate when building the query graph is cheap;
 * ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
