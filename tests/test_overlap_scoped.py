@@ -64,6 +64,27 @@ def test_scoped_alone_is_exact_and_sound(wl) -> None:
     assert "scoped" in r.method or r.method in ("empty", "none")  # no column: the first witness is exact
 
 
+@given(workloads, st.one_of(st.none(), boxes()))
+@FAST
+def test_scoped_search_from_nothing_finds_the_maximum(wl, region) -> None:
+    """The search itself, with no incumbent (the portfolio's first witness is often already optimal on small
+    domains): its best row's load is the brute-force maximum, its upper bound proven, and it reports exact."""
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    if region is not None and region.is_empty():
+        return
+    store, prob = _problem(bx, ws, region)
+    if prob.n == 0:
+        return
+    truth = brute_max(SCHEMA, bx, ws, region)
+    atoms, upper, exact, tag = scoped_search(prob, math.inf, ProblemRounding.of(prob), -1.0)
+    assert exact and tag == "scoped"
+    row = witness_row(store, prob, atoms)
+    assert row_load(bx, ws, row) == pytest.approx(truth, abs=1e-12)
+    assert truth <= upper and is_exact(truth, upper)
+    if region is not None:
+        assert region.contains_row(row)
+
+
 @given(workloads, boxes(), st.floats(-1.0, 6.0))
 @FAST
 def test_scoped_region_with_floor(wl, region, floor) -> None:
