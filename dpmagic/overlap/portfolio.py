@@ -117,8 +117,11 @@ class PortfolioConfig:
     milp_dense_probe: float = 0.02
     #: the scoped branch and bound (:mod:`.scoped`, issue 28) runs first, with ``scoped_share`` of the time, on
     #: instances of at most ``scoped_max_columns`` columns of at most ``scoped_max_atoms`` atoms whose queries
-    #: constrain on average at most ``scoped_max_scope`` of them (its bound charges each query to one column)
-    scoped_max_columns: int = 16
+    #: constrain on average at most ``scoped_max_scope`` of them (its bound charges each query to one column).
+    #: 12 columns: the dense analyst sessions' region problems have at most 11 (7 categorical + 4 numeric); the
+    #: sparse generator's (mixed_analyst_log) have 14, where it took 0.2–2 s (CPU) on admissions the graph search
+    #: solves in milliseconds (measured: benchmarks/results/bench_session_issue28_s9.md, p99 0.16 s → 7.4 s with 16)
+    scoped_max_columns: int = 12
     scoped_max_atoms: int = 64
     scoped_max_scope: float = 3.5
     scoped_share: float = 0.8
