@@ -84,7 +84,7 @@ class _Search:
         self.done = [self.assigned[j] == k for j in range(k + 1)]
         self.done_f = [d.astype(np.float64) for d in self.done]
         self.free = [~d for d in self.done]
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.frames: list[tuple[np.ndarray, list[int]]] = []  # (child bounds in visiting order, [next index])
         #: per level: the live queries with free columns (packed bits) → a bound on the load they can add
         self.memo: list[dict[bytes, float]] = [{} for _ in range(k + 1)]
