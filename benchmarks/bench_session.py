@@ -110,6 +110,13 @@ def _exactness(result: Any) -> float:
     return math.inf if ov.lower <= 0 else ov.upper / ov.lower
 
 
+def _triple(st: dict[str, float] | None) -> str:
+    """``p50 / p99 / max`` of a latency summary (ms), or a dash when it was not recorded."""
+    if not st:
+        return "—"
+    return f"{st['p50_ms']:.1f} / {st['p99_ms']:.1f} / {st['max_ms']:.0f}"
+
+
 def _adult(rows: int | None = None) -> tuple[Any, Any]:
     import pandas as pd
 
@@ -202,13 +209,15 @@ def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[s
         eng.admit, eng.commit = timed(eng.admit), timed(eng.commit)  # the accountant's share of each query
         lat: list[float] = []
         acc: list[float] = []
+        cpu: list[float] = []
         ratios: list[float] = []
         t_end = pc() + max_s
         for sql, eps in dense_analyst_log(n, seed=seed, schema=schema, variant=variant):
             spent[0] = 0.0
-            t0 = pc()
+            t0, c0 = pc(), time.process_time()
             r = s.query(sql, epsilon=eps, fresh=True)
             lat.append(pc() - t0)
+            cpu.append(time.process_time() - c0)
             acc.append(spent[0])
             ratios.append(_exactness(r))
             if pc() > t_end:
@@ -231,6 +240,7 @@ def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[s
             "frontier_engine": eng_bad[0] if eng_bad else len(lat),
             "frontier_sustained": sustained,
             "engine": _stats(acc),
+            "cpu": _stats(cpu),
             "first_inexact": next((i for i, q in enumerate(ratios) if q != 1.0), None),
             "first_over_50ms": next((i for i, x in enumerate(lat) if x > FRONTIER_SECONDS), None),
             "over_50ms": sum(1 for x in lat if x > 0.05),
@@ -621,6 +631,8 @@ def _markdown(mode: str, data: dict[str, Any]) -> str:
                     "p50 ms",
                     "p99 ms",
                     "max ms",
+                    "CPU p50 / p99 / max ms",
+                    "engine p50 / p99 / max ms",
                     ">50 ms",
                     ">100 ms",
                     ">1 s",
@@ -638,6 +650,8 @@ def _markdown(mode: str, data: dict[str, Any]) -> str:
                         v["all"]["p50_ms"],
                         v["all"]["p99_ms"],
                         v["all"]["max_ms"],
+                        _triple(v.get("cpu")),
+                        _triple(v.get("engine")),
                         v["over_50ms"],
                         v["over_100ms"],
                         v["over_1s"],

@@ -29,7 +29,9 @@ from dpmagic.overlap.rounding import DecimalLattice, ProblemRounding, is_exact
 decimal_weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.011])
 dense_workloads = st.lists(st.tuples(boxes(), decimal_weights), min_size=1, max_size=8)
 #: HiGHS right after a (zero-length) graph probe on every instance without a tensor: the dense plan
-DENSE = PortfolioConfig(tensor_cells=1, milp_dense_vars=1500, milp_dense_scope=99, milp_dense_probe=0.0)
+DENSE = PortfolioConfig(
+    tensor_cells=1, milp_dense_vars=1500, milp_dense_scope=99, milp_dense_probe=0.0, scoped_max_columns=0
+)
 #: HiGHS alone (its tolerance margin: exact only through the decimal snap)
 HIGHS = PortfolioConfig(steps=frozenset({"milp"}))
 
@@ -109,9 +111,11 @@ def test_dense_plan_is_chosen_by_instance() -> None:
         bx.append(Box(cons))
     inst = _instance(bx, [0.05] * len(bx))
     assert not inst.helly and inst.mean_scope <= 2
-    cfg = PortfolioConfig(tensor_cells=1, milp_dense_vars=1500)
+    cfg = PortfolioConfig(tensor_cells=1, milp_dense_vars=1500, scoped_max_columns=0)
     names = [(s.name, cap is not None) for s, cap in plan(inst, cfg)]
     assert names[:2] == [("graph", True), ("milp", False)]
+    # with the scoped branch and bound allowed (the default), it runs first on such an instance
+    assert plan(inst, replace(cfg, scoped_max_columns=16))[0][0].name == "scoped"
     assert [n for n, _ in names[:2]] != [n for n, _ in (plan(inst, replace(cfg, milp_dense_scope=0.5)))][:2]
 
 

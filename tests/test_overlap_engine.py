@@ -341,7 +341,11 @@ def test_plan_orders_steps_by_instance():
     inst = _instance(sch, bx)
     for method in ("auto", "bb", "graph"):
         assert _names(plan(inst, PortfolioConfig.for_method(method))) == [("tensor", False)]
-    probe = PortfolioConfig(graph_seconds_per_word=0.0, probe_min_seconds=0.0, tensor_seconds_per_entry=1.0)
+    probe = PortfolioConfig(
+        graph_seconds_per_word=0.0, probe_min_seconds=0.0, tensor_seconds_per_entry=1.0, scoped_max_columns=0
+    )
+    # (the scoped search, when allowed, runs first on this small instance: tests/test_overlap_scoped.py)
+    assert _names(plan(inst, replace(probe, scoped_max_columns=16)))[0] == ("scoped", False)
     # (HiGHS after the tensor only runs when the tensor step was skipped for lack of time)
     assert _names(plan(inst, probe))[:2] == [("graph", True), ("tensor", False)]
     assert not inst.helly  # category sets of several values
@@ -369,7 +373,7 @@ def test_plan_orders_steps_by_instance():
 
 def test_milp_early_plans_match_brute_force():
     """The plan that sends non-Helly instances to HiGHS first is exact (brute force), its witness load = lower."""
-    cfg = PortfolioConfig(tensor_cells=1, milp_early_nnz=1e9)
+    cfg = PortfolioConfig(tensor_cells=1, milp_early_nnz=1e9, scoped_max_columns=0)
     rng = np.random.default_rng(17)
     for _ in range(6):
         sch, bx = _uniform(rng, int(rng.integers(8, 30)), m=int(rng.integers(2, 5)), kmax=4)
@@ -479,7 +483,7 @@ def _graph_exact(bx, ws, sch, **kw):
 
 
 def test_graph_search_matches_brute_force_small_domains():
-    cfg = PortfolioConfig(tensor_cells=1)  # force the searches even on tiny domains
+    cfg = PortfolioConfig(tensor_cells=1, scoped_max_columns=0)  # force the searches even on tiny domains
     rng = np.random.default_rng(11)
     for _ in range(8):
         sch, bx = _uniform(rng, int(rng.integers(5, 30)), m=int(rng.integers(2, 6)), kmax=4)
@@ -499,7 +503,9 @@ def test_searches_hypothesis(wl, method):
     bx = [b for b, _ in wl]
     ws = [w for _, w in wl]
     truth = brute_max(SCHEMA, bx, ws)
-    r = max_overlap(bx, ws, SCHEMA, time_limit=30.0, method=method, config=PortfolioConfig(tensor_cells=1))
+    r = max_overlap(
+        bx, ws, SCHEMA, time_limit=30.0, method=method, config=PortfolioConfig(tensor_cells=1, scoped_max_columns=0)
+    )
     assert r.exact and r.lower == truth == r.upper
     assert row_load(bx, ws, r.witness) == r.lower
 
@@ -570,7 +576,7 @@ def test_graph_search_timeout_is_safe_and_respects_the_budget():
 
 
 def test_engine_region_and_incremental_use_graph_search():
-    cfg = PortfolioConfig(tensor_cells=1, column_first_log10=-1.0)  # graph search first
+    cfg = PortfolioConfig(tensor_cells=1, column_first_log10=-1.0, scoped_max_columns=0)  # graph search first
     rng = np.random.default_rng(2)
     sch, bx = _uniform(rng, 25, m=4, kmax=3)
     ws = [float(x) for x in rng.integers(1, 4, len(bx))]

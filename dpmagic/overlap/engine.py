@@ -22,7 +22,9 @@ clique ``ω_w``             ``ω_new = max(ω_old, w_q + ω(N(q)))``.  When q an
 exact ``γ_w``              ``γ_new = max(γ_old, w_q + max_load_over(q's box))`` (only q's neighbours restricted to
                            its box matter), solved by :func:`~dpmagic.overlap.maxoverlap.solve_overlap`: a
                            compressed-domain load tensor when the product of atom counts is small (one ordered
-                           axis as a difference array), otherwise a portfolio within the wall-clock limit:
+                           axis as a difference array), otherwise a portfolio within the wall-clock limit: on
+                           few small columns with small scopes (dense analyst sessions, issue 28) first the
+                           scoped branch and bound (:mod:`~dpmagic.overlap.scoped`), then
                            branch and bound over columns (column-sum bounds, tensor leaves) and branch and
                            bound over the query graph keeping the running intersection of the chosen boxes
                            (colouring bounds; :mod:`~dpmagic.overlap.gsearch`), ordered by the atom product,

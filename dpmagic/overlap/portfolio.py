@@ -6,10 +6,14 @@ applicable steps by the instance's features (:class:`Instance`), :func:`run_port
 deadline, each seeded with the best witness so far, and stops at the first exact one.  One object,
 :class:`PortfolioConfig`, configures it (which steps may run, the cost constants, the shares of the time).
 
-Steps (``tensor``, ``graph``, ``columns``, ``milp``, ``lp``):
+Steps (``tensor``, ``scoped``, ``graph``, ``columns``, ``milp``, ``lp``):
 
 * ``tensor`` — the load tensor (:mod:`.tensor`): exact, one numpy computation; alone when its estimate is
   below ``probe_min_seconds`` (the census workload);
+* ``scoped`` — branch and bound over columns in one static order with each query charged once (:mod:`.scoped`,
+  issue 28): first whenever it applies (at most ``scoped_max_columns`` columns of at most ``scoped_max_atoms``
+  atoms, queries constraining on average at most ``scoped_max_scope`` of them) and the tensor is not cheap; the
+  other steps follow it when it runs out of its ``scoped_share`` of the time;
 * ``graph`` — branch and bound over the query graph (:mod:`.gsearch`), also as a short *probe* capped at
   ``probe_share`` of the tensor's estimate when building the query graph is cheap;
 * ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
@@ -46,18 +50,20 @@ from dpmagic.overlap.encoding import BoxStore, Problem
 from dpmagic.overlap.gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
 from dpmagic.overlap.milp import MILP_MAX_NNZ, MILP_MAX_VARS, MILP_OVERRUN_PER_NNZ, milp_overlap, milp_size
 from dpmagic.overlap.rounding import ProblemRounding, is_exact, sum_down
+from dpmagic.overlap.scoped import scoped_fits, scoped_search
 from dpmagic.overlap.tensor import tensor_cost, tensor_max
 
 __all__ = ["PortfolioConfig", "Instance", "Step", "STEPS", "plan", "run_portfolio", "witness_row", "METHODS"]
 
 #: the names of the steps
-STEP_NAMES = frozenset({"tensor", "graph", "columns", "milp", "lp"})
+STEP_NAMES = frozenset({"tensor", "scoped", "graph", "columns", "milp", "lp"})
 #: ``solve_overlap(method=...)`` → the steps it may use
 METHODS: dict[str, frozenset[str]] = {
     "auto": STEP_NAMES,
     "bb": frozenset({"tensor", "columns"}),
     "graph": frozenset({"tensor", "graph", "columns"}),
     "milp": frozenset({"milp", "lp"}),
+    "scoped": frozenset({"tensor", "scoped"}),
 }
 #: the search a ``method`` tries first
 _PREFER = {"graph": "graph", "bb": "columns"}
@@ -109,6 +115,16 @@ class PortfolioConfig:
     milp_dense_columns: int = 16
     milp_dense_scope: float = 3.5
     milp_dense_probe: float = 0.02
+    #: the scoped branch and bound (:mod:`.scoped`, issue 28) runs first, with ``scoped_share`` of the time, on
+    #: instances of at most ``scoped_max_columns`` columns of at most ``scoped_max_atoms`` atoms whose queries
+    #: constrain on average at most ``scoped_max_scope`` of them (its bound charges each query to one column).
+    #: 12 columns: the dense analyst sessions' region problems have at most 11 (7 categorical + 4 numeric); the
+    #: sparse generator's (mixed_analyst_log) have 14, where it took 0.2–2 s (CPU) on admissions the graph search
+    #: solves in milliseconds (measured: benchmarks/results/bench_session_issue28_s9.md, p99 0.16 s → 7.4 s with 16)
+    scoped_max_columns: int = 12
+    scoped_max_atoms: int = 64
+    scoped_max_scope: float = 3.5
+    scoped_share: float = 0.8
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -270,6 +286,18 @@ def _run_columns(s: _State, deadline: float) -> bool:
     return ex
 
 
+def _run_scoped(s: _State, deadline: float) -> bool:
+    at, ub, ex, tag = scoped_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), s.target)
+    s.tags.append(tag)
+    s.offer(at)
+    s.bound(ub)
+    return ex
+
+
+def _scoped_applies(i: Instance, c: PortfolioConfig) -> bool:
+    return scoped_fits(i.prob, c.scoped_max_atoms, c.scoped_max_columns) and i.mean_scope <= c.scoped_max_scope
+
+
 def _run_milp(s: _State, deadline: float) -> bool:
     left = deadline - time.perf_counter()
     # HiGHS overruns its limit by about MILP_OVERRUN_PER_NNZ per non-zero: small models may start with less time
@@ -308,6 +336,7 @@ def _graph_cost(i: Instance, c: PortfolioConfig) -> float:
 
 STEPS: dict[str, Step] = {
     "tensor": Step("tensor", lambda i, c: i.tensor_fits(c), lambda i, c: i.tensor_seconds(c), _run_tensor),
+    "scoped": Step("scoped", _scoped_applies, lambda i, c: math.inf, _run_scoped),
     "graph": Step("graph", lambda i, c: i.prob.n <= c.graph_max_n, _graph_cost, _run_graph),
     "columns": Step("columns", lambda i, c: True, lambda i, c: math.inf, _run_columns),
     "milp": Step("milp", lambda i, c: i.milp_fits(c), lambda i, c: math.inf, _run_milp),
@@ -328,6 +357,8 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if ok("tensor") and tensor_s <= cfg.probe_min_seconds:
         return [(STEPS["tensor"], None)]
     out: list[tuple[Step, float | None]] = []
+    if ok("scoped"):
+        out.append((STEPS["scoped"], None))  # few small columns, small scopes: the scoped search first
     if (
         not ok("tensor")
         and ok("milp")
@@ -405,6 +436,8 @@ def run_portfolio(
             share = left * cfg.milp_reserve_from
         else:
             share = left * cfg.first_share
+        if step.name == "scoped" and rest:
+            share = left * cfg.scoped_share
         s.probing = cap is not None
         if step.run(s, now + share):
             exact = True

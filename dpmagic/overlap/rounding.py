@@ -172,14 +172,17 @@ class DecimalLattice:
         d = max(p[0] for p in parts)
         if d > DECIMAL_MAX_DIGITS:
             return None
-        neg, pos = Fraction(0), Fraction(0)
+        # k·10^-di = (k·10^(d-di))·10^-d: the same error e on the common lattice.  Σ c·e summed as integers over
+        # the common denominator (Fraction additions re-reduce at every step: ≈ 6 ms for 100 distinct weights)
+        den = math.lcm(*(p[2].denominator for p in parts))
+        pos_n = neg_n = 0
         for (_, _, e), c in zip(parts, counts.tolist()):
-            # k·10^-di = (k·10^(d-di))·10^-d: the same error e on the common lattice
-            if e > 0:
-                pos += c * e
-            elif e < 0:
-                neg -= c * e
-        return cls(d, neg, pos)
+            num = c * e.numerator * (den // e.denominator)
+            if num > 0:
+                pos_n += num
+            else:
+                neg_n -= num
+        return cls(d, Fraction(neg_n, den), Fraction(pos_n, den))
 
     def snap(self, upper: float) -> float:
         """A proven upper bound ≤ ``upper`` of any load bounded by ``upper`` (see the class docstring)."""

@@ -1,0 +1,219 @@
+"""Branch and bound over columns in a fixed order with scope-partitioned bounds (issue 28: dense analyst sessions).
+
+The instance: few columns of few atoms (an admission's region problem on Adult: ≤ 16 atoms per categorical
+column, a few dozen per numeric one), each query constraining few of them (≤ 3 columns plus the region).  The
+load is a sum of factors, one per query, each a product of indicators over the query's constrained columns
+(its *scope*).  Columns are fixed one at a time in one static order (most constrained first).  At a node
+fixing the first ``j`` columns, a live query (consistent with the fixed atoms) whose scope holds no free
+column adds its whole weight; every other live query is *assigned* to the first free column of its scope
+and relaxed to its one-column indicator there.  So
+
+    max load below the node ≤ fixed weight + Σ_{free c} max_a Σ_{q assigned to c, q covers a} w_q,
+
+a valid bound (the maximum of a sum is at most the sum of the maxima, and dropping a factor's other
+indicators only raises it).  This is the mini-bucket bound of i-bound 1 for the static order (Dechter and
+Rish, "Mini-buckets: a general scheme for bounded inference", Journal of the ACM 50(2):107–153, 2003;
+used as a search heuristic by Kask and Dechter, "A general scheme for automatic generation of search
+heuristics from specification dependencies", Artificial Intelligence 129:91–131, 2001), and exact once a
+query's scope is all fixed.  Because the order is static, the assignment at depth ``j`` depends only on the
+query and ``j``; each level's per-column membership blocks are cut once, and a node costs one small
+matrix-vector product per free column.  Children (atoms of column ``j``) are visited by decreasing bound and
+cut against the incumbent (or the caller's ``floor``); the first descent is the greedy row.
+
+Compared with :mod:`.columns` (bound: min over free columns of one column's sums of *all* live queries) the
+partitioned bound charges each query once, which is what makes it tight when each query constrains a few of
+many columns.  Exponential in the worst case (NP-hard, Smith et al. 2022 §4); the deadline is checked at
+every node (:class:`~.deadline.SearchTimeout`) and a timed-out search reports its frontier's bound.
+
+Floating point: bounds are float64 sums compared with the incumbent as in :mod:`.columns`; the reported
+upper bound goes through :meth:`~.rounding.ProblemRounding.up` (the caller snaps it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from dpmagic.overlap.deadline import SearchTimeout
+from dpmagic.overlap.encoding import Problem
+from dpmagic.overlap.rounding import ProblemRounding
+
+__all__ = ["scoped_search", "scoped_fits", "SCOPED_MAX_ENTRIES"]
+
+#: largest ``queries × Σ_j Σ_{c ≥ j} a_c`` held as per-level membership blocks (float64 entries: ≤ 96 MB)
+SCOPED_MAX_ENTRIES = 12_000_000
+
+
+def scoped_fits(prob: Problem, max_atoms: int, max_columns: int) -> bool:
+    """Whether the instance is small enough: at most ``max_columns`` columns of at most ``max_atoms`` atoms
+    each, and per-level blocks within :data:`SCOPED_MAX_ENTRIES`.  ``O(m)``."""
+    cols = prob.columns
+    if not cols or len(cols) > max_columns:
+        return False
+    widths = sorted((c.a for c in cols), reverse=True)
+    if widths[0] > max_atoms:
+        return False
+    return prob.n * sum((i + 1) * a for i, a in enumerate(widths)) <= SCOPED_MAX_ENTRIES
+
+
+class _Search:
+    """One search: the static order, the per-level blocks, the incumbent, the open frames and the memo."""
+
+    def __init__(self, prob: Problem, deadline: float, best: float, target: float, slack: float) -> None:
+        self.deadline = deadline
+        self.best = best
+        self.target = target
+        self.slack = slack
+        self.best_x: list[int] | None = None
+        self.w = np.asarray(prob.weights, dtype=np.float64)
+        n = prob.n
+        dense = [c.dense() for c in prob.columns]
+        cons = [~m.all(axis=1) for m in dense]
+        counts = [int(c.sum()) for c in cons]
+        # most constrained first; columns no query constrains need no branching (any atom)
+        self.order = [i for i in sorted(range(len(dense)), key=lambda i: (-counts[i], prob.columns[i].a)) if counts[i]]
+        k = len(self.order)
+        self.k = k
+        self.cover = [dense[i] for i in self.order]  # (n, a_c) bool, in branching order
+        # assigned[j][q]: the first column of q's scope at position ≥ j (k: none left, the query is fixed)
+        self.assigned = np.full((k + 1, n), k, dtype=np.int64)
+        for j in range(k - 1, -1, -1):
+            self.assigned[j] = np.where(cons[self.order[j]], j, self.assigned[j + 1])
+        self.done = [self.assigned[j] == k for j in range(k + 1)]
+        self.done_f = [d.astype(np.float64) for d in self.done]
+        self.free = [~d for d in self.done]
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.frames: list[tuple[np.ndarray, list[int]]] = []  # (child bounds in visiting order, [next index])
+        #: per level: the live queries with free columns (packed bits) → a bound on the load they can add
+        self.memo: list[dict[bytes, float]] = [{} for _ in range(k + 1)]
+        self.x = [0] * k
+        self.nodes = 0
+
+    def _block(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Level ``j`` (built on first use).  A query whose scope's first free column is ``c > j`` keeps its
+        membership row in ``c`` (the unary block); one whose first free column is ``j`` and second ``c`` goes to
+        the pair part: its membership in ``j`` and its row in ``c``; one with ``j`` alone keeps its row in ``j``.
+        Returns the unary block (n, Σ_{c ≥ j} a_c) float64, the columns' offsets, the pair queries, their
+        memberships in ``j`` (a_j, p) and their rows in their second column (p, Σ_{c > j} a_c)."""
+        got = self._blocks.get(j)
+        if got is None:
+            widths = [self.cover[c].shape[1] for c in range(j, self.k)]
+            offsets = np.cumsum([0] + widths[:-1])
+            block = np.zeros((len(self.w), sum(widths)))
+            a = self.assigned[j].copy()
+            second = self.assigned[j + 1] if j + 1 <= self.k else np.full(len(a), self.k)
+            pair = np.flatnonzero((a == j) & (second < self.k))
+            a[pair] = -1
+            pair_block = np.zeros((len(pair), sum(widths[1:])))
+            for c, off, wd in zip(range(j, self.k), offsets.tolist(), widths):
+                rows = np.flatnonzero(a == c)
+                block[rows, off : off + wd] = self.cover[c][rows]
+                if c > j:
+                    sel = np.flatnonzero(second[pair] == c)
+                    pair_block[sel, off - widths[0] : off - widths[0] + wd] = self.cover[c][pair[sel]]
+            mj_t = self.cover[j][pair].T.astype(np.float64)
+            got = self._blocks[j] = (block, offsets, pair, mj_t, pair_block)
+        return got
+
+    def frontier_upper(self) -> float:
+        ub = self.best
+        for bounds, pos in self.frames:
+            if pos[0] < len(bounds):
+                ub = max(ub, float(bounds[pos[0] :].max()))
+        return ub
+
+    def run(self) -> None:
+        # the root as a frame of one unbounded child: a timeout before its bound is known reports no bound
+        self.frames.append((np.array([math.inf]), [0]))
+        self._node(0, np.ones(len(self.w), dtype=bool))
+        self.frames.pop()
+
+    def _node(self, j: int, alive: np.ndarray) -> bool:
+        """Search below the node fixing the first ``j`` columns; True when the target is reached (stop)."""
+        self.nodes += 1
+        if time.perf_counter() > self.deadline:
+            raise SearchTimeout
+        wa = np.where(alive, self.w, 0.0)
+        fixed = float(wa @ self.done_f[j])
+        live = alive & self.free[j]
+        if j == self.k or not bool(live.any()):
+            if fixed > self.best:
+                self.best, self.best_x = fixed, list(self.x)
+            return self.best >= self.target
+        # the same live queries with free columns below another prefix: their added load is bounded (memo)
+        key = np.packbits(live).tobytes()
+        memo = self.memo[j]
+        known = memo.get(key)
+        if known is not None and fixed + known <= self.best - self.slack:
+            return False
+        block, offsets, pair, mj_t, pair_block = self._block(j)
+        # only live queries add: the products over their rows alone (most are dead below the first levels)
+        rows = np.flatnonzero(live)
+        sums = self.w[rows] @ block[rows] if 2 * len(rows) < len(wa) else wa @ block
+        a_j = self.cover[j].shape[1]
+        s0 = sums[:a_j]
+        if self.k > j + 1:
+            # given the atom of j the free columns are independent (a star): per column c > j the pair table of
+            # the queries whose first two free columns are (j, c), plus c's unary sums, maximised over c's atoms
+            sel = np.flatnonzero(alive[pair])
+            if 2 * len(sel) < len(pair):
+                star = (mj_t[:, sel] * self.w[pair[sel]]) @ pair_block[sel] + sums[a_j:]
+            else:
+                star = (mj_t * wa[pair]) @ pair_block + sums[a_j:]
+            s0 = s0 + np.maximum.reduceat(star, offsets[1:] - a_j, axis=1).sum(axis=1)
+        rest = fixed
+        if rest + float(s0.max()) <= self.best:
+            return False
+        order = np.argsort(-s0, kind="stable")
+        bounds = s0[order] + rest
+        pos = [0]
+        self.frames.append((bounds, pos))
+        cover = self.cover[j]
+        for i, a in enumerate(order.tolist()):
+            pos[0] = i
+            if float(bounds[i]) <= self.best:
+                break
+            self.x[j] = a
+            if self._node(j + 1, alive & cover[:, a]):
+                self.frames.pop()
+                return True
+        self.frames.pop()
+        # every row below has load ≤ best (searched or cut against it): the live queries add ≤ best − fixed
+        if self.best > -math.inf:
+            add = self.best - fixed + self.slack
+            memo[key] = add if known is None else min(known, add)
+        return False
+
+
+def scoped_search(
+    prob: Problem, deadline: float, rnd: ProblemRounding, incumbent: float, target: float = math.inf
+) -> tuple[dict[str, int], float, bool, str]:
+    """The scoped branch and bound; returns (atoms of the best row above ``incumbent`` or {}, proven upper
+    bound, exact, method tag).
+
+    ``incumbent``: a load already achieved (or a floor: only loads above it matter); rows at or below it are
+    pruned, so ``{}`` with ``exact=True`` means no row exceeds it (upper = it, rounded up).  ``target``: a
+    proven upper bound of the maximum (the caller's hint); reaching it stops the search (then exact).
+    """
+    s = _Search(prob, deadline, incumbent, target, rnd.slack)
+    tag = "scoped"
+    try:
+        if s.k == 0:
+            total = float(s.w.sum())
+            if total > s.best:
+                s.best, s.best_x = total, []
+        else:
+            s.run()
+        # completed, or stopped on a row reaching the proven ``target`` (then best ≥ target ≥ the maximum)
+        upper = rnd.up(s.best)
+        exact = True
+    except SearchTimeout:
+        upper = rnd.up(s.frontier_upper())
+        exact = False
+        tag += "-timeout"
+    atoms: dict[str, int] = {}
+    if s.best_x is not None:
+        atoms = {prob.columns[i].name: int(s.best_x[p]) for p, i in enumerate(s.order)}
+    return atoms, upper, exact, tag

@@ -1,0 +1,177 @@
+"""The scoped branch and bound (issue 28, :mod:`dpmagic.overlap.scoped`) against brute force on small domains.
+
+Every path is checked for: γ ≤ reported upper, lower ≤ γ, the witness's load = lower, exact only when the two
+are equal, and incremental admissions equal to a from-scratch solve; with a floor, with a target, and on a
+timeout (the frontier's bound is still proven).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load, weights_st
+
+import dpmagic.overlap.scoped as scoped_mod
+from dpmagic.domain.sets import Box, CategorySet
+from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan
+from dpmagic.overlap.encoding import BoxStore, build_problem
+from dpmagic.overlap.maxoverlap import solve_overlap
+from dpmagic.overlap.portfolio import Instance, witness_row
+from dpmagic.overlap.rounding import ProblemRounding, is_exact
+from dpmagic.overlap.scoped import scoped_search
+
+decimal_weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.011])
+any_weights = st.one_of(weights_st, decimal_weights, st.floats(0.01, 3.0))
+workloads = st.lists(st.tuples(boxes(), any_weights), min_size=1, max_size=8)
+#: the scoped search alone (no tensor, no other step): exact only through it
+SCOPED = PortfolioConfig(steps=frozenset({"scoped"}), scoped_max_scope=99.0)
+
+
+def _sound(r, bx, ws, region=None) -> None:
+    truth = brute_max(SCHEMA, bx, ws, region)
+    assert r.lower <= truth + 1e-12 and truth <= r.upper
+    assert r.exact == is_exact(r.lower, r.upper)
+    if r.exact:
+        assert r.lower == pytest.approx(truth, abs=1e-12)
+    if r.witness is not None and bx:
+        assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
+        if region is not None:
+            assert region.contains_row(r.witness)
+
+
+def _problem(bx, ws, region=None):
+    store = BoxStore(SCHEMA)
+    store.extend(bx, ws)
+    ids = np.flatnonzero(store.alive[: store.n])
+    if region is not None:
+        ids = ids[store.overlap_mask(region)[ids]]
+    return store, build_problem(store, ids, region)
+
+
+@given(workloads)
+@FAST
+def test_scoped_alone_is_exact_and_sound(wl) -> None:
+    """The scoped search alone: exact, equal to brute force, the witness's load is the lower end."""
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    r = max_overlap(bx, ws, SCHEMA, config=SCOPED)
+    _sound(r, bx, ws)
+    assert r.exact
+    assert "scoped" in r.method or r.method in ("empty", "none")  # no column: the first witness is exact
+
+
+@given(workloads, st.one_of(st.none(), boxes()))
+@FAST
+def test_scoped_search_from_nothing_finds_the_maximum(wl, region) -> None:
+    """The search itself, with no incumbent (the portfolio's first witness is often already optimal on small
+    domains): its best row's load is the brute-force maximum, its upper bound proven, and it reports exact."""
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    if region is not None and region.is_empty():
+        return
+    store, prob = _problem(bx, ws, region)
+    if prob.n == 0:
+        return
+    truth = brute_max(SCHEMA, bx, ws, region)
+    atoms, upper, exact, tag = scoped_search(prob, math.inf, ProblemRounding.of(prob), -1.0)
+    assert exact and tag == "scoped"
+    row = witness_row(store, prob, atoms)
+    assert row_load(bx, ws, row) == pytest.approx(truth, abs=1e-12)
+    assert truth <= upper and is_exact(truth, upper)
+    if region is not None:
+        assert region.contains_row(row)
+
+
+@given(workloads, boxes(), st.floats(-1.0, 6.0))
+@FAST
+def test_scoped_region_with_floor(wl, region, floor) -> None:
+    """In a region with a floor: sound; exact whenever the maximum is above the floor, else upper is the floor
+    (rounded up) or the exact maximum."""
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    store = BoxStore(SCHEMA)
+    store.extend(bx, ws)
+    r = solve_overlap(store, region=region, floor=floor, config=SCOPED)
+    if region.is_empty():
+        assert r.upper == 0.0
+        return
+    _sound(r, bx, ws, region)
+    truth = brute_max(SCHEMA, bx, ws, region)
+    if truth > floor + 1e-9:
+        assert r.exact
+    else:
+        assert r.upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+
+
+@given(workloads, st.integers(0, 40))
+@FAST
+def test_scoped_timeout_and_target_are_proven(wl, nodes) -> None:
+    """A search stopped after a few nodes (deadline) or on a target reports a proven upper bound and a witness
+    whose load is at most the maximum."""
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    store, prob = _problem(bx, ws)
+    if prob.n == 0:
+        return
+    rnd = ProblemRounding.of(prob)
+    truth = brute_max(SCHEMA, bx, ws)
+    calls = [0]
+
+    real = scoped_mod.time.perf_counter
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            calls[0] += 1
+            return math.inf if calls[0] > nodes else real()
+
+    scoped_mod.time = _Clock  # type: ignore[assignment]
+    try:
+        atoms, upper, exact, tag = scoped_search(prob, 1e300, rnd, -1.0)
+    finally:
+        scoped_mod.time = time
+    assert truth <= upper
+    if atoms:
+        row = witness_row(store, prob, atoms)
+        assert row_load(bx, ws, row) <= truth + 1e-12
+    if exact:
+        assert tag == "scoped"
+        assert row_load(bx, ws, witness_row(store, prob, atoms)) == pytest.approx(truth, abs=1e-12)
+    # a target at the true maximum stops the search with the maximum found
+    atoms, upper, exact, _ = scoped_search(prob, math.inf, rnd, -1.0, target=truth)
+    assert exact and truth <= upper
+
+
+@given(workloads, boxes(), decimal_weights)
+@FAST
+def test_scoped_admission_equals_from_scratch(wl, box, w) -> None:
+    """Incremental admissions with the scoped search (exact charge) = a from-scratch solve = brute force."""
+    eng = OverlapEngine(SCHEMA, charged="exact", solver=SCOPED)
+    bx, ws = [], []
+    for b, x in [*wl, (box, w)]:
+        adm = eng.admit(b, x)
+        eng.commit(adm)
+        bx.append(b)
+        ws.append(x)
+        ov = adm.bounds.overlap
+        _sound(ov, bx, ws)
+        assert ov.exact
+        scratch = max_overlap(bx, ws, SCHEMA, config=SCOPED)
+        assert scratch.exact and ov.lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+def test_scoped_is_planned_first_on_small_scopes_only() -> None:
+    """The plan runs the scoped search first on few small columns with small scopes, not otherwise."""
+    rng = np.random.default_rng(5)
+    bx = []
+    for _ in range(40):
+        name = str(rng.choice(["c3", "c4"]))
+        col = SCHEMA[name]
+        bx.append(Box({name: CategorySet.of_indices(col, rng.choice(col.size, size=2, replace=False).tolist())}))
+    store, prob = _problem(bx, [0.05] * len(bx))
+    inst = Instance.of(store, prob, np.arange(len(bx)))
+    cfg = PortfolioConfig(tensor_cells=1)
+    assert plan(inst, cfg)[0][0].name == "scoped"
+    assert plan(inst, PortfolioConfig(tensor_cells=1, scoped_max_scope=0.5))[0][0].name != "scoped"
+    assert plan(inst, PortfolioConfig(tensor_cells=1, scoped_max_atoms=1))[0][0].name != "scoped"
