@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def _pred_text(p: Pred) -> str:
 def stat_id(agg: str, col: str | None, where: Sequence[Pred]) -> str:
     """The statistic's name, the same whichever query releases it: ``AVG(age) | sex = Male``."""
     cond = " AND ".join(sorted(_pred_text(p) for p in where))
-    return f"{agg}({col or '*'})" + (f" | {cond}" if cond else "")
+    return f"{agg}({col or '*'})" + (f" WHERE {cond}" if cond else "")
 
 
 def group_keys(schema: dict[str, Any], col: str) -> list[tuple[Any, Pred]]:
@@ -289,25 +290,45 @@ def run_dpmagic(df: pd.DataFrame, expanded: list[dict], eps: float, reps: int) -
     return got, {"seconds": time.perf_counter() - t, "spent_max": max(spent), "spent_min": min(spent)}
 
 
-def run_dpmagic_batch(df: pd.DataFrame, reps: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """Workload B through ``Session.batch("prefix(fnlwgt_bin)", epsilon=1)``: ``reps`` × 1,024 noisy prefix sums."""
-    from dpmagic import Session
+def run_dpmagic_batch(
+    df: pd.DataFrame, reps: int, *, col: str = HIST_COL, n: int = HIST_N
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Workload B as ``Session.batch("prefix(fnlwgt_bin)", epsilon=1)``: ``reps`` × 1,024 noisy prefix sums.
 
-    schema = {
-        "table": "adult",
-        "columns": {HIST_COL: {"type": "int", "lower": 0, "upper": HIST_N - 1}},
-    }
-    frame = df[[HIST_COL]]
-    rows = []
-    info: dict[str, Any] = {}
+    The strategy is planned once (:func:`dpmagic.batch.release.plan_strategy`, ``auto``: what ``Session.batch``
+    does on every call; public, no data) and each repetition is one release of the same
+    :class:`~dpmagic.batch.release.BatchMechanism` through :meth:`dpmagic.Session.run` in a fresh session (the
+    body of :func:`dpmagic.session.batch.run_batch` with the plan reused: planning OPT₀ at n = 1,024 takes
+    minutes on this loaded machine; ``tests/test_bench_peers.py`` checks this path against ``Session.batch`` on a
+    small domain)."""
+    from dpmagic import Session
+    from dpmagic.batch.release import BatchMechanism, plan_strategy
+    from dpmagic.batch.spec import parse_workload
+
+    schema = {"table": "adult", "columns": {col: {"type": "int", "lower": 0, "upper": n - 1}}}
+    frame = df[[col]]
+    text = f"prefix({col})"
     t = time.perf_counter()
+    s = Session(frame, schema, "epsilon=1.0")
+    spec = parse_workload(text, s.schema)
+    plan = plan_strategy(spec, s.currency, replace_one=False)
+    plan_seconds = time.perf_counter() - t
+    q = s.parse(f"SELECT COUNT(*) FROM adult GROUP BY {col}")
+    rows = []
     for _ in range(reps):
         s = Session(frame, schema, "epsilon=1.0")
-        r = s.batch(f"prefix({HIST_COL})", epsilon=1.0)
-        num = [c for c in r.df.columns if pd.api.types.is_numeric_dtype(r.df[c]) and not c.endswith(("_low", "_high"))]
-        rows.append(r.df[num[0]].to_numpy(dtype=float))
-        info = {"strategy": r.strategy, "expected_rmse": r.expected_rmse, "charged": s.spent}
-    info["seconds"] = time.perf_counter() - t
+        mech = BatchMechanism(spec, q, s.currency, 1.0, replace_one=False, plan=plan, rows=1)
+        r = s.run(mech, sql=f"BATCH {text}", canonical=f"batch|{text}|auto|{q.canonical}")
+        rows.append(r.df["count"].to_numpy(dtype=float))
+        charged = s.spent
+    info = {
+        "strategy": plan.chosen,
+        "expected_rmse": float(mech.expected_rmse),
+        "strategies_rmse": {k: float(v) for k, v in plan.rmse.items()},
+        "charged": charged,
+        "plan_seconds": plan_seconds,
+        "seconds": time.perf_counter() - t,
+    }
     return np.vstack(rows), info
 
 
@@ -413,8 +434,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per peer")
     ap.add_argument("--name", default="bench_peers")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument(
+        "--peer-reps",
+        default="pipelinedp=10,smartnoise=10,tumult=10",
+        help="repetitions of the slow peers (tool=N,...; default: --reps); --quick caps every tool at 3",
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="peer subprocesses run at once (beside dpmagic)")
     args = ap.parse_args(argv)
     reps = 3 if args.quick else args.reps
+    peer_reps = {k.strip(): min(reps, int(v)) for k, v in (x.split("=") for x in args.peer_reps.split(",") if "=" in x)}
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     up0 = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     schema = json.loads(ADULT_SCHEMA.read_text())
@@ -450,24 +478,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         prefix_true = np.cumsum(hist_true)
         answers: dict[str, dict[str, dict[str, list[float]]]] = {}
         batch: dict[str, dict[str, Any]] = {}
-        if "dpmagic" in tools:
-            got, info = run_dpmagic(df, seq, eps_dp, reps)
-            answers["dpmagic"] = {"as_written": got}
-            pre, binfo = run_dpmagic_batch(peer_df, reps)
-            pr, ar = range_rmse(pre - prefix_true)
-            batch["dpmagic"] = {"prefix_rmse": pr, "all_range_rmse": ar, **binfo}
-            import dpmagic
-
-            res["tools"]["dpmagic"] = {
-                "status": "ok",
-                "versions": {"dpmagic": dpmagic.__version__},
-                "accounting": f"overlap accountant (exact maximum overlap), pure ε-DP, add/remove-one: the 40 queries "
-                f"as written at ε = 1/γ = {eps_dp:.5g} each (γ = {gam['gamma']:g}{' exact' if gam['exact'] else ''}); "
-                f"charged at most {info['spent_max']:.6g} of ε = 1; discrete Laplace (OpenDP samplers); "
-                "AVG as dpmagic's release of SUM and COUNT",
-                "seconds": info["seconds"],
-                "batch": binfo,
-            }
         job_common = {
             "data": str(peer_csv),
             "bounds": {
@@ -486,11 +496,35 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             },
             "histogram": {"col": HIST_COL, "n": HIST_N, "epsilon": 1.0, "reps": reps},
         }
-        for tool in tools:
-            if tool == "dpmagic":
-                continue
-            print(f"[{time.strftime('%H:%M:%S')}] {tool} …", flush=True)
-            out, status = run_peer(tool, Path(args.peers_dir) / tool, job_common, work, args.timeout)
+        peers = [t for t in tools if t != "dpmagic"]
+        pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+        futures = {}
+        for tool in peers:
+            job = dict(job_common, reps=peer_reps.get(tool, reps))
+            job["histogram"] = dict(job_common["histogram"], reps=peer_reps.get(tool, reps))
+            futures[tool] = pool.submit(run_peer, tool, Path(args.peers_dir) / tool, job, work, args.timeout)
+            print(f"[{time.strftime('%H:%M:%S')}] {tool}: {job['reps']} repetitions, submitted", flush=True)
+        if "dpmagic" in tools:
+            got, info = run_dpmagic(df, seq, eps_dp, reps)
+            answers["dpmagic"] = {"as_written": got}
+            pre, binfo = run_dpmagic_batch(peer_df, reps)
+            pr, ar = range_rmse(pre - prefix_true)
+            batch["dpmagic"] = {"prefix_rmse": pr, "all_range_rmse": ar, **binfo}
+            import dpmagic
+
+            res["tools"]["dpmagic"] = {
+                "status": "ok",
+                "reps": reps,
+                "versions": {"dpmagic": dpmagic.__version__},
+                "accounting": f"overlap accountant (exact maximum overlap), pure ε-DP, add/remove-one: the 40 queries "
+                f"as written at ε = 1/γ = {eps_dp:.5g} each (γ = {gam['gamma']:g}{' exact' if gam['exact'] else ''}); "
+                f"charged at most {info['spent_max']:.6g} of ε = 1; discrete Laplace (OpenDP samplers); "
+                "AVG as dpmagic's release of SUM and COUNT",
+                "seconds": info["seconds"],
+                "batch": binfo,
+            }
+        for tool in peers:
+            out, status = futures[tool].result()
             if out is None:
                 res["tools"][tool] = {"status": status}
                 print(f"  {tool}: {status}", flush=True)
@@ -499,9 +533,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             h = np.asarray(out["histogram"], dtype=float)
             pr, ar = range_rmse(np.cumsum(h, axis=1) - prefix_true)
             cell = float(np.sqrt(np.mean((h - hist_true) ** 2)))
-            batch[tool] = {"prefix_rmse": pr, "all_range_rmse": ar, "histogram_cell_rmse": cell}
+            bias = float(np.mean(h - hist_true))
+            batch[tool] = {"prefix_rmse": pr, "all_range_rmse": ar, "histogram_cell_rmse": cell, "cell_bias": bias}
             res["tools"][tool] = {
                 "status": "ok",
+                "reps": len(h),
                 "versions": out["versions"],
                 "accounting": out["accounting"],
                 "notes": out["notes"],
@@ -509,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "wall_seconds": out["wall_seconds"],
             }
             print(f"  {tool}: {out['wall_seconds']:.1f} s", flush=True)
+        pool.shutdown()
     res["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     res["total_seconds"] = time.perf_counter() - t_start
     res.update(summarise(answers, truth, kinds, [s[0] for s in stats], batch))
@@ -580,8 +617,8 @@ def render(res: dict[str, Any]) -> str:
         acct = t.get("accounting", "")
         notes = "; ".join(t.get("notes", []))
         secs = t.get("wall_seconds", t.get("seconds"))
-        rows.append([tool, t["status"], vers, acct + (f" ({notes})" if notes else ""), secs])
-    lines.append(md_table(["tool", "status", "versions (pip freeze)", "accounting", "seconds"], rows))
+        rows.append([tool, t["status"], t.get("reps"), vers, acct + (f" ({notes})" if notes else ""), secs])
+    lines.append(md_table(["tool", "status", "repetitions", "versions (pip freeze)", "accounting", "seconds"], rows))
     lines += ["", "## Ratios: geometric mean over statistics of dpmagic RMSE / peer RMSE (< 1: dpmagic better)", ""]
     rr = [[k.replace(":", " — "), v["COUNT"], v["SUM"], v["AVG"], v["all"]] for k, v in res["ratios"].items()]
     lines.append(md_table(["peer — session", "COUNT", "SUM", "AVG", "whole session"], rr))
@@ -593,8 +630,10 @@ def render(res: dict[str, Any]) -> str:
             if tool == "dpmagic"
             else "noisy histogram (identity), summed"
         )
-        br.append([tool, how, b["prefix_rmse"], b["all_range_rmse"]])
-    lines.append(md_table(["tool", "answer", "prefix RMSE", "all-range RMSE"], br))
+        br.append([tool, how, b["prefix_rmse"], b["all_range_rmse"], b.get("histogram_cell_rmse"), b.get("cell_bias")])
+    lines.append(
+        md_table(["tool", "answer", "prefix RMSE", "all-range RMSE", "cell RMSE", "mean cell error (bias)"], br)
+    )
     dpb = res["batch"].get("dpmagic")
     if dpb:
         lines += [
