@@ -436,10 +436,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument(
         "--peer-reps",
-        default="pipelinedp=10,smartnoise=10,tumult=10",
+        default="pipelinedp=5,smartnoise=10,tumult=3",
         help="repetitions of the slow peers (tool=N,...; default: --reps); --quick caps every tool at 3",
     )
-    ap.add_argument("--jobs", type=int, default=2, help="peer subprocesses run at once (beside dpmagic)")
+    ap.add_argument("--jobs", type=int, default=3, help="peer subprocesses run at once (beside dpmagic)")
     args = ap.parse_args(argv)
     reps = 3 if args.quick else args.reps
     peer_reps = {k.strip(): min(reps, int(v)) for k, v in (x.split("=") for x in args.peer_reps.split(",") if "=" in x)}
@@ -544,7 +544,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "seconds": out["seconds"],
                 "wall_seconds": out["wall_seconds"],
             }
-            print(f"  {tool}: {out['wall_seconds']:.1f} s", flush=True)
+            print(f"  {tool}: {out['wall_seconds']:.1f} s {out['seconds']}", flush=True)
         pool.shutdown()
     res["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     res["total_seconds"] = time.perf_counter() - t_start

@@ -24,7 +24,7 @@ from _adapter_common import main, mask  # noqa: E402
 
 dp.enable_features("contrib")
 BOUNDS: dict[str, tuple[int, int]] = {}
-INT = dp.vector_domain(dp.atom_domain(T=int))
+INT = dp.vector_domain(dp.atom_domain(T="i64"))  # 64-bit: the capital-gain sums exceed 2^31
 STR = dp.vector_domain(dp.atom_domain(T=str))
 SD = dp.symmetric_distance()
 _CACHE: dict[tuple, Any] = {}
@@ -59,8 +59,8 @@ def _setup(df: pd.DataFrame, job: dict[str, Any]) -> None:
 
 def _stat(df: pd.DataFrame, agg: str, col: str | None, m: pd.Series, eps: float) -> float:
     if agg == "COUNT":
-        return float(_count(eps)([1] * int(m.sum())))
-    vals = [int(v) for v in df.loc[m, col].to_numpy()]
+        return float(_count(eps)(np.zeros(int(m.sum()), dtype=np.int64)))
+    vals = df.loc[m, col].to_numpy(dtype=np.int64, copy=True)
     if agg == "SUM":
         return float(_sum(col, eps)(vals))
     lo, hi = BOUNDS[col]
@@ -90,13 +90,12 @@ def answer(df: pd.DataFrame, q: dict[str, Any], eps: float, rep: int) -> dict[st
 
 
 def histogram(df: pd.DataFrame, col: str, n: int, eps: float, rep: int) -> np.ndarray:
-    dom = dp.vector_domain(dp.atom_domain(T=int))
     meas = _checked(
-        dp.t.make_count_by_categories(dom, SD, categories=list(range(n)), null_category=False)
+        dp.t.make_count_by_categories(INT, SD, categories=list(range(n)), null_category=False)
         >> dp.m.then_laplace(scale=1.0 / eps),
         eps,
     )
-    return np.asarray(meas([int(v) for v in df[col].to_numpy()]), dtype=float)
+    return np.asarray(meas(df[col].to_numpy(dtype=np.int64, copy=True)), dtype=float)
 
 
 if __name__ == "__main__":
