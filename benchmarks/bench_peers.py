@@ -673,7 +673,15 @@ def render(res: dict[str, Any]) -> str:
     lines.append(md_table(hdr, body))
     lines += ["", "## Workload A as written (dpmagic's SQL)", "", "```sql"]
     lines += [s + ";" for s in wa["sql"]]
-    lines += ["```", "", "Hand-grouped:", "", "```sql"]
+    lines += [
+        "```",
+        "",
+        "Hand-grouped (peers only; `age_band` is the public binning of age into "
+        + ", ".join(f"{lo}–{hi}" for lo, hi in AGE_BANDS)
+        + "; marital status grouped over its 7 declared keys, the 3 asked kept):",
+        "",
+        "```sql",
+    ]
     lines += [s + ";" for s in wa["sql_hand_grouped"]]
     lines += ["```", ""]
     return "\n".join(lines)
