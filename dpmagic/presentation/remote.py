@@ -20,12 +20,15 @@ from typing import Any
 
 import pandas as pd
 
+from dpmagic.accountant.currency import Currency, currency_for
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.server.wire import frame_from_wire, raise_error
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
+from dpmagic.releases.postprocess import answer_notes
+from dpmagic.session import rendering
 
 __all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_from"]
 
@@ -57,16 +60,27 @@ def token_from(token_file: str | Path | None) -> str:
 
 
 class RemoteAnswer:
-    """A released answer (or a public one, or a dry run) as the server rendered it; ``df`` is the released table."""
+    """A released answer (or a public one, or a dry run) from the server; ``df`` is the released table.
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    A plain answer (``"render": "client"``) is rendered here, with :mod:`dpmagic.session.rendering` as a local
+    :class:`~dpmagic.session.results.QueryResult` is: its notes come from the released values and ``query`` (parsed
+    here from the same SQL and public schema).  Anything else carries the server's own rendering."""
+
+    def __init__(self, body: dict[str, Any], query: Query | None = None, currency: Currency | None = None) -> None:
         self.body = body
         self.kind: str = body["kind"]
         self.df = frame_from_wire(body) if "columns" in body else pd.DataFrame()
         self.cost: float = float(body.get("cost", 0.0))
         self.cached: bool = bool(body.get("cached", False))
         self.entry_id: int | None = body.get("entry_id")
-        self.notes: list[str] = list(body.get("notes", []))
+        self.query, self.currency = query, currency
+        self.spent: float = float(body.get("spent", 0.0))
+        self.budget: float = float(body.get("budget", 0.0))
+        self._client = body.get("render") == "client" and query is not None and currency is not None
+        if self._client:
+            self.notes: list[str] = answer_notes(query, self.df)  # type: ignore[arg-type]
+        else:
+            self.notes = list(body.get("notes", []))
 
     @property
     def admissible(self) -> bool:
@@ -75,10 +89,19 @@ class RemoteAnswer:
     def summary(self) -> str:
         return str(self.body.get("summary") or self.body.get("text", ""))
 
+    def noise_description(self) -> str:
+        return str(self.body.get("noise", ""))
+
     def _repr_html_(self) -> str:
+        if self._client:
+            note = self.body.get("rerun_note")
+            return (f"<p>{html.escape(note)}</p>" if note else "") + rendering.result_html(self)  # type: ignore[arg-type]
         return str(self.body.get("html") or f"<pre>{html.escape(repr(self))}</pre>")
 
     def __repr__(self) -> str:
+        if self._client:
+            note = self.body.get("rerun_note")
+            return (f"{note}\n" if note else "") + rendering.result_text(self)  # type: ignore[arg-type]
         return str(self.body.get("text", ""))
 
 
@@ -129,6 +152,7 @@ class RemoteSession:
         self.definition: str = info["definition"]
         self.parameter: str = info["parameter"]
         self.neighbors: str = info["neighbors"]
+        self.currency = currency_for(self.parameter)
         self.panel: Any = None
         self.sidecar: Any = None
 
@@ -159,13 +183,13 @@ class RemoteSession:
         check_categories(q, self.schema)
         return q
 
-    def _request(self, sql: str, cost: Any, named: dict[str, Any], **options: Any) -> dict[str, Any]:
-        self.parse(sql)  # refused here, before any request, as the server would
+    def _request(self, sql: str, cost: Any, named: dict[str, Any], **options: Any) -> tuple[dict[str, Any], Query]:
+        q = self.parse(sql)  # refused here, before any request, as the server would
         body: dict[str, Any] = {"sql": sql, **{k: v for k, v in options.items() if v not in (None, False, ())}}
         if cost is not None:
             body[self.parameter] = cost
         body |= {k: v for k, v in named.items() if v is not None}
-        return body
+        return body, q
 
     def query(
         self,
@@ -182,8 +206,9 @@ class RemoteSession:
     ) -> RemoteAnswer:
         """Ask the server; charged there (your quota and the global budget) before any row is read."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
-        body = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
-        return RemoteAnswer(self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex}))
+        body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
+        reply = self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex})
+        return RemoteAnswer(reply, q, self.currency)
 
     def preview(
         self,
@@ -198,9 +223,8 @@ class RemoteSession:
     ) -> RemoteAnswer:
         """A dry run on the server: reads nothing, charges nothing."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
-        return RemoteAnswer(
-            self._call("POST", "/query", self._request(sql, cost, named, ci=ci, min_rows=min_rows, dry_run=True))
-        )
+        body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, dry_run=True)
+        return RemoteAnswer(self._call("POST", "/query", body), q, self.currency)
 
     def affordable(self, sql: str) -> float:
         """The largest cost your quota and the global budget both admit on this query's region now."""

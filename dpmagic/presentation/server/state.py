@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.accountant import Accountant, Charge
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.currency import Budget, parse_budget
 from dpmagic.accountant.ledger import Ledger, key_from_env, verify
@@ -51,6 +51,7 @@ from dpmagic.presentation.server.config import (
     token_matches,
 )
 from dpmagic.presentation.server.wire import error_body, frame_to_wire, result_to_wire
+from dpmagic.query.model import Query
 from dpmagic.session.admission import admitting
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import parse_cost
@@ -100,12 +101,15 @@ class QuotaAdmission:
         self.request, self.on_commit = request, on_commit
         #: set once both charges are durable: from then on rows may be read
         self.charged = False
+        #: the quota's admission of this request (:meth:`admit`), reused by :meth:`commit` when still valid
+        self._admitted: Charge | None = None
 
     def affordable(self, coverage: Box) -> float:
         return self.accountant.affordable(coverage)
 
     def admit(self, coverage: Box, cost: float) -> None:
         ch = self.accountant.preview(coverage, cost)
+        self._admitted = ch
         if not ch.admissible:
             cur = self.accountant.currency
             left = self.accountant.affordable(coverage)
@@ -128,6 +132,9 @@ class QuotaAdmission:
             sql=sql,
             canonical=canonical,
             details={"global_entry": entry_id, "idempotency_key": self.idempotency_key},
+            # the overlap solved in admit(): the accountant reuses it only if it is still the admission of this
+            # (coverage, cost) on an unchanged engine (Accountant._reuse), else it solves again: the same bound
+            preview=self._admitted,
         )
         self.charged = True
         if self.on_commit is not None:
@@ -176,6 +183,11 @@ class DatasetHost:
         # re-runs are per analyst (Custodian._stored): the session's shared cache and history would only grow
         self.session.cache = _NoCache()
         self.session.results = _NoHistory()
+        # a request's SQL is parsed once: the re-run key and the release path both ask the session to parse it
+        self._parsed: dict[str, Query] = {}
+        self._parse_lock = threading.Lock()
+        self._parse = self.session.parse
+        self.session.parse = self.parse  # type: ignore[method-assign]
         self._quotas: dict[str, Accountant] = {}
         self._lock = threading.Lock()
         #: (analyst, Idempotency-Key) → (global entry id, request digest) of every charge made with a key: from the
@@ -185,6 +197,21 @@ class DatasetHost:
             for e in self.session.accountant.entries()
             if e.details.get("analyst") is not None and e.details.get("idempotency_key") is not None
         }
+
+    #: parsed queries kept (the oldest dropped first): Query is immutable, a function of the SQL and the schema
+    PARSED = 512
+
+    def parse(self, sql: str) -> Query:
+        """:meth:`Session.parse`, memoised on the SQL text (the schema is fixed for the host; errors not kept)."""
+        with self._parse_lock:
+            q = self._parsed.get(sql)
+        if q is None:
+            q = self._parse(sql)
+            with self._parse_lock:
+                if len(self._parsed) >= self.PARSED:
+                    del self._parsed[next(iter(self._parsed))]
+                self._parsed[sql] = q
+        return q
 
     def quota_key(self, analyst: str) -> str:
         return f"{self.session.ledger_key}|analyst|{analyst}"
@@ -456,7 +483,11 @@ class Custodian:
         stored = None if req.get("fresh") else self._stored(host, analyst, req)
         if stored is not None:  # this analyst's own earlier answer: free, as a local re-run
             note = "(re-run: your stored answer, charged nothing)"
-            stored |= {"cached": True, "text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
+            if "text" in stored:  # rendered here (a scalar or composed answer)
+                stored |= {"text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
+            else:  # rendered by the client, which shows the note first
+                stored["rerun_note"] = note
+            stored["cached"] = True
             return 200, stored, False, []
 
         def remember(entry_id: int) -> None:  # inside the charge: the key is known charged before any read

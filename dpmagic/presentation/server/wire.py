@@ -1,7 +1,10 @@
 """What travels between ``dpmagic serve`` and a :class:`~dpmagic.presentation.remote.RemoteSession`: JSON only.
 
-An answer is its released table (``columns`` and ``data``: noisy values and their intervals, nothing else) with
-the server's own text and HTML rendering of it (the same :mod:`dpmagic.session.rendering` as a local session);
+An answer is its released table (``columns`` and ``data``: noisy values and their intervals, nothing else) and
+its public figures (cost, charge summary, noise, budget); the client renders it with the same
+:mod:`dpmagic.session.rendering` as a local session (``"render": "client"``).  An answer the client cannot render
+from its own parse (a scalar subquery's or composed query's parts, one restored from the ledger) carries the
+server's text and HTML rendering instead;
 a dry run is its summary and rendering; an error is ``{"error": {"type", "message", "hint"}}`` and becomes the
 same :class:`~dpmagic.errors.DPMagicError` subclass on the client.
 """
@@ -43,7 +46,7 @@ def frame_from_wire(body: dict[str, Any]) -> pd.DataFrame:
 
 def result_to_wire(result: Any) -> dict[str, Any]:
     """A :class:`QueryResult`, :class:`PublicResult` or :class:`Preview` as the JSON the client renders."""
-    from dpmagic.session.results import Preview, PublicResult
+    from dpmagic.session.results import Preview, PublicResult, QueryResult
 
     if isinstance(result, Preview):
         return {
@@ -54,6 +57,22 @@ def result_to_wire(result: Any) -> dict[str, Any]:
             "cached": result.cached,
             "text": result.summary(),
             "html": result._repr_html_(),
+        }
+    if type(result) is QueryResult and result.threshold is None and not result.extra_notes:
+        # a plain answer travels as its released table and public figures; the client renders it with the same
+        # rendering module as a local session (:class:`~dpmagic.presentation.remote.RemoteAnswer`): its notes come
+        # from the released values and the query, which the client parses from the same SQL and schema
+        return {
+            "kind": "result",
+            "render": "client",
+            **frame_to_wire(result.df),
+            "cost": float(result.cost),
+            "cached": bool(result.cached),
+            "summary": result.summary(),
+            "noise": result.noise_description(),
+            "spent": float(result.spent),
+            "budget": float(result.budget),
+            "entry_id": int(result.entry_id),
         }
     notes = list(result.notes)  # computed once (from the released values), then rendered with them
     fixed = (
