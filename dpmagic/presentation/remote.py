@@ -77,10 +77,13 @@ class RemoteAnswer:
         self.spent: float = float(body.get("spent", 0.0))
         self.budget: float = float(body.get("budget", 0.0))
         self._client = body.get("render") == "client" and query is not None and currency is not None
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language notes on the answer, from the released values only (computed when shown, as locally)."""
         if self._client:
-            self.notes: list[str] = answer_notes(query, self.df)  # type: ignore[arg-type]
-        else:
-            self.notes = list(body.get("notes", []))
+            return answer_notes(self.query, self.df)  # type: ignore[arg-type]
+        return list(self.body.get("notes", []))
 
     @property
     def admissible(self) -> bool:
