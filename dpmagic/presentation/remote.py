@@ -20,8 +20,11 @@ from typing import Any
 
 import pandas as pd
 
-from dpmagic.accountant.currency import Currency, currency_for
+from dpmagic.accountant import tables
+from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.currency import Budget, Currency, currency_for
 from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import box_from_json
 from dpmagic.errors import ConfigurationError
 from dpmagic.presentation.server.wire import frame_from_wire, raise_error
 from dpmagic.query.model import Query
@@ -134,6 +137,47 @@ class RemoteBudget:
         return {"definition": b["definition"], "parameter": b["parameter"], **b["quota"], "global": b["global"]}
 
 
+class OwnAccounting:
+    """Your own accounting on a server data set, replayed on your side: what ``%dpplot`` and ``%dpbudget
+    --map / --widget`` draw for a server session.
+
+    The server sends your own charges only (their regions, from your SQL and the public schema, and their costs:
+    nothing from the rows); they are charged in order into an exact overlap accountant over the public schema with
+    your quota as its budget — the accountant your quota is on the server, so the same bounds.  Everyone else's
+    queries stay on the server: the global budget is in ``%dpbudget``.  It has the attributes
+    :mod:`dpmagic.presentation.plots` and the panel read from a :class:`~dpmagic.Session`."""
+
+    def __init__(self, remote: RemoteSession) -> None:
+        quota = remote.budget().body["quota"]
+        entries = remote._call("GET", "/ledger")["entries"]
+        self.schema, self.currency = remote.schema, remote.currency
+        self.bound: str = "exact"
+        # a quota lowered below what is charged: drawn against what is charged (every replayed charge then fits)
+        total = max(float(quota["budget"]), float(quota["spent"]))
+        self.budget = Budget(self.currency, total, float(quota.get("delta", 1e-6)))
+        self.accountant = Accountant(self.budget, self.schema, bound="exact", neighbors=remote.neighbors)  # type: ignore[arg-type]
+        for e in entries:
+            box = box_from_json(e["coverage"], self.schema)
+            self.accountant.charge(box, float(e["cost"]), sql=str(e["sql"]), canonical=str(e["canonical"]))
+
+    @property
+    def spent(self) -> float:
+        return self.accountant.spent
+
+    @property
+    def remaining(self) -> float:
+        return self.accountant.remaining
+
+    def budget_map(self, first: str, second: str) -> pd.DataFrame:
+        return tables.budget_map(self.accountant, first, second)
+
+    def ledger_frame(self) -> pd.DataFrame:
+        return tables.ledger_frame(self.accountant)
+
+    def bounds(self) -> Any:
+        return self.accountant.summary()
+
+
 class RemoteSession:
     """A session whose data, ledger and budgets are held by a custodian server (``dpmagic serve``)."""
 
@@ -242,6 +286,10 @@ class RemoteSession:
         rows = self._call("GET", "/ledger")["entries"]
         return pd.DataFrame(rows, columns=["entry", "time", "sql", "cost", "released"])
 
+    def own_accounting(self) -> OwnAccounting:
+        """Your own charges replayed on your side (:class:`OwnAccounting`): for plots and the budget map."""
+        return OwnAccounting(self)
+
     def decide(self, *args: Any, **kwargs: Any) -> Any:
         raise ConfigurationError("decision queries (--fnr) are not served yet: ask without --fnr on a server session")
 
@@ -255,18 +303,23 @@ class RemoteSession:
         return f"<dpmagic.RemoteSession {self.url} data set {self.dataset!r} ({self.parameter})>"
 
 
-def remote_magic(name: str, call: Any, session: RemoteSession) -> Any:
+def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None) -> Any:
     """The magics other than ``%%dpquery`` on a server session: ``%dpbudget`` (your quota and the global budget;
-    ``--afford SQL``; ``--json``); the rest are refused with one message naming what is not served."""
+    ``--afford SQL``; ``--json``; ``--map``: your own charges, :class:`OwnAccounting`) and ``%dpplot`` (drawn from
+    your own charges by the local magic's body, ``local``); the rest are refused with one message naming what is
+    not served."""
     args = call.args
+    if name == "dpplot" and local is not None:
+        return local(session.own_accounting())
     if name == "dpbudget":
         if getattr(args, "afford", None):
             from dpmagic.presentation.magic_cells import unquote
 
             return round(session.affordable(unquote(args.afford)), 10)
-        wanted = [o for o in ("map", "widget") if getattr(args, o, None)]
-        if wanted:
-            raise ConfigurationError(f"%dpbudget --{wanted[0]} is not available on a server session")
+        if getattr(args, "map", None):
+            return session.own_accounting().budget_map(*args.map)
+        if getattr(args, "widget", None):
+            raise ConfigurationError("%dpbudget --widget is not available on a server session")
         report = session.budget()
         return report.summary() if getattr(args, "json", False) else report
     raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")

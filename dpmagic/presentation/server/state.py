@@ -50,7 +50,7 @@ from dpmagic.presentation.server.config import (
     new_token,
     token_matches,
 )
-from dpmagic.presentation.server.wire import error_body, frame_to_wire, result_to_wire
+from dpmagic.presentation.server.wire import answer_to_wire, coverage_to_wire, error_body, frame_to_wire, result_to_wire
 from dpmagic.query.model import Query
 from dpmagic.session.admission import admitting
 from dpmagic.session.cache import ReleaseCache, cache_key
@@ -357,6 +357,7 @@ class Custodian:
                 "spent": acct.spent,
                 "remaining": acct.remaining,
                 "queries": len(acct),
+                "delta": acct.budget.delta,
             },
             "global": {"budget": s.accountant.budget.total, "spent": s.spent, "remaining": s.remaining},
         }
@@ -371,7 +372,9 @@ class Custodian:
             answer = g.answer if g is not None and g.released else None
             out.append(
                 {"entry": e.details.get("global_entry"), "time": e.created, "sql": e.sql, "cost": e.cost}
-                | {"released": answer is not None, "answer": answer}
+                | {"released": answer is not None, "answer": answer_to_wire(answer)}
+                # the query's region (from its SQL and the public schema): the client replays its own accounting
+                | {"coverage": coverage_to_wire(e.coverage), "canonical": e.canonical}
             )
         return {"entries": out}
 

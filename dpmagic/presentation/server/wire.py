@@ -19,7 +19,15 @@ import pandas as pd
 
 from dpmagic import errors
 
-__all__ = ["frame_to_wire", "frame_from_wire", "result_to_wire", "error_body", "raise_error"]
+__all__ = [
+    "answer_to_wire",
+    "coverage_to_wire",
+    "frame_to_wire",
+    "frame_from_wire",
+    "result_to_wire",
+    "error_body",
+    "raise_error",
+]
 
 
 def _plain(v: Any) -> Any:
@@ -36,6 +44,25 @@ def frame_to_wire(df: pd.DataFrame) -> dict[str, Any]:
         "columns": [str(c) for c in df.columns],
         "data": [[_plain(v) for v in row] for row in df.astype(object).itertuples(index=False, name=None)],
     }
+
+
+def coverage_to_wire(coverage: dict[str, Any]) -> dict[str, Any]:
+    """A query's region as recorded (:func:`~dpmagic.domain.sets.box_to_json`) in strict JSON: an unbounded end
+    is ``"Infinity"`` / ``"-Infinity"`` (read back by :func:`~dpmagic.domain.sets.box_from_json`)."""
+    out: dict[str, Any] = {}
+    for c, spec in coverage.items():
+        if "intervals" in spec:
+            spec = {"intervals": [[_plain(a), _plain(b), lc, hc] for a, b, lc, hc in spec["intervals"]]}
+        out[c] = spec
+    return out
+
+
+def answer_to_wire(answer: Any) -> Any:
+    """A released answer as the ledger recorded it (``columns`` and ``data``) in strict JSON (NaN → null, ±∞ →
+    ``"Infinity"``), as :func:`frame_to_wire` sends a fresh one."""
+    if not isinstance(answer, dict) or "data" not in answer:
+        return answer
+    return answer | {"data": [[_plain(v) for v in row] for row in answer["data"]]}
 
 
 def frame_from_wire(body: dict[str, Any]) -> pd.DataFrame:
