@@ -26,7 +26,7 @@ from dpmagic.accountant.currency import Budget, Currency, currency_for
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import box_from_json
 from dpmagic.errors import ConfigurationError
-from dpmagic.presentation.server.wire import frame_from_wire, raise_error
+from dpmagic.presentation.server.wire import decision_from_wire, frame_from_wire, raise_error
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
@@ -290,11 +290,46 @@ class RemoteSession:
         """Your own charges replayed on your side (:class:`OwnAccounting`): for plots and the budget map."""
         return OwnAccounting(self)
 
-    def decide(self, *args: Any, **kwargs: Any) -> Any:
-        raise ConfigurationError("decision queries (--fnr) are not served yet: ask without --fnr on a server session")
+    def decide(
+        self,
+        sql: str,
+        *,
+        fnr: float,
+        fpr: float | None,
+        max_epsilon: float | None = None,
+        dry_run: bool = False,
+        max_group_size: int | None = None,
+    ) -> Any:
+        """A decision query (``--fnr``) on the server: each read charged there (your quota and the global budget)
+        before it is made; the :class:`~dpmagic.session.decide.DecisionAnswer` is rebuilt and rendered here."""
+        body: dict[str, Any] = {"sql": sql, "fnr": fnr, "fpr": fpr, "max_epsilon": max_epsilon}
+        body |= {"max_group_size": max_group_size, "dry_run": dry_run}
+        body = {k: v for k, v in body.items() if v is not None and v is not False}
+        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
+        return decision_from_wire(self._call("POST", "/query", body, headers))
 
-    def batch(self, *args: Any, **kwargs: Any) -> Any:
-        raise ConfigurationError("%%dpbatch is not served yet on a server session")
+    def batch(
+        self,
+        workload: str,
+        *,
+        where: str | None = None,
+        strategy: str = "auto",
+        cost: Any = None,
+        epsilon: Any = None,
+        rho: Any = None,
+        mu: Any = None,
+        rmse: float | None = None,
+        dry_run: bool = False,
+    ) -> RemoteAnswer:
+        """A batch (``%%dpbatch``) on the server: one charge there (your quota and the global budget) before any
+        read; a dry run reads and charges nothing."""
+        body: dict[str, Any] = {"workload": workload, "where": where, "strategy": strategy, "rmse": rmse}
+        body |= {"epsilon": epsilon, "rho": rho, "mu": mu, "dry_run": dry_run}
+        if cost is not None:
+            body[self.parameter] = cost
+        body = {k: v for k, v in body.items() if v is not None and v is not False}
+        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
+        return RemoteAnswer(self._call("POST", "/query", body, headers))
 
     def close(self) -> None:
         self._client.close()
@@ -311,6 +346,8 @@ def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None
     args = call.args
     if name == "dpplot" and local is not None:
         return local(session.own_accounting())
+    if name == "dpbatch" and local is not None:  # the magic's own body: RemoteSession.batch asks the server
+        return local(session)
     if name == "dpbudget":
         if getattr(args, "afford", None):
             from dpmagic.presentation.magic_cells import unquote

@@ -12,6 +12,7 @@ same :class:`~dpmagic.errors.DPMagicError` subclass on the client.
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 from typing import Any
 
@@ -143,6 +144,51 @@ class _Noted:
         from dpmagic.session import rendering
 
         return rendering.result_text(self)  # type: ignore[arg-type]
+
+
+def _strict(v: Any) -> Any:
+    """``v`` as strict JSON values (numpy scalars as Python ones; NaN → null; ±∞ → ``"Infinity"``)."""
+    if isinstance(v, dict):
+        return {str(k): _strict(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_strict(x) for x in v]
+    return _plain(v)
+
+
+def _loose(v: Any) -> Any:
+    """Inverse of :func:`_strict` for the numbers (``"Infinity"`` → ∞)."""
+    if isinstance(v, dict):
+        return {k: _loose(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_loose(x) for x in v]
+    return float(v) if v in ("Infinity", "-Infinity") else v
+
+
+def batch_to_wire(out: Any) -> dict[str, Any]:
+    """A batch's answer (its released table: one noisy count and interval per workload query) or its dry run, with
+    the server's text and HTML rendering of it."""
+    from dpmagic.session.batch import BatchResult
+
+    body: dict[str, Any] = {"kind": "batch-preview", "cost": float(out.cost), "text": repr(out)}
+    if isinstance(out, BatchResult):
+        body |= {"kind": "batch", **frame_to_wire(out.df.reset_index(drop=True)), "entry_id": int(out.entry_id)}
+        body |= {"summary": out.summary(), "html": out._repr_html_()}
+    else:
+        body |= {"summary": out.summary(), "html": "<pre>" + html.escape(out.summary()) + "</pre>"}
+    return body
+
+
+def decision_to_wire(answer: Any) -> dict[str, Any]:
+    """A :class:`~dpmagic.session.decide.DecisionAnswer` as JSON: its fields (released groups, costs, guarantees,
+    the plan and each charged read); the client rebuilds it and renders it as a local session does."""
+    return {"kind": "decision", "answer": _strict(dataclasses.asdict(answer))}
+
+
+def decision_from_wire(body: dict[str, Any]) -> Any:
+    from dpmagic.session.decide import DecisionAnswer
+
+    fields = _loose({k: v for k, v in body["answer"].items() if k != "groups"})
+    return DecisionAnswer(groups=body["answer"]["groups"], **fields)
 
 
 def error_body(exc: BaseException) -> dict[str, Any]:
