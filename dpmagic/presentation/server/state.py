@@ -433,7 +433,10 @@ class Custodian:
                 return int(rows[0][1]), json.loads(rows[0][2]), False
             self._inflight.add(ident)
         try:
-            if charged is not None:  # charged by an earlier run that stored no response: the ledger's record
+            if charged is not None and req.get("fnr") is not None:  # a decision is several reads: one read's
+                status, reply = 500, LOST  # recorded answer is not the decision; charged, never twice
+                read, keep = False, []
+            elif charged is not None:  # charged by an earlier run that stored no response: the ledger's record
                 status, reply = self._recover(host, charged[0])
                 read, keep = False, []
             else:
