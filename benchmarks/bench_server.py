@@ -68,6 +68,13 @@ analyst_quota = {QUOTA}
     return cfg
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (``uptime``): the machine's cores are shared."""
+    import os
+
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def main() -> None:
     import httpx
     import pandas as pd
@@ -76,32 +83,33 @@ def main() -> None:
     from dpmagic.errors import BudgetExceededError
     from dpmagic.presentation.remote import RemoteSession
 
+    load_before = load_average()
     tokens = {f"analyst{i:02d}": f"token-{i:02d}-" + "x" * 20 for i in range(ANALYSTS)}
     with tempfile.TemporaryDirectory() as tmp:
         srv = Server(config(Path(tmp), tokens))
         try:
             # 1. the round trip alone: one client, sequential, against a local session (a durable ledger file, as
             #    the magics bind one) on the same queries; both through the client the magics use
-            warm = queries(999, 60)
+            warm = queries(999, 100)
             local = dpmagic.Session(
                 pd.read_csv(DATA / "pums.csv"), DATA / "pums.schema.json", "epsilon=1e6", ledger=Path(tmp) / "l.sqlite"
             )
             memory = dpmagic.Session(pd.read_csv(DATA / "pums.csv"), DATA / "pums.schema.json", "epsilon=1e6")
-            t_local, t_memory = [], []
-            for sql in warm:
-                for sess, times in ((local, t_local), (memory, t_memory)):
-                    t0 = time.perf_counter()
-                    sess.query(sql, epsilon=COST, fresh=True)
-                    times.append(time.perf_counter() - t0)
             with httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer admin-token-for-tests"}) as adm:
                 made = adm.post("/v1/admin/analysts", json={"id": "seq", "quotas": {"pums": 1e6}}).json()
                 adm.post("/v1/admin/datasets/pums/budget", json={"total": 1e6})  # the sequential run must not refuse
             remote = RemoteSession(srv.url, "pums", made["token"])
-            t_remote = []
+            # interleaved query by query, so that the machine's load (shared cores) weighs on both alike
+            t_local, t_memory, t_remote = [], [], []
             for sql in warm:
-                t0 = time.perf_counter()
-                remote.query(sql, epsilon=COST, fresh=True)
-                t_remote.append(time.perf_counter() - t0)
+                for ask, times in (
+                    (lambda q: local.query(q, epsilon=COST, fresh=True), t_local),
+                    (lambda q: memory.query(q, epsilon=COST, fresh=True), t_memory),
+                    (lambda q: remote.query(q, epsilon=COST, fresh=True), t_remote),
+                ):
+                    t0 = time.perf_counter()
+                    ask(sql)
+                    times.append(time.perf_counter() - t0)
             remote.close()
             with httpx.Client(base_url=srv.url, headers={"Authorization": "Bearer admin-token-for-tests"}) as adm:
                 spent = adm.get("/v1/admin/datasets/pums/audit").json()["spent"]
@@ -147,6 +155,7 @@ def main() -> None:
     new_entries = len(audit["entries"]) - len(before["entries"])
     data: dict[str, Any] = {
         "machine": machine_info(),
+        "load_average_before_after": [load_before, load_average()],
         "analysts": ANALYSTS,
         "queries": ANALYSTS * PER_ANALYST,
         "cost_each": COST,
@@ -203,7 +212,9 @@ def main() -> None:
             ),
             "",
             f"Machine: {data['machine']['nproc']} cores, {data['machine']['cpu']}, Python {data['machine']['python']}, "
-            f"{data['machine']['date']}.",
+            f"{data['machine']['date']}; load average (1 / 5 / 15 min, `uptime`) before {load_before}, after "
+            f"{data['load_average_before_after'][1]} (shared cores: the latencies include waiting for a core). "
+            "The single-client figures are interleaved query by query (local file, in-memory, HTTP).",
         ]
     )
     write_results("bench_server", data, md)

@@ -299,3 +299,47 @@ def test_cli_serve_help_hash_token_and_bad_config(tmp_path: Path, capsys: pytest
     assert main(["serve", "--config", str(tmp_path / "missing.toml")]) == 2
     assert "no configuration file" in capsys.readouterr().err
     assert main(["serve"]) == 2
+
+
+def test_decision_query_over_http_is_charged_once_and_replayed(server: Server) -> None:
+    """A decision query (fnr) through plain HTTP: both ledgers charged before the reads, the same Idempotency-Key
+    returns the stored answer with no second charge; its options are checked before anything is charged."""
+    body = {"sql": "SELECT race FROM pums GROUP BY race HAVING COUNT(*) > 50", "fnr": 0.05, "fpr": 0.2}
+    body |= {"max_group_size": 2000}
+    with server.client("alice") as c:
+        before = len(server.audit()["entries"])
+        r = c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": "decide-1"})
+        assert r.status_code == 200, r.text
+        answer = r.json()["answer"]
+        assert answer["denied"] is False and isinstance(answer["groups"], list) and answer["cost"] > 0
+        charged = server.audit()["entries"][before:]
+        assert charged and all(e["analyst"] == "alice" for e in charged)
+        quota = c.get("/v1/datasets/pums/budget").json()["quota"]
+        again = c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": "decide-1"})
+        assert again.status_code == 200 and again.json() == r.json()
+        assert len(server.audit()["entries"]) == before + len(charged)
+        assert c.get("/v1/datasets/pums/budget").json()["quota"] == quota
+        bad = c.post("/v1/datasets/pums/query", json={**body, "fnr": "x"})
+        assert bad.status_code == 400 and "'fnr' must be a number" in bad.text
+        stray = c.post("/v1/datasets/pums/query", json={"sql": body["sql"], "fpr": 0.1, "epsilon": 0.1})
+        assert stray.status_code == 400 and "give 'fnr'" in stray.text
+    assert len(server.audit()["entries"]) == before + len(charged)
+
+
+def test_batch_over_http_is_charged_once_and_replayed(server: Server) -> None:
+    """A batch through plain HTTP: one charge before the read, the same Idempotency-Key returns the stored answer
+    with no second charge; a field that belongs to a query is refused before anything is charged."""
+    body = {"workload": "identity(sex)", "where": "age < 40", "epsilon": 0.1}
+    with server.client("alice") as c:
+        before = len(server.audit()["entries"])
+        r = c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": "batch-1"})
+        assert r.status_code == 200, r.text
+        assert r.json()["kind"] == "batch" and len(r.json()["data"]) == 2
+        again = c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": "batch-1"})
+        assert again.status_code == 200 and again.json() == r.json()
+        assert len(server.audit()["entries"]) == before + 1
+        bad = c.post("/v1/datasets/pums/query", json={**body, "ci": 5})
+        assert bad.status_code == 400 and "do not apply to a batch" in bad.text
+        dry = c.post("/v1/datasets/pums/query", json={**body, "dry_run": True})
+        assert dry.status_code == 200 and dry.json()["kind"] == "batch-preview"
+    assert len(server.audit()["entries"]) == before + 1

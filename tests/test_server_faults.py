@@ -20,16 +20,20 @@ from dpmagic.presentation.server.state import LOST
 SQL = "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex"
 
 
-def ask(c: httpx.Client, key: str):
-    return c.post("/v1/datasets/pums/query", json={"sql": SQL, "epsilon": 0.25}, headers={"Idempotency-Key": key})
+DECISION = {"sql": "SELECT race FROM pums GROUP BY race HAVING COUNT(*) > 50", "fnr": 0.05, "fpr": 0.2}
 
 
-def crash_then_restart(tmp_path: Path, mode: str) -> Server:
+def ask(c: httpx.Client, key: str, body: dict | None = None):
+    body = body or {"sql": SQL, "epsilon": 0.25}
+    return c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": key})
+
+
+def crash_then_restart(tmp_path: Path, mode: str, body: dict | None = None) -> Server:
     cfg = write_config(tmp_path)
     dying = Server(cfg, env={"DPMAGIC_SERVER_TEST_CRASH": mode})
     try:
         with dying.client("alice") as a, pytest.raises(httpx.TransportError):
-            ask(a, "K")
+            ask(a, "K", body)
         assert dying.proc.wait(timeout=30) == (17 if mode == "after-charge" else 18)
     finally:
         dying.stop()
@@ -68,6 +72,24 @@ def test_killed_after_the_release_returns_the_stored_answer(tmp_path: Path) -> N
             assert body["data"] == recorded["data"] and body["columns"] == recorded["columns"]
             assert ask(a, "K").json() == body  # stored now: the same again
         assert len(srv.audit()["entries"]) == 1  # never a second charge
+        with srv.client("admin") as adm:
+            assert adm.get("/v1/admin/ledger/verify").json()["ok"]
+    finally:
+        srv.stop()
+
+
+def test_decision_killed_after_its_first_charge_is_lost_not_recharged(tmp_path: Path) -> None:
+    """A decision query is several reads: killed once its first read is charged, a retry after the restart gets the
+    fixed "charged, not released" error (never one read's recorded answer as if it were the decision), charged once."""
+    srv = crash_then_restart(tmp_path, "after-charge", {**DECISION, "max_group_size": 2000})
+    try:
+        charged = srv.audit()["entries"]
+        assert len(charged) == 1 and not charged[0]["released"]
+        with srv.client("alice") as a:
+            for _ in range(2):
+                r = ask(a, "K", {**DECISION, "max_group_size": 2000})
+                assert r.status_code == 500 and r.json() == LOST
+        assert len(srv.audit()["entries"]) == 1
         with srv.client("admin") as adm:
             assert adm.get("/v1/admin/ledger/verify").json()["ok"]
     finally:

@@ -66,10 +66,95 @@ def test_refusals_are_one_line(remote: InteractiveShell) -> None:
     assert not result.success and "BudgetExceededError: refused by your quota" in cap.stderr + str(result.error_in_exec)
     result, cap = run(remote, "%%dpquery --epsilon 1\nSELECT * FROM pums\n")
     assert not result.success
-    result, cap = run(remote, "%%dpquery --fnr 0.05\nSELECT educ FROM pums GROUP BY educ HAVING COUNT(*) > 10\n")
-    assert not result.success and "not served" in str(result.error_in_exec)
-    result, cap = run(remote, "%dpbudget --map sex educ")
+    result, cap = run(remote, "%dpbudget --widget")
     assert not result.success and "server session" in str(result.error_in_exec)
+
+
+def test_plots_and_budget_map_from_your_own_charges(
+    ip: InteractiveShell, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """%dpplot and %dpbudget --map on a server session draw your own charges (replayed on your side from their
+    regions and costs): the replay's bound is your quota's on the server; nothing is charged by drawing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.setenv("DPMAGIC_TOKEN", TOKENS["carol"])  # carol: quota 0.25, untouched by the other tests
+    result, cap = run(ip, f"%dpsession --server {server.url} --dataset pums")
+    assert result.success, cap.stderr
+    remote = ip
+    for sql in (
+        "SELECT COUNT(*) FROM pums WHERE sex = 1 AND age < 40",
+        "SELECT COUNT(*) FROM pums WHERE sex = 0",
+        "SELECT COUNT(*) FROM pums WHERE age < 30",
+    ):
+        result, cap = run(remote, f"%%dpquery --epsilon 0.05\n{sql}\n")
+        assert result.success, cap.stderr
+    session = current_session()
+    own = session.own_accounting()
+    quota = session.budget().summary()
+    assert own.spent == pytest.approx(quota["spent"], rel=1e-12) and len(own.accountant) == quota["queries"]
+    before = len(server.audit()["entries"])
+    result, _ = run(remote, "%dpbudget --map sex educ")
+    assert result.success and result.result.shape == (2, 16)
+    assert result.result.to_numpy().max() <= own.spent + 1e-12
+    for what in ("budget", "graph", "map sex age"):
+        result, cap = run(remote, f"%dpplot {what}")
+        assert result.success, (what, cap.stderr, result.error_in_exec)
+        assert type(result.result).__name__ == "Figure"
+    assert len(server.audit()["entries"]) == before
+
+
+def test_decision_query_through_the_server(
+    ip: InteractiveShell, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """%%dpquery --fnr against the server: the dry run charges nothing; the answer is the local DecisionAnswer
+    (rendered here), every read charged on the server to the asking analyst, within their quota."""
+    from dpmagic.session.decide import DecisionAnswer
+
+    monkeypatch.setenv("DPMAGIC_TOKEN", TOKENS["bob"])
+    result, cap = run(ip, f"%dpsession --server {server.url} --dataset pums")
+    assert result.success, cap.stderr
+    sql = "SELECT educ FROM pums GROUP BY educ HAVING COUNT(*) > 100"
+    before = server.audit()["entries"]
+    result, cap = run(ip, f"%%dpquery --fnr 0.05 --fpr 0.2 --max-group-size 2000 --dry-run\n{sql}\n")
+    assert result.success, (cap.stderr, result.error_in_exec)
+    assert isinstance(result.result, DecisionAnswer) and result.result.dry_run and result.result.groups is None
+    assert server.audit()["entries"] == before
+    result, cap = run(ip, f"%%dpquery found << --fnr 0.05 --fpr 0.2 --max-group-size 2000\n{sql}\n")
+    assert result.success, (cap.stderr, result.error_in_exec)
+    assert list(ip.user_ns["found"].columns) == ["educ"]
+    new = server.audit()["entries"][len(before) :]
+    assert new and all(e["analyst"] == "bob" for e in new)
+    quota = current_session().budget().summary()
+    assert 0 < quota["spent"] <= quota["budget"]
+
+
+def test_batch_through_the_server(ip: InteractiveShell, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """%%dpbatch against the server: the dry run charges nothing; the batch is one charge on the server (to the
+    asking analyst) and its released table is assigned as locally."""
+    monkeypatch.setenv("DPMAGIC_TOKEN", TOKENS["bob"])
+    result, cap = run(ip, f"%dpsession --server {server.url} --dataset pums")
+    assert result.success, cap.stderr
+    before = server.audit()["entries"]
+    result, cap = run(ip, "%%dpbatch --epsilon 0.05 --dry-run\nprefix(age) * identity(sex)\nWHERE educ = 9\n")
+    assert result.success, (cap.stderr, result.error_in_exec)
+    assert "dry run of batch" in repr(result.result) and server.audit()["entries"] == before
+    result, cap = run(ip, "%%dpbatch res << --epsilon 0.05\nidentity(sex)\nWHERE educ = 9\n")
+    assert result.success, (cap.stderr, result.error_in_exec)
+    assert len(ip.user_ns["res"]) == 2
+    new = server.audit()["entries"][len(before) :]
+    assert len(new) == 1 and new[0]["analyst"] == "bob" and new[0]["cost"] == pytest.approx(0.05)
+
+
+def test_own_ledger_has_regions_never_anyone_elses(server: Server) -> None:
+    import httpx
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKENS['bob']}"}) as c:
+        r = c.post("/v1/datasets/pums/query", json={"sql": "SELECT COUNT(*) FROM pums WHERE age > 90", "epsilon": 0.1})
+        assert r.status_code == 200
+        mine = c.get("/v1/datasets/pums/ledger").json()["entries"]
+    assert mine and all(set(e["coverage"]) <= {"age", "sex", "educ", "race", "income", "married"} for e in mine)
+    assert all(e["sql"] != "SELECT COUNT(*) FROM pums WHERE sex = 0" for e in mine)  # alice's query, not bob's
 
 
 def test_session_options_and_token_file(
@@ -132,8 +217,8 @@ def test_quickstart_runs_against_a_server(
     ip: InteractiveShell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The quickstart's cells in a real IPython shell against a live server serving Adult (global budget and
-    quota ε = 1, as the local quickstart binds): the one change is the binding line; the %dpplot cells (plots of
-    the accountant's internals, not served) are skipped.  Every other cell succeeds, the one tagged
+    quota ε = 1, as the local quickstart binds): the one change is the binding line (the %dpplot cells draw your own charges,
+    replayed on your side).  Every cell succeeds, the one tagged
     raises-exception is refused by the budget, and the final %dpbudget --json summary reads as locally."""
     import re
     import shutil
@@ -151,8 +236,6 @@ def test_quickstart_runs_against_a_server(
         for cell in cells:
             raises = cell.startswith(":tags: [raises-exception]")
             code = cell.replace(":tags: [raises-exception]\n", "").strip()
-            if code.startswith("%dpplot"):
-                continue
             code = re.sub(r"^%dpsession .*$", f"%dpsession --server {srv.url} --dataset adult", code, flags=re.M)
             result, cap = run(ip, code)
             if raises:
@@ -164,6 +247,61 @@ def test_quickstart_runs_against_a_server(
         summary = ip.user_ns["summary"]
         assert 0 < summary["spent"] <= 1.0 and summary["global"]["spent"] <= 1.0
         assert len(srv.audit("adult")["entries"]) == summary["queries"]
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_runs_against_a_server_in_a_real_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notebooks/quickstart.ipynb executed in a real Jupyter kernel (nbclient) against a live server serving Adult:
+    only the binding line changed, no cell skipped.  No cell errs except the one tagged raises-exception (refused
+    by the budget, one readable line); the three %dpplot cells draw figures; the server charged what the final
+    summary says."""
+    import re
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    shutil.copy(DATA / "adult.csv", tmp_path / "adult.csv")
+    shutil.copy(DATA / "adult.schema.json", tmp_path / "adult.schema.json")
+    cfg = write_config(tmp_path, quota=1.0)
+    text = cfg.read_text().replace('id = "pums"', 'id = "adult"').replace("pums.", "adult.")
+    cfg.write_text(text.replace("quotas = { pums = 0.25 }", "quotas = { adult = 0.25 }"))
+    srv = Server(cfg)
+    try:
+        monkeypatch.setenv("DPMAGIC_TOKEN", TOKENS["alice"])  # the kernel inherits it: never in the notebook
+        monkeypatch.setenv("PYTHONPATH", str(QUICKSTART.parents[1]))  # the kernel imports this checkout
+        nb = nbformat.read(QUICKSTART.with_suffix(".ipynb"), as_version=4)
+        binding = [c for c in nb.cells if c.cell_type == "code" and re.search(r"^%dpsession ", c.source, re.M)]
+        assert len(binding) == 1
+        binding[0].source = re.sub(
+            r"^%dpsession .*$", f"%dpsession --server {srv.url} --dataset adult", binding[0].source, flags=re.M
+        )
+        NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        errors = [
+            (c.source, o.get("evalue"))
+            for c in code
+            if "raises-exception" not in c.metadata.get("tags", [])
+            for o in c.get("outputs", [])
+            if o.output_type == "error" or (o.output_type == "stream" and o.name == "stderr" and "Error" in o.text)
+        ]
+        assert not errors, errors
+        refused = [o for c in code if "raises-exception" in c.metadata.get("tags", []) for o in c.get("outputs", [])]
+        assert any("BudgetExceededError" in str(o.get("text", "")) + str(o.get("evalue", "")) for o in refused)
+        plots = [c for c in code if c.source.startswith("%dpplot")]
+        assert len(plots) == 3
+        assert all(any("image/png" in o.get("data", {}) for o in c.get("outputs", [])) for c in plots)
+        entries = srv.audit("adult")["entries"]
+        assert entries and all(e["analyst"] == "alice" for e in entries)
+        printed = "".join(str(o.get("text", "")) for c in code for o in c.get("outputs", []))
+        said = re.search(r"spent ε = ([0-9.]+), remaining ε = [0-9.]+, queries = (\d+)", printed)
+        assert said is not None and int(said.group(2)) == len(entries) and 0 < float(said.group(1)) <= 1.0
     finally:
         srv.stop()
 

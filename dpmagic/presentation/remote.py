@@ -20,12 +20,18 @@ from typing import Any
 
 import pandas as pd
 
+from dpmagic.accountant import tables
+from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.currency import Budget, Currency, currency_for
 from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import box_from_json
 from dpmagic.errors import ConfigurationError
-from dpmagic.presentation.server.wire import frame_from_wire, raise_error
+from dpmagic.presentation.server.wire import decision_from_wire, frame_from_wire, raise_error
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
+from dpmagic.releases.postprocess import answer_notes
+from dpmagic.session import rendering
 
 __all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_from"]
 
@@ -57,16 +63,30 @@ def token_from(token_file: str | Path | None) -> str:
 
 
 class RemoteAnswer:
-    """A released answer (or a public one, or a dry run) as the server rendered it; ``df`` is the released table."""
+    """A released answer (or a public one, or a dry run) from the server; ``df`` is the released table.
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    A plain answer (``"render": "client"``) is rendered here, with :mod:`dpmagic.session.rendering` as a local
+    :class:`~dpmagic.session.results.QueryResult` is: its notes come from the released values and ``query`` (parsed
+    here from the same SQL and public schema).  Anything else carries the server's own rendering."""
+
+    def __init__(self, body: dict[str, Any], query: Query | None = None, currency: Currency | None = None) -> None:
         self.body = body
         self.kind: str = body["kind"]
         self.df = frame_from_wire(body) if "columns" in body else pd.DataFrame()
         self.cost: float = float(body.get("cost", 0.0))
         self.cached: bool = bool(body.get("cached", False))
         self.entry_id: int | None = body.get("entry_id")
-        self.notes: list[str] = list(body.get("notes", []))
+        self.query, self.currency = query, currency
+        self.spent: float = float(body.get("spent", 0.0))
+        self.budget: float = float(body.get("budget", 0.0))
+        self._client = body.get("render") == "client" and query is not None and currency is not None
+
+    @property
+    def notes(self) -> list[str]:
+        """Plain-language notes on the answer, from the released values only (computed when shown, as locally)."""
+        if self._client:
+            return answer_notes(self.query, self.df)  # type: ignore[arg-type]
+        return list(self.body.get("notes", []))
 
     @property
     def admissible(self) -> bool:
@@ -75,10 +95,19 @@ class RemoteAnswer:
     def summary(self) -> str:
         return str(self.body.get("summary") or self.body.get("text", ""))
 
+    def noise_description(self) -> str:
+        return str(self.body.get("noise", ""))
+
     def _repr_html_(self) -> str:
+        if self._client:
+            note = self.body.get("rerun_note")
+            return (f"<p>{html.escape(note)}</p>" if note else "") + rendering.result_html(self)  # type: ignore[arg-type]
         return str(self.body.get("html") or f"<pre>{html.escape(repr(self))}</pre>")
 
     def __repr__(self) -> str:
+        if self._client:
+            note = self.body.get("rerun_note")
+            return (f"{note}\n" if note else "") + rendering.result_text(self)  # type: ignore[arg-type]
         return str(self.body.get("text", ""))
 
 
@@ -108,6 +137,47 @@ class RemoteBudget:
         return {"definition": b["definition"], "parameter": b["parameter"], **b["quota"], "global": b["global"]}
 
 
+class OwnAccounting:
+    """Your own accounting on a server data set, replayed on your side: what ``%dpplot`` and ``%dpbudget
+    --map / --widget`` draw for a server session.
+
+    The server sends your own charges only (their regions, from your SQL and the public schema, and their costs:
+    nothing from the rows); they are charged in order into an exact overlap accountant over the public schema with
+    your quota as its budget — the accountant your quota is on the server, so the same bounds.  Everyone else's
+    queries stay on the server: the global budget is in ``%dpbudget``.  It has the attributes
+    :mod:`dpmagic.presentation.plots` and the panel read from a :class:`~dpmagic.Session`."""
+
+    def __init__(self, remote: RemoteSession) -> None:
+        quota = remote.budget().body["quota"]
+        entries = remote._call("GET", "/ledger")["entries"]
+        self.schema, self.currency = remote.schema, remote.currency
+        self.bound: str = "exact"
+        # a quota lowered below what is charged: drawn against what is charged (every replayed charge then fits)
+        total = max(float(quota["budget"]), float(quota["spent"]))
+        self.budget = Budget(self.currency, total, float(quota.get("delta", 1e-6)))
+        self.accountant = Accountant(self.budget, self.schema, bound="exact", neighbors=remote.neighbors)  # type: ignore[arg-type]
+        for e in entries:
+            box = box_from_json(e["coverage"], self.schema)
+            self.accountant.charge(box, float(e["cost"]), sql=str(e["sql"]), canonical=str(e["canonical"]))
+
+    @property
+    def spent(self) -> float:
+        return self.accountant.spent
+
+    @property
+    def remaining(self) -> float:
+        return self.accountant.remaining
+
+    def budget_map(self, first: str, second: str) -> pd.DataFrame:
+        return tables.budget_map(self.accountant, first, second)
+
+    def ledger_frame(self) -> pd.DataFrame:
+        return tables.ledger_frame(self.accountant)
+
+    def bounds(self) -> Any:
+        return self.accountant.summary()
+
+
 class RemoteSession:
     """A session whose data, ledger and budgets are held by a custodian server (``dpmagic serve``)."""
 
@@ -129,6 +199,7 @@ class RemoteSession:
         self.definition: str = info["definition"]
         self.parameter: str = info["parameter"]
         self.neighbors: str = info["neighbors"]
+        self.currency = currency_for(self.parameter)
         self.panel: Any = None
         self.sidecar: Any = None
 
@@ -159,13 +230,13 @@ class RemoteSession:
         check_categories(q, self.schema)
         return q
 
-    def _request(self, sql: str, cost: Any, named: dict[str, Any], **options: Any) -> dict[str, Any]:
-        self.parse(sql)  # refused here, before any request, as the server would
+    def _request(self, sql: str, cost: Any, named: dict[str, Any], **options: Any) -> tuple[dict[str, Any], Query]:
+        q = self.parse(sql)  # refused here, before any request, as the server would
         body: dict[str, Any] = {"sql": sql, **{k: v for k, v in options.items() if v not in (None, False, ())}}
         if cost is not None:
             body[self.parameter] = cost
         body |= {k: v for k, v in named.items() if v is not None}
-        return body
+        return body, q
 
     def query(
         self,
@@ -182,8 +253,9 @@ class RemoteSession:
     ) -> RemoteAnswer:
         """Ask the server; charged there (your quota and the global budget) before any row is read."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
-        body = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
-        return RemoteAnswer(self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex}))
+        body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
+        reply = self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex})
+        return RemoteAnswer(reply, q, self.currency)
 
     def preview(
         self,
@@ -198,9 +270,8 @@ class RemoteSession:
     ) -> RemoteAnswer:
         """A dry run on the server: reads nothing, charges nothing."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
-        return RemoteAnswer(
-            self._call("POST", "/query", self._request(sql, cost, named, ci=ci, min_rows=min_rows, dry_run=True))
-        )
+        body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, dry_run=True)
+        return RemoteAnswer(self._call("POST", "/query", body), q, self.currency)
 
     def affordable(self, sql: str) -> float:
         """The largest cost your quota and the global budget both admit on this query's region now."""
@@ -215,11 +286,50 @@ class RemoteSession:
         rows = self._call("GET", "/ledger")["entries"]
         return pd.DataFrame(rows, columns=["entry", "time", "sql", "cost", "released"])
 
-    def decide(self, *args: Any, **kwargs: Any) -> Any:
-        raise ConfigurationError("decision queries (--fnr) are not served yet: ask without --fnr on a server session")
+    def own_accounting(self) -> OwnAccounting:
+        """Your own charges replayed on your side (:class:`OwnAccounting`): for plots and the budget map."""
+        return OwnAccounting(self)
 
-    def batch(self, *args: Any, **kwargs: Any) -> Any:
-        raise ConfigurationError("%%dpbatch is not served yet on a server session")
+    def decide(
+        self,
+        sql: str,
+        *,
+        fnr: float,
+        fpr: float | None,
+        max_epsilon: float | None = None,
+        dry_run: bool = False,
+        max_group_size: int | None = None,
+    ) -> Any:
+        """A decision query (``--fnr``) on the server: each read charged there (your quota and the global budget)
+        before it is made; the :class:`~dpmagic.session.decide.DecisionAnswer` is rebuilt and rendered here."""
+        body: dict[str, Any] = {"sql": sql, "fnr": fnr, "fpr": fpr, "max_epsilon": max_epsilon}
+        body |= {"max_group_size": max_group_size, "dry_run": dry_run}
+        body = {k: v for k, v in body.items() if v is not None and v is not False}
+        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
+        return decision_from_wire(self._call("POST", "/query", body, headers))
+
+    def batch(
+        self,
+        workload: str,
+        *,
+        where: str | None = None,
+        strategy: str = "auto",
+        cost: Any = None,
+        epsilon: Any = None,
+        rho: Any = None,
+        mu: Any = None,
+        rmse: float | None = None,
+        dry_run: bool = False,
+    ) -> RemoteAnswer:
+        """A batch (``%%dpbatch``) on the server: one charge there (your quota and the global budget) before any
+        read; a dry run reads and charges nothing."""
+        body: dict[str, Any] = {"workload": workload, "where": where, "strategy": strategy, "rmse": rmse}
+        body |= {"epsilon": epsilon, "rho": rho, "mu": mu, "dry_run": dry_run}
+        if cost is not None:
+            body[self.parameter] = cost
+        body = {k: v for k, v in body.items() if v is not None and v is not False}
+        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
+        return RemoteAnswer(self._call("POST", "/query", body, headers))
 
     def close(self) -> None:
         self._client.close()
@@ -228,18 +338,25 @@ class RemoteSession:
         return f"<dpmagic.RemoteSession {self.url} data set {self.dataset!r} ({self.parameter})>"
 
 
-def remote_magic(name: str, call: Any, session: RemoteSession) -> Any:
+def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None) -> Any:
     """The magics other than ``%%dpquery`` on a server session: ``%dpbudget`` (your quota and the global budget;
-    ``--afford SQL``; ``--json``); the rest are refused with one message naming what is not served."""
+    ``--afford SQL``; ``--json``; ``--map``: your own charges, :class:`OwnAccounting`) and ``%dpplot`` (drawn from
+    your own charges by the local magic's body, ``local``); the rest are refused with one message naming what is
+    not served."""
     args = call.args
+    if name == "dpplot" and local is not None:
+        return local(session.own_accounting())
+    if name == "dpbatch" and local is not None:  # the magic's own body: RemoteSession.batch asks the server
+        return local(session)
     if name == "dpbudget":
         if getattr(args, "afford", None):
             from dpmagic.presentation.magic_cells import unquote
 
             return round(session.affordable(unquote(args.afford)), 10)
-        wanted = [o for o in ("map", "widget") if getattr(args, o, None)]
-        if wanted:
-            raise ConfigurationError(f"%dpbudget --{wanted[0]} is not available on a server session")
+        if getattr(args, "map", None):
+            return session.own_accounting().budget_map(*args.map)
+        if getattr(args, "widget", None):
+            raise ConfigurationError("%dpbudget --widget is not available on a server session")
         report = session.budget()
         return report.summary() if getattr(args, "json", False) else report
     raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")

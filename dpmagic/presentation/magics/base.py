@@ -119,7 +119,7 @@ def routed(*, assign: bool = False, sql_in_line: bool = False) -> Callable[[Call
             if func.__name__ != "dpquery" and type(session).__name__ == "RemoteSession":
                 from dpmagic.presentation.remote import remote_magic  # a custodian server's session
 
-                return remote_magic(func.__name__, call, session)
+                return remote_magic(func.__name__, call, session, lambda own: func(self, call, own))
             variant = variant_for(session)
             if variant is not None:
                 return getattr(variant, func.__name__)(self, call, session)

@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.accountant import Accountant, Charge
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.currency import Budget, parse_budget
 from dpmagic.accountant.ledger import Ledger, key_from_env, verify
@@ -50,7 +50,16 @@ from dpmagic.presentation.server.config import (
     new_token,
     token_matches,
 )
-from dpmagic.presentation.server.wire import error_body, frame_to_wire, result_to_wire
+from dpmagic.presentation.server.wire import (
+    answer_to_wire,
+    batch_to_wire,
+    coverage_to_wire,
+    decision_to_wire,
+    error_body,
+    frame_to_wire,
+    result_to_wire,
+)
+from dpmagic.query.model import Query
 from dpmagic.session.admission import admitting
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import parse_cost
@@ -83,6 +92,10 @@ CRASH_ENV = "DPMAGIC_SERVER_TEST_CRASH"
 Reply = tuple[int, dict[str, Any], bool]
 
 QUERY_FIELDS = {"sql", "epsilon", "rho", "mu", "ci", "min_rows", "dry_run", "fresh", "postprocess"}
+#: a decision query (``--fnr``): :meth:`Session.decide`'s options
+DECISION_FIELDS = {"fnr", "fpr", "max_epsilon", "max_group_size"}
+#: a batch (``%%dpbatch``): :meth:`Session.batch`'s options (``workload`` instead of ``sql``)
+BATCH_FIELDS = {"workload", "where", "strategy", "rmse"}
 
 
 class QuotaAdmission:
@@ -100,12 +113,15 @@ class QuotaAdmission:
         self.request, self.on_commit = request, on_commit
         #: set once both charges are durable: from then on rows may be read
         self.charged = False
+        #: the quota's admission of this request (:meth:`admit`), reused by :meth:`commit` when still valid
+        self._admitted: Charge | None = None
 
     def affordable(self, coverage: Box) -> float:
         return self.accountant.affordable(coverage)
 
     def admit(self, coverage: Box, cost: float) -> None:
         ch = self.accountant.preview(coverage, cost)
+        self._admitted = ch
         if not ch.admissible:
             cur = self.accountant.currency
             left = self.accountant.affordable(coverage)
@@ -128,6 +144,9 @@ class QuotaAdmission:
             sql=sql,
             canonical=canonical,
             details={"global_entry": entry_id, "idempotency_key": self.idempotency_key},
+            # the overlap solved in admit(): the accountant reuses it only if it is still the admission of this
+            # (coverage, cost) on an unchanged engine (Accountant._reuse), else it solves again: the same bound
+            preview=self._admitted,
         )
         self.charged = True
         if self.on_commit is not None:
@@ -176,6 +195,11 @@ class DatasetHost:
         # re-runs are per analyst (Custodian._stored): the session's shared cache and history would only grow
         self.session.cache = _NoCache()
         self.session.results = _NoHistory()
+        # a request's SQL is parsed once: the re-run key and the release path both ask the session to parse it
+        self._parsed: dict[str, Query] = {}
+        self._parse_lock = threading.Lock()
+        self._parse = self.session.parse
+        self.session.parse = self.parse  # type: ignore[method-assign]
         self._quotas: dict[str, Accountant] = {}
         self._lock = threading.Lock()
         #: (analyst, Idempotency-Key) → (global entry id, request digest) of every charge made with a key: from the
@@ -185,6 +209,21 @@ class DatasetHost:
             for e in self.session.accountant.entries()
             if e.details.get("analyst") is not None and e.details.get("idempotency_key") is not None
         }
+
+    #: parsed queries kept (the oldest dropped first): Query is immutable, a function of the SQL and the schema
+    PARSED = 512
+
+    def parse(self, sql: str) -> Query:
+        """:meth:`Session.parse`, memoised on the SQL text (the schema is fixed for the host; errors not kept)."""
+        with self._parse_lock:
+            q = self._parsed.get(sql)
+        if q is None:
+            q = self._parse(sql)
+            with self._parse_lock:
+                if len(self._parsed) >= self.PARSED:
+                    del self._parsed[next(iter(self._parsed))]
+                self._parsed[sql] = q
+        return q
 
     def quota_key(self, analyst: str) -> str:
         return f"{self.session.ledger_key}|analyst|{analyst}"
@@ -330,6 +369,7 @@ class Custodian:
                 "spent": acct.spent,
                 "remaining": acct.remaining,
                 "queries": len(acct),
+                "delta": acct.budget.delta,
             },
             "global": {"budget": s.accountant.budget.total, "spent": s.spent, "remaining": s.remaining},
         }
@@ -344,7 +384,9 @@ class Custodian:
             answer = g.answer if g is not None and g.released else None
             out.append(
                 {"entry": e.details.get("global_entry"), "time": e.created, "sql": e.sql, "cost": e.cost}
-                | {"released": answer is not None, "answer": answer}
+                | {"released": answer is not None, "answer": answer_to_wire(answer)}
+                # the query's region (from its SQL and the public schema): the client replays its own accounting
+                | {"coverage": coverage_to_wire(e.coverage), "canonical": e.canonical}
             )
         return {"entries": out}
 
@@ -360,6 +402,12 @@ class Custodian:
         """Answer (or dry-run) one query for ``analyst``; see the module docstring for the idempotency rules."""
         host = self.host(dataset)
         req = check_request(body)
+        if req.get("dry_run") and "workload" in req:  # the strategies and the charge: reads and charges nothing
+            with admitting(QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, None)):
+                return 200, batch_to_wire(self._batch(host.session, req)), False
+        if req.get("dry_run") and req.get("fnr") is not None:  # the planned cost: reads and charges nothing
+            with admitting(QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, None)):
+                return 200, decision_to_wire(self._decide(host.session, req)), False
         if req.get("dry_run"):
             return self._preview(host, analyst, req)
         if idem is None:
@@ -385,7 +433,10 @@ class Custodian:
                 return int(rows[0][1]), json.loads(rows[0][2]), False
             self._inflight.add(ident)
         try:
-            if charged is not None:  # charged by an earlier run that stored no response: the ledger's record
+            if charged is not None and req.get("fnr") is not None:  # a decision is several reads: one read's
+                status, reply = 500, LOST  # recorded answer is not the decision; charged, never twice
+                read, keep = False, []
+            elif charged is not None:  # charged by an earlier run that stored no response: the ledger's record
                 status, reply = self._recover(host, charged[0])
                 read, keep = False, []
             else:
@@ -426,8 +477,33 @@ class Custodian:
         return 200, result_to_wire(p), False
 
     @staticmethod
+    def _batch(s: Session, req: dict[str, Any]) -> Any:
+        return s.batch(
+            req["workload"],
+            where=req.get("where"),
+            strategy=req.get("strategy") or "auto",
+            rmse=req.get("rmse"),
+            dry_run=bool(req.get("dry_run")),
+            **{k: req.get(k) for k in ("epsilon", "rho", "mu")},
+        )
+
+    @staticmethod
+    def _decide(s: Session, req: dict[str, Any]) -> Any:
+        return s.decide(
+            req["sql"],
+            fnr=req["fnr"],
+            fpr=req.get("fpr"),
+            max_epsilon=req.get("max_epsilon"),
+            dry_run=bool(req.get("dry_run")),
+            max_group_size=req.get("max_group_size"),
+        )
+
+    @staticmethod
     def _answer_key(s: Session, req: dict[str, Any]) -> str | None:
-        """The re-run key of a request (the session's :func:`cache_key` and the post-processing), None if public."""
+        """The re-run key of a request (the session's :func:`cache_key` and the post-processing), None if public
+        or a decision query (each is asked anew, as locally)."""
+        if req.get("fnr") is not None or "workload" in req:
+            return None
         q = s.parse(req["sql"])
         if q.is_public:
             return None
@@ -453,10 +529,14 @@ class Custodian:
         costs = {k: req.get(k) for k in ("epsilon", "rho", "mu")}
         post = tuple(req.get("postprocess") or ())
         key = self._answer_key(s, req)
-        stored = None if req.get("fresh") else self._stored(host, analyst, req)
+        stored = None if req.get("fresh") or key is None else self._stored(host, analyst, req)
         if stored is not None:  # this analyst's own earlier answer: free, as a local re-run
             note = "(re-run: your stored answer, charged nothing)"
-            stored |= {"cached": True, "text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
+            if "text" in stored:  # rendered here (a scalar or composed answer)
+                stored |= {"text": f"{note}\n{stored['text']}", "html": f"<p>{note}</p>{stored['html']}"}
+            else:  # rendered by the client, which shows the note first
+                stored["rerun_note"] = note
+            stored["cached"] = True
             return 200, stored, False, []
 
         def remember(entry_id: int) -> None:  # inside the charge: the key is known charged before any read
@@ -466,15 +546,20 @@ class Custodian:
         admission = QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, idem, digest, remember)
         try:
             with admitting(admission):
-                result = s.query(
-                    req["sql"],
-                    ci=req.get("ci"),
-                    min_rows=req.get("min_rows"),
-                    fresh=True,  # re-runs are per analyst (above): never another analyst's answer
-                    postprocess=post,
-                    **costs,
-                )
-            reply = result_to_wire(result)
+                if "workload" in req:  # a batch: one charge through Session.run
+                    reply = batch_to_wire(self._batch(s, req))
+                elif req.get("fnr") is not None:  # a decision query: every read charged through Session.run
+                    reply = decision_to_wire(self._decide(s, req))
+                else:
+                    result = s.query(
+                        req["sql"],
+                        ci=req.get("ci"),
+                        min_rows=req.get("min_rows"),
+                        fresh=True,  # re-runs are per analyst (above): never another analyst's answer
+                        postprocess=post,
+                        **costs,
+                    )
+                    reply = result_to_wire(result)
         except Exception as exc:
             if admission.charged:  # after the read: one fixed body, whatever happened
                 return 500, AFTER_READ, True, []
@@ -593,9 +678,11 @@ def check_request(body: Any) -> dict[str, Any]:
     """The query request, checked for shape before anything else (one error naming the first problem)."""
     if not isinstance(body, dict):
         raise ConfigurationError("the request must be a JSON object with 'sql'")
-    unknown = set(body) - QUERY_FIELDS
+    unknown = set(body) - QUERY_FIELDS - DECISION_FIELDS - BATCH_FIELDS
     if unknown:
         raise ConfigurationError(f"unknown field(s) in the request: {sorted(unknown)}")
+    if "workload" in body:
+        return check_batch(body)
     if not isinstance(body.get("sql"), str) or not body["sql"].strip():
         raise QueryError("the request needs 'sql': one SELECT statement")
     for k in ("epsilon", "rho", "mu"):
@@ -612,7 +699,39 @@ def check_request(body: Any) -> dict[str, Any]:
     for k in ("dry_run", "fresh"):
         if not isinstance(body.get(k, False), bool):
             raise ConfigurationError(f"{k!r} must be true or false")
+    for k in ("fnr", "fpr", "max_epsilon"):
+        v = body.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ConfigurationError(f"{k!r} must be a number, got {v!r}")
+    v = body.get("max_group_size")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+        raise ConfigurationError(f"'max_group_size' must be a whole number, got {v!r}")
+    if body.get("fnr") is None and any(body.get(k) is not None for k in DECISION_FIELDS):
+        raise ConfigurationError("'fpr', 'max_epsilon' and 'max_group_size' belong to a decision query: give 'fnr'")
     post = body.get("postprocess", [])
     if not isinstance(post, list) or not all(isinstance(x, str) for x in post):
         raise ConfigurationError("'postprocess' must be a list of strings")
+    return dict(body)
+
+
+def check_batch(body: dict[str, Any]) -> dict[str, Any]:
+    """A batch request (``workload``, ``where``, ``strategy``, a cost or ``rmse``, ``dry_run``), checked for shape."""
+    allowed = BATCH_FIELDS | {"epsilon", "rho", "mu", "dry_run"}
+    stray = set(body) - allowed
+    if stray:
+        raise ConfigurationError(f"field(s) {sorted(stray)} do not apply to a batch (it takes {sorted(allowed)})")
+    if not isinstance(body.get("workload"), str) or not body["workload"].strip():
+        raise QueryError("the batch needs 'workload': the workload text of %%dpbatch")
+    for k in ("where", "strategy"):
+        if body.get(k) is not None and not isinstance(body[k], str):
+            raise ConfigurationError(f"{k!r} must be a string")
+    for k in ("epsilon", "rho", "mu"):
+        v = body.get(k)
+        if v is not None and not (isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool))):
+            raise ConfigurationError(f"{k!r} must be a number or 'max', got {v!r}")
+    v = body.get("rmse")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+        raise ConfigurationError(f"'rmse' must be a number, got {v!r}")
+    if not isinstance(body.get("dry_run", False), bool):
+        raise ConfigurationError("'dry_run' must be true or false")
     return dict(body)
