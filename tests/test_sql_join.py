@@ -345,3 +345,21 @@ def test_dpquery_answers_a_join_in_ipython(ip) -> None:
     assert list(ip.user_ns["by_name"]["name"].fillna("NULL")) == ["North", "South", "NULL"]  # code 5: no name
     result, cap = run(ip, "%%dpquery --epsilon 0.2\nSELECT COUNT(*) FROM t JOIN t s ON t.region = s.region\n")
     assert "privacy unit" in cap.stdout + cap.stderr and "Traceback" not in cap.stdout + cap.stderr
+
+
+def test_a_ledger_binding_notices_a_changed_lookup(tmp_path) -> None:
+    """The lookup is recorded at the first binding (not in the ledger key: editing it gives no fresh budget)."""
+    from dpmagic.accountant.binding import ledger_key
+    from dpmagic.errors import ConfigurationError
+
+    path = tmp_path / "l.sqlite"
+    Session(FRAME, SCHEMA, "epsilon=1", ledger=path).query(
+        "SELECT COUNT(*) FROM t JOIN regions r ON t.region = r.code", epsilon=0.25
+    )
+    assert Session(FRAME, Schema.from_dict(SCHEMA.to_dict()), "epsilon=1", ledger=path).spent == 0.25
+    changed = [dict(r) for r in REGIONS]
+    changed[2]["name"] = "North"
+    other = Schema.from_dict(_with({**SPEC["public_tables"], "regions": {"key": "code", "rows": changed}}))
+    assert ledger_key(other) == ledger_key(SCHEMA)
+    with pytest.raises(ConfigurationError, match="public lookup tables"):
+        Session(FRAME, other, "epsilon=1", ledger=path)
