@@ -124,6 +124,11 @@ SQLITE_QUERIES = [
     "WHERE r.name = 'North' OR t.age > 8",
     "SELECT area, COUNT(*) AS n, SUM(age) AS s FROM t LEFT JOIN areas a ON a.region = t.region "
     "WHERE t.region >= 3 GROUP BY area",
+    "SELECT COUNT(*) AS n, SUM(age) AS s FROM t LEFT JOIN regions r ON t.region = r.code WHERE r.code IS NULL",
+    "WITH a AS (SELECT * FROM t WHERE age > 3) SELECT r.zone AS zone, COUNT(*) AS n, SUM(a.age) AS s FROM a "
+    "JOIN regions r ON a.region = r.code GROUP BY r.zone",
+    "SELECT r.zone, COUNT(*) AS n, SUM(age) AS s FROM t JOIN regions r ON t.region = r.code GROUP BY r.zone "
+    "HAVING COUNT(*) > 5 ORDER BY r.zone DESC",
 ]
 
 
@@ -246,6 +251,7 @@ def test_count_and_sum_sensitivity_brute_force(definition, replace_one, join, wh
         ("SELECT COUNT(*) FROM t RIGHT JOIN regions r ON t.region = r.code", "RIGHT JOIN"),
         ("SELECT COUNT(*) FROM t FULL OUTER JOIN regions r ON t.region = r.code", "FULL"),
         ("SELECT COUNT(*) FROM t CROSS JOIN regions r", "CROSS"),
+        ("SELECT COUNT(*) FROM t, regions r WHERE t.region = r.code", "without a condition"),
         ("SELECT COUNT(*) FROM t JOIN regions r ON t.region > r.code", "ON <bound table column> = <lookup column>"),
         ("SELECT SUM(r.code) FROM t JOIN regions r ON t.region = r.code", "aggregate of a lookup column"),
         ("SELECT AVG(zone) FROM t JOIN regions r ON t.region = r.code", "aggregate of a lookup column"),
@@ -363,3 +369,9 @@ def test_a_ledger_binding_notices_a_changed_lookup(tmp_path) -> None:
     assert ledger_key(other) == ledger_key(SCHEMA)
     with pytest.raises(ConfigurationError, match="public lookup tables"):
         Session(FRAME, other, "epsilon=1", ledger=path)
+
+
+def test_an_unselected_lookup_key_is_named_by_its_column() -> None:
+    """``GROUP BY r.name`` without selecting it: the answer lists the key first (as for any GROUP BY), as ``name``."""
+    q = parse_query("SELECT COUNT(*) AS n FROM t JOIN regions r ON t.region = r.code GROUP BY r.name", SCHEMA)
+    assert [g.name for g in q.groups] == ["name"] and q.groups[0].labels == ("East", "North", "South", None)

@@ -91,6 +91,25 @@ def _join_columns(cond: exp.Expr, private_names: set[str], join_names: set[str])
     return a.name, b.name
 
 
+def _name_unselected_keys(tree: exp.Select, found: list[_Join]) -> None:
+    """GROUP BY lookup columns none of which is selected (``SELECT COUNT(*) … GROUP BY r.name``): the answer lists
+    the keys first anyway, so they are put at the head of the SELECT list under their column names (``name``, not
+    the CASE they become).  Only when no SELECT item is a key and no clause refers to a SELECT position."""
+    group = tree.args.get("group")
+    if group is None or any(not isinstance(e, exp.Column) for e in group.expressions):
+        return
+    if any(not item.find(*AGG_CLASSES) for item in tree.expressions):
+        return  # some key is selected: the analyst chose the columns
+    order = tree.args.get("order")
+    if order is not None and any(isinstance(o.this, exp.Literal) for o in order.expressions):
+        return
+    names = {n for j in found for n in j.names}
+    if not any(e.table.lower() in names for e in group.expressions):
+        return
+    keys = [exp.alias_(e.copy(), e.name) if e.table else e.copy() for e in group.expressions]
+    tree.set("expressions", keys + list(tree.expressions))
+
+
 def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str] | None) -> tuple[exp.Select, bool]:
     """``tree`` with its public lookup joins rewritten into the single-table query (see the module docstring);
     returns (tree, whether a join was rewritten).  Raises :class:`UnsupportedQueryError` naming the refusal."""
@@ -142,7 +161,11 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
         elif on is not None:
             private_col, lookup_col = _join_columns(on, private_names, names)
         else:
-            raise UnsupportedQueryError(f"JOIN {other.name} needs ON <column> = <lookup column> or USING (<column>)")
+            raise UnsupportedQueryError(
+                f"JOIN {other.name} needs ON <column> = <lookup column> or USING (<column>); a join without a "
+                "condition (FROM t, lookup or CROSS JOIN) pairs every row with every lookup row",
+                hint=f"write FROM {base.name} JOIN {other.name} ON {base.name}.<column> = {other.name}.{t.key}",
+            )
         private_col = resolve_column(exp.column(private_col), schema)
         lc = t.column(lookup_col)
         if lc is None:
@@ -241,6 +264,7 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
             return exp.column(j.private_col)  # an inner join's key equals the private column on every kept row
         return mapping(j, lc)
 
+    _name_unselected_keys(tree, found)
     for c in list(tree.find_all(exp.Column)):
         if isinstance(c.this, exp.Star):
             continue
