@@ -375,3 +375,20 @@ def test_an_unselected_lookup_key_is_named_by_its_column() -> None:
     """``GROUP BY r.name`` without selecting it: the answer lists the key first (as for any GROUP BY), as ``name``."""
     q = parse_query("SELECT COUNT(*) AS n FROM t JOIN regions r ON t.region = r.code GROUP BY r.name", SCHEMA)
     assert [g.name for g in q.groups] == ["name"] and q.groups[0].labels == ("East", "North", "South", None)
+
+
+def test_a_join_on_a_huge_int_domain_never_enumerates_it() -> None:
+    """A zip-code-like column declared over 10^12 values: the lookup's codes inside the domain, nothing else (a code
+    of another type or outside the bounds joins no row)."""
+    schema = Schema.from_dict(
+        {
+            "table": "t",
+            "columns": {"zip": {"type": "int", "lower": 0, "upper": 10**12}},
+            "public_tables": {
+                "z": {"key": "k", "rows": [{"k": 1, "st": "NY"}, {"k": 2.0, "st": "CA"}, {"k": "3", "st": "X"}]}
+            },
+        }
+    )
+    q = parse_query("SELECT z.st, COUNT(*) AS n FROM t JOIN z ON t.zip = z.k GROUP BY z.st", schema)
+    direct = parse_query("SELECT COUNT(*) AS n FROM t WHERE zip IN (1, 2)", schema)
+    assert q.coverage == direct.coverage and q.region_keys() == [("NY",), ("CA",)]

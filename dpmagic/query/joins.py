@@ -196,22 +196,31 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
     tree.set("joins", None)
     base.set("alias", None)
 
-    def declared(j: _Join) -> list[Any]:
+    def in_domain(j: _Join) -> tuple[list[Any], int]:
+        """The lookup's join values that are declared values of the private column (in lookup order, as the
+        column's own values), and the number of declared values; O(lookup rows), never enumerating an int range."""
         col = schema[j.private_col]
+        codes = j.table.values(j.lookup_col)
         if isinstance(col, CategoricalColumn):
-            return list(col.values)
-        return list(range(int(col.lower), int(col.upper) + 1))
+            declared = set(col.values)
+            return [c for c in codes if c in declared and not isinstance(c, bool)], len(declared)
+        lo, hi = int(col.lower), int(col.upper)
+        ints = [
+            int(c)
+            for c in codes
+            if isinstance(c, (int, float)) and not isinstance(c, bool) and float(c).is_integer() and lo <= c <= hi
+        ]
+        return ints, hi - lo + 1
 
     def mapping(j: _Join, column: str) -> exp.Expr:
         """The lookup column as a CASE over the private join column (declared codes only, equal values merged)."""
         lk = j.table.values(j.lookup_col)
         vals = j.table.values(column)
-        dom = declared(j)
-        domset = set(dom)
+        domset = set(in_domain(j)[0])
         by_value: dict[Any, list[Any]] = {}
         for code, v in zip(lk, vals, strict=True):
-            if code in domset and v is not None and type(code) is not bool:
-                by_value.setdefault(v, []).append(code)
+            if code in domset and v is not None and not isinstance(code, bool):
+                by_value.setdefault(v, []).append(int(code) if isinstance(code, float) else code)
         priv = exp.column(j.private_col)
         ifs = [
             exp.If(this=exp.In(this=priv.copy(), expressions=[_literal(c) for c in codes]), true=_literal(v))
@@ -277,10 +286,9 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
     for j in found:
         if j.left:
             continue
-        dom = declared(j)
-        present = set(j.table.values(j.lookup_col))
-        kept = [v for v in dom if v in present]
-        if len(kept) == len(dom):
+        kept, n_declared = in_domain(j)
+        kept = sorted(set(kept), key=str) if isinstance(schema[j.private_col], CategoricalColumn) else sorted(set(kept))
+        if len(kept) == n_declared:
             continue
         if not kept:
             raise UnsupportedQueryError(
