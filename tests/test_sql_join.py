@@ -392,3 +392,25 @@ def test_a_join_on_a_huge_int_domain_never_enumerates_it() -> None:
     q = parse_query("SELECT z.st, COUNT(*) AS n FROM t JOIN z ON t.zip = z.k GROUP BY z.st", schema)
     direct = parse_query("SELECT COUNT(*) AS n FROM t WHERE zip IN (1, 2)", schema)
     assert q.coverage == direct.coverage and q.region_keys() == [("NY",), ("CA",)]
+
+
+def test_joins_compose_with_filters_scalar_subqueries_and_key_only_selects() -> None:
+    """The rewrite happens before every other path: conditional aggregates on lookup columns (one release each,
+    composed), a scalar subquery beside a lookup condition, and a SELECT of lookup keys alone (public, free)."""
+    session = Session(FRAME, SCHEMA, "epsilon=1e12", ledger=None)
+    zone_a, zone_b = FRAME["region"].isin([1, 3, 5]), FRAME["region"].isin([2, 4])
+    df = session.query(
+        "SELECT COUNT(*) FILTER (WHERE r.zone = 'A') AS a, COUNT(*) FILTER (WHERE r.zone = 'B') AS b "
+        "FROM t JOIN regions r ON t.region = r.code",
+        epsilon=1e11,
+    ).df
+    assert (round(df["a"].iloc[0]), round(df["b"].iloc[0])) == (zone_a.sum(), zone_b.sum())
+    df = session.query(
+        "SELECT COUNT(*) AS n FROM t JOIN regions r ON t.region = r.code "
+        "WHERE t.age > (SELECT AVG(age) FROM t) AND r.zone = 'A'",
+        epsilon=1e11,
+    ).df
+    assert round(df["n"].iloc[0]) == ((FRAME["age"] > FRAME["age"].mean()) & zone_a).sum()
+    spent = session.spent
+    keys = session.query("SELECT r.name FROM t JOIN regions r ON t.region = r.code GROUP BY r.name").df
+    assert list(keys["name"].fillna("NULL")) == ["East", "North", "South", "NULL"] and session.spent == spent
