@@ -8,13 +8,24 @@ sessions key their own events under ``sp|`` + the same key).
 from __future__ import annotations
 
 import hashlib
+import json
 
 from dpmagic.accountant.currency import Budget
 from dpmagic.accountant.ledger import Ledger
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetError, ConfigurationError
 
-__all__ = ["ledger_key", "open_binding", "unit_record"]
+__all__ = ["ledger_key", "open_binding", "public_record", "unit_record"]
+
+
+def public_record(schema: Schema) -> str | None:
+    """SHA-256 of the schema's public lookup tables (``public_tables``, as declared), or None without any: a
+    ledger records it at a data set's first binding, so a later binding with changed lookups is noticed.  Not part
+    of the ledger key (:func:`ledger_key`): editing a lookup never hands out a fresh budget."""
+    if not schema.public_tables:
+        return None
+    tables = {name: t.to_dict() for name, t in schema.public_tables.items()}
+    return hashlib.sha256(json.dumps(tables, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def unit_record(schema: Schema) -> dict[str, object] | None:
@@ -79,7 +90,8 @@ def open_binding(ledger: Ledger, key: str, schema: Schema, budget: Budget, neigh
                     "delta": budget.delta,
                     "neighbors": neighbors,
                     "unit": unit_record(schema),
-                },
+                }
+                | ({"public": public_record(schema)} if schema.public_tables else {}),
             )
             return
     if opening.get("domain") != domain:
@@ -87,6 +99,13 @@ def open_binding(ledger: Ledger, key: str, schema: Schema, budget: Budget, neigh
             f"data set {schema.dataset!r} was first bound in this ledger with another domain (columns, "
             "categories or bounds); its recorded charges are about that domain",
             hint="bind the schema it was opened with, or have the custodian declare a new 'dataset' id",
+        )
+    if opening.get("public") != public_record(schema):
+        raise ConfigurationError(
+            "this data set was first bound in this ledger with other public lookup tables ('public_tables'); the "
+            "answers recorded under it were computed with those lookups",
+            hint="bind the schema it was opened with; changing a public lookup is a custodian action: declare a new "
+            "'dataset' id (or reset the ledger)",
         )
     if opening["definition"] != cur.definition:
         raise BudgetError(

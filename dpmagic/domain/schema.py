@@ -44,6 +44,7 @@ from dpmagic.domain.columns import (  # re-exported: the declared columns live i
     undeclared_columns_error,
     validate_column,
 )
+from dpmagic.domain.public import PublicTable, public_tables_from_dict
 from dpmagic.domain.unit import PersonUnit, parse_privacy_unit
 from dpmagic.errors import DataValidationError, SchemaError
 
@@ -87,6 +88,8 @@ class Schema:
     dataset: str | None = None
     #: optional public bound on the rows of one GROUP BY group (``"max_group_size"``), used by decision queries
     max_group_size: int | None = None
+    #: public lookup tables (``"public_tables"``), joinable on a private column (:mod:`dpmagic.domain.public`)
+    public_tables: Mapping[str, PublicTable] | None = None
 
     def __post_init__(self) -> None:
         if not self.columns:
@@ -143,6 +146,7 @@ class Schema:
             privacy_unit=parse_privacy_unit(data.get("privacy_unit", "one row")),
             dataset=dataset,
             max_group_size=data.get("max_group_size"),
+            public_tables=public_tables_from_dict(data.get("public_tables"), table) or None,
         )
 
     @classmethod
@@ -271,6 +275,8 @@ class Schema:
         )
         if self.max_group_size is not None:
             out["max_group_size"] = self.max_group_size
+        if self.public_tables:
+            out["public_tables"] = {name: t.to_dict() for name, t in self.public_tables.items()}
         return out
 
     def fingerprint(self) -> str:

@@ -43,7 +43,12 @@ def in_region(query: Query, df: pd.DataFrame) -> pd.DataFrame:
         return df
     keep = set(query.region_keys())
     cols = list(query.group_by)
-    mask = [tuple(row) in keep for row in df[cols].itertuples(index=False)]
+    # the NULL group (a CASE key's rows in no branch, a LEFT JOIN's unmatched rows) is None in the region and may
+    # be None or NaN in the frame
+    mask = [
+        tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) in keep
+        for row in df[cols].itertuples(index=False)
+    ]
     return df.loc[mask].reset_index(drop=True)
 
 

@@ -48,6 +48,7 @@ from dpmagic.query.domain import MAX_ENUMERATION, fix_dashed_columns, resolve_co
 from dpmagic.query.evaluate import EvalError, evaluate
 from dpmagic.query.flatten import flatten_table_subqueries, fold_common_filter
 from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
+from dpmagic.query.joins import rewrite_public_joins
 from dpmagic.query.linear import distribute_linear, linear_range
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
 from dpmagic.query.syntax import syntax_error
@@ -142,6 +143,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
                 f"{tree.key.upper()} is not supported in dpmagic's SQL subset: ask one query per part"
             )
         raise UnsupportedQueryError(f"only SELECT statements are supported, not {tree.key.upper()}")
+    tree, _ = rewrite_public_joins(tree, schema, tables)  # a JOIN with a public lookup: the single-table query
     tree = flatten_table_subqueries(tree, schema)  # a CTE or FROM subquery that only shapes the bound table
     tree = fold_common_filter(tree)  # every aggregate under one FILTER (WHERE c): that condition ANDed to WHERE
     subs: list[exp.Sub] = []  # candidates for dashed column names, collected in the same walk
