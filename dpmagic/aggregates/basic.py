@@ -25,6 +25,7 @@ import numpy as np
 
 from dpmagic.aggregates.registry import AggregateUnit, Interval, PlanContext, SqlInputs, SqlResults, UnitPlan, register
 from dpmagic.errors import ConfigurationError
+from dpmagic.query.intervals import ratio_estimate  # the AVG interval (pure post-processing; re-exported)
 
 if TYPE_CHECKING:
     from dpmagic.aggregates.moments import Drawn
@@ -44,51 +45,6 @@ def integer_interval(x: np.ndarray, noise: Noise, level: float) -> tuple[np.ndar
     low = np.where(clipped_low, -np.inf, x - h)
     high = np.where(clipped_high, np.inf, x + h)
     return low, high, clipped_low | clipped_high
-
-
-def ratio_estimate(
-    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """AVG = noisy SUM / noisy COUNT per cell, with its interval (post-processing of the two noisy values).
-
-    ``hs`` and ``hc`` are the half-widths of the SUM and COUNT intervals at level 1 − α/2 (a union bound makes
-    the ratio's interval a 1 − α one).  Where ``c − hc < 1`` the count's interval admits an empty or
-    one-row group: the ratio is meaningless there, so the estimate is ``NaN`` and the interval is the whole
-    declared range ``[lo, hi]`` (which contains every possible average).  Elsewhere the estimate is S/C
-    clamped into ``[lo, hi]`` and the interval is the range of S/C over the rectangle of the two intervals,
-    intersected with ``[lo, hi]``; if that intersection is empty or a single bound (the noise pushed both
-    ends past a bound), the interval is the whole declared range.  Only when both half-widths are 0 (the
-    releases are exact at this level) is the interval the single value S/C.
-
-    O(number of cells).
-    """
-    s = np.asarray(s, dtype=float)
-    c = np.asarray(c, dtype=float)
-    c_lo = c - hc
-    ok = c_lo >= 1.0
-    est = np.full(len(s), np.nan, dtype=float)
-    low = np.full(len(s), lo, dtype=float)
-    high = np.full(len(s), hi, dtype=float)
-    if ok.any():
-        est[ok] = np.clip(s[ok] / c[ok], lo, hi)
-        corners = np.stack(
-            [
-                (s[ok] - hs) / c_lo[ok],
-                (s[ok] - hs) / (c[ok] + hc),
-                (s[ok] + hs) / c_lo[ok],
-                (s[ok] + hs) / (c[ok] + hc),
-            ]
-        )
-        raw_a, raw_b = corners.min(axis=0), corners.max(axis=0)
-        a = np.clip(raw_a, lo, hi)
-        b = np.clip(raw_b, lo, hi)
-        # degenerate: the noise pushed the whole rectangle past a bound (the clipped interval is empty or a
-        # bound alone).  A rectangle of zero width (both half-widths 0: the releases are exact at this level,
-        # e.g. at a very large ε) is no such case: its point is the value (issue 27, item 8).
-        degenerate = (b < a) | ((b == a) & (raw_b > raw_a))
-        low[ok] = np.where(degenerate, lo, a)
-        high[ok] = np.where(degenerate, hi, b)
-    return est, low, high
 
 
 class BasicUnit(AggregateUnit):

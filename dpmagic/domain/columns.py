@@ -18,6 +18,7 @@ from dpmagic.domain.temporal import Temporal
 from dpmagic.errors import DataValidationError, SchemaError
 
 __all__ = [
+    "clamp_bounds",
     "CategoricalColumn",
     "Column",
     "INT64_MAX",
@@ -422,3 +423,13 @@ def validate_column(
     if isinstance(col, CategoricalColumn):
         return _validate_categorical(col, series, diagnostics)
     return _validate_numeric(col, series, policy, diagnostics)
+
+
+def clamp_bounds(col: NumericColumn, clamp: tuple[float, float] | None) -> tuple[float, float]:
+    """The bounds the backend clamps a column's values into: the declared bounds, or the analyst's clamp
+    (a, b) moved into them, in the column's type (exact Python ints for int columns: no double round trip)."""
+    lower, upper = (int(col.lower), int(col.upper)) if col.is_int else (float(col.lower), float(col.upper))
+    if clamp is None:
+        return lower, upper
+    a, b = (int(clamp[0]), int(clamp[1])) if col.is_int else (float(clamp[0]), float(clamp[1]))
+    return min(max(a, lower), upper), min(max(b, lower), upper)

@@ -59,6 +59,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dpmagic.domain.columns import clamp_bounds  # re-exported (its old home)
 from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.domain.sets import IntervalSet
 from dpmagic.domain.unit import Contribution, PersonUnit
@@ -245,16 +246,6 @@ def person_contribution(unit: PersonUnit, groups: tuple[GroupKey, ...], cells: l
         elif b.max_groups is not None:
             per_cell = min(per_cell, b.max_rows * b.max_groups)
     return Contribution(rows=base.rows, per_cell=per_cell, cells=base.cells)
-
-
-def clamp_bounds(col: NumericColumn, clamp: tuple[float, float] | None) -> tuple[float, float]:
-    """The bounds the backend clamps a column's values into: the declared bounds, or the analyst's clamp
-    (a, b) moved into them, in the column's type (exact Python ints for int columns: no double round trip)."""
-    lower, upper = (int(col.lower), int(col.upper)) if col.is_int else (float(col.lower), float(col.upper))
-    if clamp is None:
-        return lower, upper
-    a, b = (int(clamp[0]), int(clamp[1])) if col.is_int else (float(clamp[0]), float(clamp[1]))
-    return min(max(a, lower), upper), min(max(b, lower), upper)
 
 
 def value_range(

@@ -16,7 +16,7 @@ the end chosen by the sign of cᵢ.  Hence the stated interval covers the true v
 A division whose divisor's interval contains 0 has no finite range: the interval is (−∞, ∞).
 
 AVG of a linear row expression, ``(Σ cᵢ·SUM(xᵢ) + c₀·COUNT(*)) / COUNT(*)``, is a ratio: its interval is that of
-:func:`dpmagic.aggregates.basic.ratio_estimate` (the range of S/C over the rectangle of the numerator's interval,
+:func:`ratio_estimate` (the range of S/C over the rectangle of the numerator's interval,
 from interval arithmetic, and the count's interval), NaN where the count's interval reaches below one row, and
 intersected with the range of the row expression over the declared box (the average of values in [lo, hi] is in
 [lo, hi]), which keeps the coverage.
@@ -46,6 +46,7 @@ __all__ = [
     "union_sizes",
     "interval_of",
     "level_column",
+    "ratio_estimate",
     "ratio_interval",
     "union_level",
 ]
@@ -163,12 +164,10 @@ def ratio_interval(
     node: exp.Expr, bases: Mapping[str, Box], env: Mapping[str, np.ndarray], n: int, bounds: tuple[float, float]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AVG of a linear row expression, ``(numerator) / CAST(count AS DOUBLE)``: (estimate, low, high) per cell by
-    :func:`dpmagic.aggregates.basic.ratio_estimate` over the numerator's interval (:func:`interval_of`) and the
+    :func:`ratio_estimate` over the numerator's interval (:func:`interval_of`) and the
     count's, within ``bounds`` (the row expression's range over the declared box).  The estimate is NaN where
     the count's interval reaches below one row; a cell where an interval side is infinite (an exact value that
     may have been clamped before noise) gets the whole of ``bounds``."""
-    from dpmagic.aggregates.basic import ratio_estimate
-
     while isinstance(node, exp.Paren):
         node = node.this
     if not isinstance(node, exp.Div):
@@ -199,3 +198,48 @@ def union_sizes(query: Query) -> list[int]:
     aliases = {a.alias for a in query.aggregates}
     ks = {len(aggregates_read(o.expr, aliases)) for o in query.outputs if o.source is None}
     return sorted(k for k in ks if k >= 2)
+
+
+def ratio_estimate(
+    s: np.ndarray, hs: float, c: np.ndarray, hc: float, lo: float, hi: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """AVG = noisy SUM / noisy COUNT per cell, with its interval (post-processing of the two noisy values).
+
+    ``hs`` and ``hc`` are the half-widths of the SUM and COUNT intervals at level 1 − α/2 (a union bound makes
+    the ratio's interval a 1 − α one).  Where ``c − hc < 1`` the count's interval admits an empty or
+    one-row group: the ratio is meaningless there, so the estimate is ``NaN`` and the interval is the whole
+    declared range ``[lo, hi]`` (which contains every possible average).  Elsewhere the estimate is S/C
+    clamped into ``[lo, hi]`` and the interval is the range of S/C over the rectangle of the two intervals,
+    intersected with ``[lo, hi]``; if that intersection is empty or a single bound (the noise pushed both
+    ends past a bound), the interval is the whole declared range.  Only when both half-widths are 0 (the
+    releases are exact at this level) is the interval the single value S/C.
+
+    O(number of cells).
+    """
+    s = np.asarray(s, dtype=float)
+    c = np.asarray(c, dtype=float)
+    c_lo = c - hc
+    ok = c_lo >= 1.0
+    est = np.full(len(s), np.nan, dtype=float)
+    low = np.full(len(s), lo, dtype=float)
+    high = np.full(len(s), hi, dtype=float)
+    if ok.any():
+        est[ok] = np.clip(s[ok] / c[ok], lo, hi)
+        corners = np.stack(
+            [
+                (s[ok] - hs) / c_lo[ok],
+                (s[ok] - hs) / (c[ok] + hc),
+                (s[ok] + hs) / c_lo[ok],
+                (s[ok] + hs) / (c[ok] + hc),
+            ]
+        )
+        raw_a, raw_b = corners.min(axis=0), corners.max(axis=0)
+        a = np.clip(raw_a, lo, hi)
+        b = np.clip(raw_b, lo, hi)
+        # degenerate: the noise pushed the whole rectangle past a bound (the clipped interval is empty or a
+        # bound alone).  A rectangle of zero width (both half-widths 0: the releases are exact at this level,
+        # e.g. at a very large ε) is no such case: its point is the value (issue 27, item 8).
+        degenerate = (b < a) | ((b == a) & (raw_b > raw_a))
+        low[ok] = np.where(degenerate, lo, a)
+        high[ok] = np.where(degenerate, hi, b)
+    return est, low, high

@@ -486,10 +486,14 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
 
 def _atom_bounds(atom: exp.Expr, schema: Schema) -> tuple[float, float]:
     """The public bounds of a linear term's atom (a column or a clamp of one): its SUM's declared or clamped
-    bounds (:func:`dpmagic.aggregates.common.effective_bounds`)."""
-    from dpmagic.aggregates.common import effective_bounds
+    bounds (as :func:`dpmagic.aggregates.common.effective_bounds` computes them)."""
+    from dpmagic.domain.columns import NumericColumn, clamp_bounds
 
-    return effective_bounds(base_aggregate(exp.Sum(this=atom.copy()), schema), schema)
+    agg = base_aggregate(exp.Sum(this=atom.copy()), schema)
+    col = schema[str(agg.column)]
+    assert isinstance(col, NumericColumn)
+    lo, hi = clamp_bounds(col, agg.clamp)
+    return float(lo), float(hi)
 
 
 def _default_name(agg: Aggregate) -> str:
