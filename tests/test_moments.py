@@ -21,6 +21,7 @@ from scipy.stats import binom
 
 from dpmagic.accountant.currency import CURRENCIES
 from dpmagic.aggregates.moments import Quantities, split_weights
+from dpmagic.aggregates.registry import unit_for
 from dpmagic.backends.pandas import PandasBackend
 from dpmagic.domain.schema import Schema
 from dpmagic.noise.sensitivity import coverage_of
@@ -89,7 +90,7 @@ def test_count_and_avg_spend_their_weight_on_two_releases() -> None:
 )
 def test_distinct_releases(sql: str, names: list[str]) -> None:
     q = _q(sql)
-    own = sum(1 for a in q.aggregates if a.func in ("quantile", "count_distinct"))
+    own = sum(unit_for(a.func).releases for a in q.aggregates if a.func in ("quantile", "count_distinct"))
     assert Quantities.of(q).names() == names
     assert q.releases_per_cell == len(names) + own
     plan = plan_noise(q, SCHEMA, CURRENCIES["pure"], 1.0)
