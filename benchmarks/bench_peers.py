@@ -524,7 +524,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "accounting": f"overlap accountant (exact maximum overlap), pure ε-DP, add/remove-one: the 40 queries "
                 f"as written at ε = 1/γ = {eps_dp:.5g} each (γ = {gam['gamma']:g}{' exact' if gam['exact'] else ''}); "
                 f"charged at most {info['spent_max']:.6g} of ε = 1; discrete Laplace (OpenDP samplers); "
-                "AVG as dpmagic's release of SUM and COUNT",
+                "AVG = c + S/n from a centred sum S and the shared count (error-minimising split)",
                 "seconds": info["seconds"],
                 "batch": binfo,
             }
