@@ -129,8 +129,10 @@ _ENGINE_TOKENS = itertools.count(1)
 DISPLAY_CLIQUE_MAX = 2000
 #: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
 POOL_SIZE = 32
-#: default ``hard_time_limit`` (seconds): the most an admission's region search gets unless it is near the budget
-HARD_TIME_LIMIT = 0.6
+#: default ``hard_time_limit`` (seconds): the most an admission's region search gets in all unless it is near the
+#: budget (with 0.6 s and a slack of 0.004 the dense variants' γ went inexact from query 165–266 on, under load
+#: 7–10 on 2 cores: bench_session_issue28_s9b.md, first run)
+HARD_TIME_LIMIT = 0.8
 #: default ``quick_time_limit`` (seconds): what a charged admission's region search gets first (graceful
 #: degradation, issue 28; on by default since session 9b).  An inexact result searches on only when its slack
 #: could matter (wider than ``charge_rel_slack``: up to ``hard_time_limit`` in all; straddling the budget: up to
@@ -141,8 +143,11 @@ QUICK_TIME_LIMIT = 0.05
 #: still straddling after it, the proven upper end is charged (and the query refused if it does not fit)
 NEAR_TIME_LIMIT = 0.9
 #: default ``charge_rel_slack``: after the quick search, a proven interval with upper ≤ (1 + this)·lower is kept
-#: (charged at its upper) instead of searching on, unless the admission is near the budget
-CHARGE_REL_SLACK = 0.004
+#: (charged at its upper) instead of searching on, unless the admission is near the budget.  0: every inexact
+#: quick result searches on (up to ``hard_time_limit``).  Measured (bench_session_issue28_s9b.md, first run):
+#: 0.004 left γ inexact after 32% of the sparse generator's admissions, and an inexact γ disables the
+#: witness-in-box certificate of every later admission (each then searches): slack accepted once costs later
+CHARGE_REL_SLACK = 0.0
 #: default ``retighten_seconds``: re-tightening of pending terms after each commit (seconds)
 RETIGHTEN_SECONDS = 0.015
 #: pooled rows moved into a new box (column by column) before any search
