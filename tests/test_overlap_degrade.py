@@ -15,7 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
 
+from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.currency import parse_budget
+from dpmagic.accountant.ledger import Ledger
 from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.errors import BudgetExceededError
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap
 from dpmagic.overlap.engine import NEAR_TIME_LIMIT, QUICK_TIME_LIMIT
 from dpmagic.overlap.rounding import is_exact
@@ -121,3 +125,21 @@ def test_default_engine_is_exact_and_equals_from_scratch(wl, budgets) -> None:
         _sound(ov, bx, ws)
     scratch = OverlapEngine.from_boxes(SCHEMA, bx, ws).overlap()
     assert scratch.exact and ov.exact and ov.lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+def test_accountant_refuses_a_capped_straddling_admission_and_spends_nothing() -> None:
+    """Invariants 2 and 3 on the capped near-budget path: the true γ after the third query (1.0) fits the budget
+    ε = 1.2, but with no search time its proven interval is [1.0, ≥ 1.5]; the accountant charges the proven upper
+    end, so the query is refused, and the refusal changes nothing (ledger, charged bound, registered queries)."""
+    tri = _tri()
+    acc = Accountant(parse_budget("epsilon=1.2"), SCHEMA, ledger=Ledger())
+    for name, value in {**STARVED, "charge_rel_slack": 0.0, "display_time_limit": 0.0}.items():
+        setattr(acc.engine, name, value)
+    acc.charge(tri[0], 0.5, sql="q0", canonical="q0")
+    acc.charge(tri[1], 0.5, sql="q1", canonical="q1")
+    before = (acc.charged_weight, len(acc.ledger), len(acc.engine))
+    pre = acc.preview(tri[2], 0.5)
+    assert pre.after >= 1.5 and not pre.admissible
+    with pytest.raises(BudgetExceededError):
+        acc.charge(tri[2], 0.5, sql="q2", canonical="q2")
+    assert (acc.charged_weight, len(acc.ledger), len(acc.engine)) == before
