@@ -47,8 +47,10 @@ its load seeds the search's floor.  When ω is not derived from R, the search it
 
 Hard instances degrade gracefully (issue 28).  Under a ``charged`` bound the region search first gets
 ``quick_time_limit``; an inexact result gets up to ``hard_time_limit`` in all only when the interval after the
-add would be wider than ``charge_rel_slack`` (relative), and the whole ``time_limit`` only when the admission is
-near the budget (``admit(budget=...)``: the upper end above it, the lower end not).  γ's interval is kept as
+add would be wider than ``charge_rel_slack`` (relative), and up to ``near_time_limit`` (0.9 s, so no admission
+waits for ``time_limit``) only when the admission is near the budget (``admit(budget=...)``: the upper end above
+it, the lower end not).  On by default for charged engines (``quick_time_limit=None`` restores one search with the
+whole ``time_limit``).  γ's interval is kept as
 *pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
 (the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
 ``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
@@ -127,16 +129,25 @@ _ENGINE_TOKENS = itertools.count(1)
 DISPLAY_CLIQUE_MAX = 2000
 #: heavy rows kept (with a lower bound of their load) as cheap certificates for admissions
 POOL_SIZE = 32
-#: default ``hard_time_limit`` (seconds): the most an admission's region search gets unless it is near the budget
-HARD_TIME_LIMIT = 0.6
-#: ``quick_time_limit`` (seconds) that turns the graceful degradation on: what an admission's region search gets
-#: first.  Off by default (None: one search with the whole ``time_limit``, as before issue 28): measured on the
-#: sparse generator it made admissions that need 0.05–0.6 s inexact, and an inexact γ makes every later admission
-#: search (no exact witness to reuse); on dense sessions it capped every admission at ≈ 0.6 s
+#: default ``hard_time_limit`` (seconds): the most an admission's region search gets in all unless it is near the
+#: budget (with 0.6 s and a slack of 0.004 the dense variants' γ went inexact from query 165–266 on, under load
+#: 7–10 on 2 cores: bench_session_issue28_s9b.md, first run)
+HARD_TIME_LIMIT = 0.8
+#: default ``quick_time_limit`` (seconds): what a charged admission's region search gets first (graceful
+#: degradation, issue 28; on by default since session 9b).  An inexact result searches on only when its slack
+#: could matter (wider than ``charge_rel_slack``: up to ``hard_time_limit`` in all; straddling the budget: up to
+#: ``near_time_limit``), and later commits re-tighten the pending terms (:meth:`OverlapEngine.retighten`)
 QUICK_TIME_LIMIT = 0.05
+#: default ``near_time_limit`` (seconds): the most an admission's region search gets when its proven interval
+#: straddles the budget (the charge decides admission).  Below 1 s so that no admission waits for ``time_limit``;
+#: still straddling after it, the proven upper end is charged (and the query refused if it does not fit)
+NEAR_TIME_LIMIT = 0.9
 #: default ``charge_rel_slack``: after the quick search, a proven interval with upper ≤ (1 + this)·lower is kept
-#: (charged at its upper) instead of searching on, unless the admission is near the budget
-CHARGE_REL_SLACK = 0.004
+#: (charged at its upper) instead of searching on, unless the admission is near the budget.  0: every inexact
+#: quick result searches on (up to ``hard_time_limit``).  Measured (bench_session_issue28_s9b.md, first run):
+#: 0.004 left γ inexact after 32% of the sparse generator's admissions, and an inexact γ disables the
+#: witness-in-box certificate of every later admission (each then searches): slack accepted once costs later
+CHARGE_REL_SLACK = 0.0
 #: default ``retighten_seconds``: re-tightening of pending terms after each commit (seconds)
 RETIGHTEN_SECONDS = 0.015
 #: pooled rows moved into a new box (column by column) before any search
@@ -250,7 +261,7 @@ class OverlapEngine:
     Graceful degradation (issue 28): an admission's region search first gets ``quick_time_limit``; a result
     that is not exact then gets up to ``hard_time_limit`` in all only when its interval is wider than
     ``charge_rel_slack`` or the admission is near the budget (``admit(budget=...)``: the upper end exceeds it
-    and the lower end does not — then the whole ``time_limit``).  The proven interval of γ is kept as pending
+    and the lower end does not — then up to ``near_time_limit``).  The proven interval of γ is kept as pending
     terms (:class:`_Term`): they drop out when γ's lower bound (a witness) passes them, and each commit spends
     up to ``retighten_seconds`` re-solving the largest one, so later admissions recover exactness.
     """
@@ -266,7 +277,8 @@ class OverlapEngine:
         display_time_limit: float = 0.05,
         hard_time_limit: float = HARD_TIME_LIMIT,
         solver: PortfolioConfig | None = None,
-        quick_time_limit: float | None = None,
+        quick_time_limit: float | None = QUICK_TIME_LIMIT,
+        near_time_limit: float = NEAR_TIME_LIMIT,
         charge_rel_slack: float = CHARGE_REL_SLACK,
         retighten_seconds: float = RETIGHTEN_SECONDS,
     ) -> None:
@@ -283,7 +295,10 @@ class OverlapEngine:
         #: ``time_limit`` (γ_new stays a proven interval; the colouring usually bounds it more tightly anyway)
         self.hard_time_limit = float(hard_time_limit)
         #: the first search of an admission's region; see the class docstring (graceful degradation)
+        #: (None: one search with the whole ``time_limit``, the behaviour before issue 28)
         self.quick_time_limit = None if quick_time_limit is None else float(quick_time_limit)
+        #: the cap of an admission's region search when its interval straddles the budget (``admit(budget=...)``)
+        self.near_time_limit = float(near_time_limit)
         self.charge_rel_slack = float(charge_rel_slack)
         self.retighten_seconds = float(retighten_seconds)
         #: pending terms of γ's upper bound (see :class:`_Term`), and a proven bound of every other term
@@ -413,7 +428,7 @@ class OverlapEngine:
         sub-problem ``max_load_over(box)`` (skipped when the charged bound does not need it, see ``charged``)
         plus ``O(t·m)`` for the neighbours and the colour.  ``budget`` (the total the charged bound is checked
         against, same unit as the weights): an admission whose proven interval straddles it searches for up to
-        ``time_limit``, the others for at most ``hard_time_limit`` (class docstring).
+        ``near_time_limit``, the others for at most ``hard_time_limit`` (class docstring).
         """
         self._check_weight(weight)
         g = self._current_gamma()
@@ -676,7 +691,7 @@ class OverlapEngine:
             up = max(self._gamma.upper if self._gamma is not None else 0.0, add_up(w, region.upper))
             near = budget is not None and lo <= budget < up
             if near or up > (1.0 + self.charge_rel_slack) * lo:
-                cap = limit if near else min(limit, self.hard_time_limit)
+                cap = min(limit, self.near_time_limit if near else self.hard_time_limit)
                 more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly)
                 region = _tighter(region, more)
         # one admission keeps one time limit: the clique search only gets what the γ step left

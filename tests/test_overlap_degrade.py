@@ -1,0 +1,145 @@
+"""Graceful degradation on by default (issue 28, session 9b), against brute force (helpers of
+``test_overlap_engine``).
+
+A charged engine's admission searches its region for ``quick_time_limit`` first, searches on only when the slack
+could matter (wider than ``charge_rel_slack``: up to ``hard_time_limit``; straddling the budget: up to
+``near_time_limit`` < 1 s, never the whole ``time_limit``), and charges the proven upper end.  Every path is checked
+for: γ ≤ reported upper, lower ≤ γ, the witness's load = lower, exact only when the two are equal, and the
+recovered exact γ equal to a from-scratch solve.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+
+from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.currency import parse_budget
+from dpmagic.accountant.ledger import Ledger
+from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.errors import BudgetExceededError
+from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap
+from dpmagic.overlap.engine import NEAR_TIME_LIMIT, QUICK_TIME_LIMIT
+from dpmagic.overlap.rounding import is_exact
+
+#: HiGHS alone: on these small instances it is the one step a zero time limit stops (no tensor, no scoped search)
+HIGHS = PortfolioConfig(steps=frozenset({"milp"}))
+#: no time for any search: every region result is a proven interval, never exact by search
+STARVED = dict(solver=HIGHS, quick_time_limit=0.0, hard_time_limit=0.0, near_time_limit=0.0, retighten_seconds=0.0)
+weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.5, 1.25])
+workloads = st.lists(st.tuples(boxes(), weights), min_size=1, max_size=8)
+
+
+def _tri() -> list[Box]:
+    """Three pairwise overlapping boxes with no common row (Smith et al. 2022, "Making the Most of Parallel
+    Composition in Differential Privacy", PoPETs 2022(1), Prop. 4): γ = 2 weights, a clique of 3."""
+    c3, c4, i = SCHEMA["c3"], SCHEMA["c4"], SCHEMA["i"]
+    return [
+        Box({"c3": CategorySet.of_indices(c3, [0, 1]), "i": IntervalSet.of(i, [Interval(0, 3)])}),
+        Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
+        Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
+    ]
+
+
+def _sound(ov, bx, ws) -> None:
+    truth = brute_max(SCHEMA, bx, ws)
+    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
+    assert ov.exact == is_exact(ov.lower, ov.upper)
+    if ov.exact:
+        assert ov.lower == pytest.approx(truth, abs=1e-12)
+    if ov.witness is not None and bx:
+        assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
+
+
+def test_degradation_is_on_by_default_for_charged_engines() -> None:
+    """A charged engine (the accountant's) degrades gracefully without opting in; the near-budget cap is below
+    1 s, so no admission's region search waits for ``time_limit``."""
+    eng = OverlapEngine(SCHEMA, charged="exact")
+    assert eng.quick_time_limit == QUICK_TIME_LIMIT
+    assert eng.near_time_limit == NEAR_TIME_LIMIT < 1.0
+    assert eng.hard_time_limit < 1.0
+    assert OverlapEngine(SCHEMA, quick_time_limit=None).quick_time_limit is None  # the old behaviour, opt-out
+
+
+def test_near_budget_search_is_capped_and_charges_the_proven_upper() -> None:
+    """An admission straddling the budget searches for ``near_time_limit``, not the whole ``time_limit``: with
+    no time at all it keeps the proven interval [1.0, ≥ 1.5] and charges its upper end (above the budget, so
+    the accountant refuses it); with the default cap the same admission is exact (γ = 1.0)."""
+    tri = _tri()
+    starved = OverlapEngine(SCHEMA, charged="exact", time_limit=10.0, charge_rel_slack=0.0, **STARVED)
+    starved.add(tri[0], 0.5)
+    starved.add(tri[1], 0.5)
+    adm = starved.admit(tri[2], 0.5, budget=1.2)
+    ov = adm.bounds.overlap
+    assert not ov.exact and ov.lower == 1.0 and ov.upper >= 1.5
+    value, label = adm.bounds.charge("exact")
+    assert value >= 1.5 > 1.2 and label == "overlap-upper"
+    _sound(ov, tri, [0.5, 0.5, 0.5])
+    cfg = {**STARVED, "near_time_limit": NEAR_TIME_LIMIT}
+    capped = OverlapEngine(SCHEMA, charged="exact", charge_rel_slack=0.0, **cfg)
+    capped.add(tri[0], 0.5)
+    capped.add(tri[1], 0.5)
+    adm = capped.admit(tri[2], 0.5, budget=1.2)
+    assert adm.bounds.overlap.exact and adm.bounds.overlap.lower == 1.0
+
+
+@given(workloads, st.lists(st.floats(0.0, 3.0), min_size=8, max_size=8))
+@FAST
+def test_starved_admissions_near_and_far_from_the_budget_are_sound(wl, budgets) -> None:
+    """With no search time at all (near the budget or not), every admission's bounds and every committed γ are
+    proven (brute force); the charged value is ≥ the true γ; ``retighten`` with time recovers the exact γ, equal
+    to a from-scratch solve."""
+    eng = OverlapEngine(SCHEMA, charged="exact", **STARVED)
+    bx: list[Box] = []
+    ws: list[float] = []
+    for (b, w), budget in zip(wl, budgets):
+        adm = eng.admit(b, w, budget=budget)
+        _sound(adm.bounds.overlap, [*bx, b], [*ws, w])
+        assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, [*bx, b], [*ws, w])
+        eng.commit(adm)
+        bx.append(b)
+        ws.append(w)
+        _sound(eng.overlap(), bx, ws)
+    eng.quick_time_limit, eng.solver = 2.0, PortfolioConfig()
+    assert eng.retighten(30.0)
+    ov = eng.overlap()
+    _sound(ov, bx, ws)
+    assert ov.exact and ov.lower == pytest.approx(max_overlap(bx, ws, SCHEMA).lower, abs=1e-12)
+
+
+@given(workloads, st.lists(st.floats(0.0, 3.0), min_size=8, max_size=8))
+@FAST
+def test_default_engine_is_exact_and_equals_from_scratch(wl, budgets) -> None:
+    """The default charged engine (degradation on) on small instances: exact after every admission, equal to
+    brute force and to a from-scratch engine (incremental = from scratch)."""
+    eng = OverlapEngine(SCHEMA, charged="exact")
+    bx: list[Box] = []
+    ws: list[float] = []
+    for (b, w), budget in zip(wl, budgets):
+        eng.commit(eng.admit(b, w, budget=budget))
+        bx.append(b)
+        ws.append(w)
+        ov = eng.overlap()
+        _sound(ov, bx, ws)
+    scratch = OverlapEngine.from_boxes(SCHEMA, bx, ws).overlap()
+    assert scratch.exact and ov.exact and ov.lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+def test_accountant_refuses_a_capped_straddling_admission_and_spends_nothing() -> None:
+    """Invariants 2 and 3 on the capped near-budget path: the true γ after the third query (1.0) fits the budget
+    ε = 1.2, but with no search time its proven interval is [1.0, ≥ 1.5]; the accountant charges the proven upper
+    end, so the query is refused, and the refusal changes nothing (ledger, charged bound, registered queries)."""
+    tri = _tri()
+    acc = Accountant(parse_budget("epsilon=1.2"), SCHEMA, ledger=Ledger())
+    for name, value in {**STARVED, "charge_rel_slack": 0.0, "display_time_limit": 0.0}.items():
+        setattr(acc.engine, name, value)
+    acc.charge(tri[0], 0.5, sql="q0", canonical="q0")
+    acc.charge(tri[1], 0.5, sql="q1", canonical="q1")
+    before = (acc.charged_weight, len(acc.ledger), len(acc.engine))
+    pre = acc.preview(tri[2], 0.5)
+    assert pre.after >= 1.5 and not pre.admissible
+    with pytest.raises(BudgetExceededError):
+        acc.charge(tri[2], 0.5, sql="q2", canonical="q2")
+    assert (acc.charged_weight, len(acc.ledger), len(acc.engine)) == before
