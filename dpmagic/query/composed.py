@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
 
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.query.aggregates import is_aggregate
 from dpmagic.query.flatten import _case_as_filter
+from dpmagic.query.scalar import single_select
 
 __all__ = ["Part", "Composed", "split_conditions"]
 
@@ -68,13 +67,10 @@ def split_conditions(sql: str) -> Composed | None:
     low = sql.lower()
     if "filter" not in low and "case" not in low:
         return None
-    try:
-        statements = [s for s in sqlglot.parse(sql) if s is not None and not isinstance(s, exp.Semicolon)]
-    except (ParseError, TokenError):
+    select = single_select(sql)
+    if select is None:
         return None
-    if len(statements) != 1 or not isinstance(statements[0], exp.Select):
-        return None
-    tree = statements[0].transform(_case_branches, copy=True).transform(_case_as_filter, copy=False)
+    tree = select.transform(_case_branches, copy=True).transform(_case_as_filter, copy=False)
     assert isinstance(tree, exp.Select)
     filters = list(tree.find_all(exp.Filter))
     if not filters or any(not isinstance(f.expression, exp.Where) for f in filters):

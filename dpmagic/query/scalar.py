@@ -62,19 +62,28 @@ def constant_literal(value: float) -> exp.Expr:
     return exp.Neg(this=lit) if value < 0 else lit
 
 
-def scalar_subquery(sql: str) -> ScalarSubquery | None:
-    """The scalar subquery of ``sql`` when it has one in its WHERE (None otherwise, and for text sqlglot cannot
-    parse: :func:`~dpmagic.query.sql.parse_query` reports that).  A subquery elsewhere in WHERE (under OR / NOT,
-    inside an expression, IN (SELECT …), several of them) is refused with the reason."""
-    if "select" not in sql.lower().split("select", 1)[-1]:
-        return None  # one SELECT keyword at most: no subquery (cheap test before parsing)
+def single_select(sql: str) -> exp.Select | None:
+    """The one SELECT statement of ``sql``; None for several statements, another statement, or text sqlglot cannot
+    parse (:func:`~dpmagic.query.sql.parse_query` reports those)."""
     try:
         statements = [s for s in sqlglot.parse(sql) if s is not None and not isinstance(s, exp.Semicolon)]
     except (ParseError, TokenError):
         return None
     if len(statements) != 1 or not isinstance(statements[0], exp.Select):
         return None
-    tree = statements[0]
+    return statements[0]
+
+
+def scalar_subquery(sql: str) -> ScalarSubquery | None:
+    """The scalar subquery of ``sql`` when it has one in its WHERE (None otherwise, and for text sqlglot cannot
+    parse: :func:`~dpmagic.query.sql.parse_query` reports that).  A subquery elsewhere in WHERE (under OR / NOT,
+    inside an expression, IN (SELECT …), several of them) is refused with the reason."""
+    if "select" not in sql.lower().split("select", 1)[-1]:
+        return None  # one SELECT keyword at most: no subquery (cheap test before parsing)
+    select = single_select(sql)
+    if select is None:
+        return None
+    tree = select
     where = tree.args.get("where")
     if where is None or where.find(exp.Subquery) is None:
         return None
