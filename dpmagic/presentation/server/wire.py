@@ -40,10 +40,12 @@ def _plain(v: Any) -> Any:
 
 
 def frame_to_wire(df: pd.DataFrame) -> dict[str, Any]:
-    """A released table as JSON: column names and rows (NaN → null)."""
+    """A released table as JSON: column names, rows (NaN → null) and the release's own notes (``df.attrs
+    ["dp_notes"]``: computed from the noisy values only, e.g. an AVG clamped into its range)."""
     return {
         "columns": [str(c) for c in df.columns],
         "data": [[_plain(v) for v in row] for row in df.astype(object).itertuples(index=False, name=None)],
+        "dp_notes": [str(n) for n in df.attrs.get("dp_notes", [])],
     }
 
 
@@ -69,7 +71,10 @@ def answer_to_wire(answer: Any) -> Any:
 def frame_from_wire(body: dict[str, Any]) -> pd.DataFrame:
     rows = [[float(v) if v in ("Infinity", "-Infinity") else v for v in row] for row in body["data"]]
     df = pd.DataFrame(rows, columns=body["columns"])
-    return df.fillna(value=float("nan")) if len(df) else df
+    df = df.fillna(value=float("nan")) if len(df) else df
+    if body.get("dp_notes"):
+        df.attrs["dp_notes"] = [str(n) for n in body["dp_notes"]]
+    return df
 
 
 def result_to_wire(result: Any) -> dict[str, Any]:
