@@ -55,6 +55,16 @@ EXPRESSIONS = [
     "ABS(A - B)",
     "k * A + B",
     "CAST(A AS DOUBLE) / k",
+    "POWER(A, 2)",
+    "POWER(A - B, 3) + C",
+    "SQUARE(A - B)",
+    "SQRT(A)",
+    "EXP(A / 10)",
+    "LN(A)",
+    "LOG10(ABS(A) + 1)",
+    "LOG(2, B)",
+    "LN(A * B) - C",
+    "SIGN(A - B)",
 ]
 
 
@@ -131,6 +141,26 @@ def test_a_point_box_gives_exactly_the_evaluators_value(a, b, c) -> None:
 def test_a_construct_outside_interval_arithmetic_is_unsupported() -> None:
     with pytest.raises(Unsupported):
         interval_of(sqlglot.parse_one("CASE WHEN A > 1 THEN 1 ELSE 0 END"), {"A": _box([0, 2])}, {}, 1)
+    for sql in ("POWER(A, 0.5)", "POWER(A, -1)", "POWER(A, B)"):  # undefined or unbounded inside the box
+        with pytest.raises(Unsupported):
+            interval_of(sqlglot.parse_one(sql), {"A": _box([-1, 2]), "B": _box([1, 2])}, {}, 1)
+
+
+def test_a_logarithm_of_an_interval_reaching_zero_is_unbounded_below() -> None:
+    """LN over [−1, 4]: the value can be any number up to ln 4 (−∞ below), never an end that excludes a value;
+    over [−3, −1] it is undefined: no interval (NaN)."""
+    lo, hi = interval_of(sqlglot.parse_one("LN(A)"), {"A": (np.array([-1.0, -3.0]), np.array([4.0, -1.0]))}, {}, 2)
+    assert lo[0] == -np.inf and hi[0] == pytest.approx(np.log(4.0))
+    assert np.isnan(lo[1]) and np.isnan(hi[1])
+
+
+def test_a_power_of_an_average_is_released_with_an_interval() -> None:
+    """POWER(AVG(x), 2) (a peer corpus shape): the square of the mean's interval, 0 inside it when it spans 0."""
+    m = _mechanism("SELECT POWER(AVG(x), 2) AS a2, SQRT(SUM(y)) AS r FROM t", 1.0)
+    df = m.release(PandasBackend(_frame(300, 3), TINY))
+    for name in ("a2", "r"):
+        assert df[f"{name}_ci_low"][0] <= df[name][0] <= df[f"{name}_ci_high"][0]
+    assert not any("no interval is stated" in note for note in df.attrs.get("dp_notes", []))
 
 
 def _mechanism(sql: str, eps: float) -> QueryMechanism:

@@ -133,6 +133,8 @@ def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Cal
         return _full(n, bool(node.this))
     if isinstance(node, exp.Pi):  # a constant function: PI()
         return _full(n, math.pi)
+    if isinstance(node, exp.Rand):  # RAND() / RANDOM(): a public uniform number per output row, never from the rows
+        return np.random.default_rng().random(n)
     if isinstance(node, exp.Null):
         return _full(n, None)
     if isinstance(node, exp.Neg):

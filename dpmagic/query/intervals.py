@@ -97,13 +97,73 @@ def _div(a: Box, b: Box) -> Box:
     )
 
 
+#: one-argument functions the evaluator knows by name that are non-decreasing on the reals (where defined)
+_MONOTONE = frozenset({"SQRT", "EXP", "LN", "LOG10", "SIGN"})
+
+
+def _constant(node: exp.Expr) -> float | None:
+    """The value of a numeric constant (a literal, possibly negated or parenthesised), else None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        v = _constant(node.this)
+        return None if v is None else -v
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return float(node.this)
+    return None
+
+
+def _monotone(
+    node: exp.Expr, slot: str, bases: Mapping[str, Box], env: Mapping[str, np.ndarray], n: int, *, log: bool = False
+) -> Box:
+    """A non-decreasing function f of the one argument in ``node.args[slot]``: [f(lo), f(hi)].  A logarithm
+    (``log``) is defined on x > 0 only: where lo ≤ 0 the lower end is −∞ (the value may be as small as any), where
+    hi ≤ 0 no interval (NaN) is stated; the evaluator's SQRT is √max(x, 0), non-decreasing on all reals."""
+    arg = node.args[slot]
+    if isinstance(arg, list):
+        arg = arg[0]
+    lo, hi = interval_of(arg, bases, env, n)
+    ends = {"__ia_lo": lo, "__ia_hi": hi}
+    out = []
+    for name in ends:
+        moved = node.copy()
+        moved.set(slot, [exp.column(name)] if isinstance(node.args[slot], list) else exp.column(name))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out.append(np.asarray(evaluate(moved, {**env, **ends}, n, lambda c: c.name), dtype=float))
+    flo, fhi = out
+    if log:
+        fhi = np.where(hi > 0, fhi, np.nan)
+        flo = np.where(np.isnan(fhi), np.nan, np.where(lo > 0, flo, -np.inf))
+    return flo, fhi
+
+
+def _power(x: Box, p: float, text: str) -> Box:
+    """x**p over x ∈ [lo, hi] for a constant p: an integer p ≥ 0 (even: 0 inside the interval is the minimum;
+    odd: monotone), a non-integer p > 0 on lo ≥ 0, a negative p on lo > 0 (decreasing); otherwise
+    :class:`Unsupported` (the power may be undefined or unbounded inside the interval)."""
+    lo, hi = x
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        a, b = np.power(lo, p), np.power(hi, p)
+        if float(p).is_integer() and p >= 0:
+            if int(p) % 2 == 1:
+                return a, b
+            top = np.maximum(a, b)
+            return np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(a, b)), top
+        if p > 0 and bool(np.all((lo >= 0) | np.isnan(lo))):
+            return a, b
+        if p < 0 and bool(np.all((lo > 0) | np.isnan(lo))):
+            return b, a
+    raise Unsupported(text)
+
+
 def interval_of(node: exp.Expr, bases: Mapping[str, Box], env: Mapping[str, np.ndarray], n: int) -> Box:
     """An enclosure of the range of ``node`` over the box of ``bases`` (alias → (lo, hi) per cell), the other
     columns of ``env`` (public group keys) fixed at their values.  NaN ends where a base interval is missing.
 
     Numbers, +, −, ×, ÷ (an integer division, as the evaluator truncates it, truncated at both ends: a monotone
-    map), negation, parentheses, numeric CASTs, ABS and the monotone ROUND / FLOOR / CEIL (applied to both ends)
-    are handled; anything else raises :class:`Unsupported` (then no interval is stated)."""
+    map), negation, parentheses, numeric CASTs, ABS, the monotone ROUND / FLOOR / CEIL / SQRT / EXP / LN / LOG /
+    LOG10 / SIGN (applied to both ends; see :func:`_monotone` for the logarithms' domain) and POWER / SQUARE with
+    a constant exponent (:func:`_power`) are handled; anything else raises :class:`Unsupported` (then no interval is stated)."""
     if isinstance(node, exp.Paren):
         return interval_of(node.this, bases, env, n)
     if isinstance(node, exp.Cast):
@@ -137,6 +197,22 @@ def interval_of(node: exp.Expr, bases: Mapping[str, Box], env: Mapping[str, np.n
             moved.set("this", exp.column(name))
             out.append(np.asarray(evaluate(moved, {**env, **ends}, n, lambda c: c.name), dtype=float))
         return out[0], out[1]
+    if isinstance(node, (exp.Sqrt, exp.Exp, exp.Sign)):
+        return _monotone(node, "this", bases, env, n)
+    if isinstance(node, exp.Ln) or (isinstance(node, exp.Log) and node.expression is None):
+        return _monotone(node, "this", bases, env, n, log=True)
+    if isinstance(node, exp.Log) and (_constant(node.this) or 0.0) > 1.0:  # LOG(b, x), LOG10(x) with b > 1
+        return _monotone(node, "expression", bases, env, n, log=True)
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() in _MONOTONE and len(node.expressions) == 1:
+        return _monotone(node, "expressions", bases, env, n, log=str(node.this).upper() in {"LN", "LOG10"})
+    if isinstance(node, exp.Pow) or (
+        isinstance(node, exp.Anonymous) and str(node.this).upper() == "SQUARE" and len(node.expressions) == 1
+    ):
+        base = node.this if isinstance(node, exp.Pow) else node.expressions[0]
+        power = _constant(node.expression) if isinstance(node, exp.Pow) else 2.0
+        if power is None:
+            raise Unsupported(node.sql())
+        return _power(interval_of(base, bases, env, n), power, node.sql())
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         a = interval_of(node.this, bases, env, n)
         b = interval_of(node.expression, bases, env, n)

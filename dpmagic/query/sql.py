@@ -168,6 +168,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
             hint="use GROUP BY col with COUNT(*) instead (all declared values are listed, with noisy counts)",
         )
     _check_no_unknown_clauses(tree)
+    _check_rand_only_in_select(tree)
     fix_dashed_columns(subs, schema)
     # SUM(a + b) = SUM(a) + SUM(b), AVG(2 * a + 1) = (2 * SUM(a) + COUNT(*)) / COUNT(*) (after the dashed names)
     tree = distribute_linear(tree)
@@ -225,6 +226,24 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
 
 # --------------------------------------------------------------------------------------------------
 # clauses
+
+
+def _check_rand_only_in_select(tree: exp.Select) -> None:
+    """RAND() is a public random number beside the released values (SELECT list, HAVING, ORDER BY); elsewhere it
+    would select or weigh rows at random (a sample, whose privacy this subset does not model): refused."""
+    for r in tree.find_all(exp.Rand):
+        if r.this is not None:
+            raise UnsupportedQueryError(
+                "RAND(seed) is not supported", hint="write RAND() (a fresh public random number per output row)"
+            )
+    parts: list[tuple[str, exp.Expr | None]] = [("WHERE", tree.args.get("where")), ("GROUP BY", tree.args.get("group"))]
+    parts += [("an aggregate", a) for e in tree.expressions for a in e.find_all(exp.AggFunc)]
+    for where, node in parts:
+        if node is not None and node.find(exp.Rand) is not None:
+            raise UnsupportedQueryError(
+                f"RAND() in {where} is not supported: it would pick or weigh rows at random",
+                hint="RAND() is allowed in the SELECT list, HAVING and ORDER BY: a public random number beside the answer",
+            )
 
 
 def _check_no_unknown_clauses(tree: exp.Select) -> None:
