@@ -25,13 +25,14 @@ from dpmagic.accountant.accountant import Accountant
 from dpmagic.accountant.currency import Budget, Currency, currency_for
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import box_from_json
-from dpmagic.errors import ConfigurationError
+from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.presentation.server.wire import decision_from_wire, frame_from_wire, raise_error
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
 from dpmagic.releases.postprocess import answer_notes
 from dpmagic.session import rendering
+from dpmagic.session.events import EventBus, Listener
 
 __all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_from"]
 
@@ -202,6 +203,28 @@ class RemoteSession:
         self.currency = currency_for(self.parameter)
         self.panel: Any = None
         self.sidecar: Any = None
+        #: display events (``charged``, ``cached``, ``refused``, ``failed``) after each request that may charge:
+        #: the live panel (:class:`~dpmagic.presentation.widgets.RemoteBudgetWidget`) refreshes on them
+        self.events = EventBus()
+
+    def subscribe(self, callback: Listener) -> None:
+        """Call ``callback(kind, info)`` after every request that may charge (as :meth:`Session.subscribe`):
+        ``charged`` / ``cached`` (``entry``: the server's entry id) , ``refused`` / ``failed`` (``message``)."""
+        self.events.subscribe(callback)
+
+    def _charging(self, body: Any, headers: dict[str, str] | None) -> Any:
+        """``POST /query`` of a request that may charge, followed by its display event."""
+        try:
+            reply = self._call("POST", "/query", body, headers)
+        except BudgetExceededError as exc:
+            self.events.emit("refused", message=str(exc))
+            raise
+        except DPMagicError as exc:
+            self.events.emit("failed", message=str(exc))
+            raise
+        if isinstance(reply, dict):
+            self.events.emit("cached" if reply.get("cached") else "charged", entry=reply.get("entry_id"))
+        return reply
 
     def _call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         import httpx
@@ -254,7 +277,7 @@ class RemoteSession:
         """Ask the server; charged there (your quota and the global budget) before any row is read."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
         body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
-        reply = self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex})
+        reply = self._charging(body, {"Idempotency-Key": uuid.uuid4().hex})
         return RemoteAnswer(reply, q, self.currency)
 
     def preview(
@@ -281,6 +304,10 @@ class RemoteSession:
     def budget(self) -> RemoteBudget:
         return RemoteBudget(self._call("GET", "/budget"))
 
+    def budget_view(self) -> dict[str, Any]:
+        """What the live panel shows: your quota, the global budget and your own queries (``GET /budget/view``)."""
+        return dict(self._call("GET", "/budget/view"))
+
     def ledger_frame(self) -> pd.DataFrame:
         """Your own charges on this data set (never anyone else's)."""
         rows = self._call("GET", "/ledger")["entries"]
@@ -305,8 +332,9 @@ class RemoteSession:
         body: dict[str, Any] = {"sql": sql, "fnr": fnr, "fpr": fpr, "max_epsilon": max_epsilon}
         body |= {"max_group_size": max_group_size, "dry_run": dry_run}
         body = {k: v for k, v in body.items() if v is not None and v is not False}
-        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
-        return decision_from_wire(self._call("POST", "/query", body, headers))
+        if dry_run:
+            return decision_from_wire(self._call("POST", "/query", body))
+        return decision_from_wire(self._charging(body, {"Idempotency-Key": uuid.uuid4().hex}))
 
     def batch(
         self,
@@ -335,8 +363,9 @@ class RemoteSession:
         if cost is not None:
             body[self.parameter] = cost
         body = {k: v for k, v in body.items() if v is not None and v is not False}
-        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
-        return RemoteAnswer(self._call("POST", "/query", body, headers))
+        if dry_run:
+            return RemoteAnswer(self._call("POST", "/query", body))
+        return RemoteAnswer(self._charging(body, {"Idempotency-Key": uuid.uuid4().hex}))
 
     def close(self) -> None:
         self._client.close()
@@ -362,8 +391,8 @@ def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None
             return round(session.affordable(unquote(args.afford)), 10)
         if getattr(args, "map", None):
             return session.own_accounting().budget_map(*args.map)
-        if getattr(args, "widget", None):
-            raise ConfigurationError("%dpbudget --widget is not available on a server session")
+        if getattr(args, "widget", None) and local is not None:  # the magic's own body shows the live panel
+            return local(session)
         report = session.budget()
         return report.summary() if getattr(args, "json", False) else report
     raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")

@@ -12,6 +12,8 @@ Analysts (``Authorization: Bearer <token>``)::
                                           "postprocess"}; header Idempotency-Key (a retry returns the stored answer)
     POST /v1/datasets/{id}/afford        {"sql"}: the largest cost your quota and the global budget admit there
     GET  /v1/datasets/{id}/budget        your quota and the global budget: spent, remaining
+    GET  /v1/datasets/{id}/budget/view   the live panel's view: the budget above and your own queries (number,
+                                          time, SQL, cost, your charged bound after it)
     GET  /v1/datasets/{id}/ledger        your own charges and answers (never anyone else's)
 
 Custodian (the admin token)::
@@ -164,6 +166,11 @@ def create_app(custodian: Custodian) -> FastAPI:
     def budget(dataset: str, request: Request) -> Any:
         who = analyst(request)
         return who if isinstance(who, JSONResponse) else guarded(custodian.budget)(who, dataset)
+
+    @app.get("/v1/datasets/{dataset}/budget/view")
+    def budget_view(dataset: str, request: Request) -> Any:
+        who = analyst(request)
+        return who if isinstance(who, JSONResponse) else guarded(custodian.budget_view)(who, dataset)
 
     @app.get("/v1/datasets/{dataset}/ledger")
     def ledger(dataset: str, request: Request) -> Any:

@@ -374,6 +374,24 @@ class Custodian:
             "global": {"budget": s.accountant.budget.total, "spent": s.spent, "remaining": s.remaining},
         }
 
+    #: the analyst's own queries listed by the budget view (the newest; ``queries`` counts them all)
+    VIEW_ROWS = 500
+
+    def budget_view(self, analyst: str, dataset: str) -> dict[str, Any]:
+        """What the live panel shows of a server session: :meth:`budget` and the analyst's OWN charges, newest last
+        (number, time asked, SQL, cost, the quota's charged bound after it) — from their quota's ledger key only,
+        never anyone else's; nothing here depends on the rows."""
+        acct = self.quota(analyst, dataset)
+        cur = acct.currency
+        entries = acct.entries()
+        first = max(0, len(entries) - self.VIEW_ROWS)
+        rows = [
+            {"number": n, "entry": e.details.get("global_entry"), "time": e.created, "sql": e.sql, "cost": e.cost}
+            | {"charged_after": cur.cost(e.charged_after), "bound": e.bound}
+            for n, e in enumerate(entries[first:], first + 1)
+        ]
+        return self.budget(analyst, dataset) | {"dataset": dataset, "entries": rows}
+
     def own_ledger(self, analyst: str, dataset: str) -> dict[str, Any]:
         """The analyst's own charges (from their quota key) with their released answers; never anyone else's."""
         s = self.host(dataset).session
