@@ -180,7 +180,7 @@ def bind_budget(ledger: Ledger, key: str, schema: Schema, budget: Budget, neighb
 class DatasetHost:
     """One served data set: its session (the global accountant) and its analysts' quota accountants."""
 
-    def __init__(self, cfg: DatasetConfig, ledger: Ledger) -> None:
+    def __init__(self, cfg: DatasetConfig, ledger: Ledger, spark_master: str = "local[2]") -> None:
         self.cfg = cfg
         schema = Schema.of(cfg.schema)
         budget = bind_budget(
@@ -189,6 +189,8 @@ class DatasetHost:
         data: Any = str(cfg.data)
         if cfg.backend == "pandas":
             data = pd.read_parquet(cfg.data) if cfg.data.suffix in (".parquet", ".pq") else pd.read_csv(cfg.data)
+        elif cfg.backend == "spark":  # read in place by Spark (SparkBackend), as the duckdb backend reads its file
+            data = spark_session(spark_master).read.parquet(str(cfg.data))
         self.session = Session(
             data,
             schema,
@@ -253,6 +255,28 @@ class DatasetHost:
                 acct = Accountant(budget, s.schema, bound="exact", ledger=s.ledger, neighbors=s.neighbors, key=key)
                 self._quotas[analyst] = acct
             return acct
+
+
+def spark_session(master: str) -> Any:
+    """The server's one SparkSession (Spark allows one per process): bound to loopback, no UI, quiet (its log is
+    the custodian's console, never an analyst's answer).  One error naming what is missing otherwise."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigurationError(
+            'backend = "spark" needs pyspark (and a Java 17 runtime)', hint="pip install 'dpmagic[spark]'"
+        ) from None
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("dpmagic-serve")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 class _NoCache(ReleaseCache):
@@ -328,7 +352,7 @@ class Custodian:
                 "INSERT OR IGNORE INTO analysts (id, token_hash, quotas) VALUES (?, ?, ?)",
                 (a.id, a.token_hash, json.dumps(a.quotas)),
             )
-        self.hosts = {d.id: DatasetHost(d, self.ledger) for d in cfg.datasets.values()}
+        self.hosts = {d.id: DatasetHost(d, self.ledger, cfg.spark_master) for d in cfg.datasets.values()}
         self._inflight: set[tuple[str, str, str]] = set()
         self._inflight_lock = threading.Lock()
         #: (analyst, data set) → that analyst's kept batch estimates by name (loaded from the store on first use)
@@ -442,6 +466,10 @@ class Custodian:
             raise ConfigurationError(f"a {kind} follow-up takes {FOLLOW_UPS[kind]} argument(s) in 'args'")
         if column is not None and not isinstance(column, str):
             raise ConfigurationError("'column' must be a column name")
+        if kind == "ranges" and not (
+            isinstance(args[0], list) and all(isinstance(p, list) and len(p) == 2 for p in args[0])
+        ):
+            raise ConfigurationError("a ranges follow-up takes one argument: a list of [lo, hi] pairs")
         est = kept_estimate(self.kept(analyst, dataset), name)
         if kind == "query":
             out = est.query(args[0])
