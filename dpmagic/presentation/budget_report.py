@@ -157,10 +157,11 @@ class SPBudgetReport:
 
 def panel_of(session: Session) -> Any:
     """The session's one live budget panel widget (created on first use)."""
-    from dpmagic.presentation.widgets import BudgetWidget
+    from dpmagic.presentation.widgets import BudgetWidget, RemoteBudgetWidget
 
-    if session.panel is None:
-        session.panel = BudgetWidget(session)
+    if session.panel is None:  # a server session's panel: the budgets as the server reports them
+        remote = type(session).__name__ == "RemoteSession"
+        session.panel = RemoteBudgetWidget(session) if remote else BudgetWidget(session)
     return session.panel.widget
 
 

@@ -1,7 +1,9 @@
 """The analyst's end of a custodian server: :class:`RemoteSession`, what ``%dpsession --server URL --dataset ID``
-binds.  It has the interface the magics use — ``parse``, ``query``, ``preview``, ``affordable``, ``budget`` — so
-``%%dpquery`` (every answered-query option, ``--dry-run``, ``--epsilon max``, ``--ci``) and ``%dpbudget`` run
-unchanged; the rows never leave the server.
+binds.  It has the interface the magics use — ``parse``, ``query``, ``preview``, ``affordable``, ``budget``,
+``decide``, ``batch``, ``estimate``, ``subscribe`` — so ``%%dpquery`` (every answered-query option, ``--dry-run``,
+``--epsilon max``, ``--ci``, ``--fnr``), ``%%dpbatch`` (``--keep``, and ``%dpbatch --from`` follow-ups),
+``%dpbudget`` and the live panel (:class:`~dpmagic.presentation.widgets.RemoteBudgetWidget`, refreshed on the
+session's events) run unchanged; the rows never leave the server.
 
 The schema is fetched from the server and queries are parsed here too (the same parser, the same public schema):
 a query the server would refuse for its SQL is refused before any request, and the empty-region warning is shown
@@ -17,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -25,13 +28,14 @@ from dpmagic.accountant.accountant import Accountant
 from dpmagic.accountant.currency import Budget, Currency, currency_for
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import box_from_json
-from dpmagic.errors import ConfigurationError
+from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError
 from dpmagic.presentation.server.wire import decision_from_wire, frame_from_wire, raise_error
 from dpmagic.query.model import Query
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
 from dpmagic.releases.postprocess import answer_notes
 from dpmagic.session import rendering
+from dpmagic.session.events import EventBus, Listener
 
 __all__ = ["RemoteSession", "RemoteAnswer", "RemoteBudget", "TOKEN_ENV", "token_from"]
 
@@ -178,6 +182,56 @@ class OwnAccounting:
         return self.accountant.summary()
 
 
+class RemoteEstimate:
+    """A batch estimate kept on the server for you (:meth:`RemoteSession.estimate`): the methods of a local
+    :class:`~dpmagic.batch.estimate.BatchEstimate`, each answered there from the released estimate — post-processing,
+    charged nothing — and returned as the same :class:`~dpmagic.batch.estimate.DerivedAnswer` (or DataFrame)."""
+
+    def __init__(self, session: RemoteSession, info: dict[str, Any]) -> None:
+        self.session, self.info = session, info
+        self.name: str = info["name"]
+        self.columns: tuple[str, ...] = tuple(info["columns"])
+        self.entry_id: int = int(info["entry_id"])
+
+    def _ask(self, kind: str, args: list[Any], column: str | None = None) -> Any:
+        from dpmagic.batch.estimate import DerivedAnswer
+
+        body = {"kind": kind, "args": [_plain(a) for a in args], "column": column}
+        reply = self.session._call("POST", f"/estimates/{quote(self.name, safe='')}", body)
+        if reply["kind"] == "derived-table":
+            return frame_from_wire(reply)
+        return DerivedAnswer(**{k: reply[k] for k in ("query", "count", "ci_low", "ci_high", "variance", "source")})
+
+    def range(self, lo: object, hi: object, column: str | None = None) -> Any:
+        """The count with lo ≤ column ≤ hi, from the estimate: no charge."""
+        return self._ask("range", [lo, hi], column)
+
+    def prefix(self, value: object, column: str | None = None) -> Any:
+        """The count with column ≤ value, from the estimate: no charge."""
+        return self._ask("prefix", [value], column)
+
+    def point(self, value: object, column: str | None = None) -> Any:
+        """The count with column = value, from the estimate: no charge."""
+        return self._ask("point", [value], column)
+
+    def query(self, vector: Any) -> Any:
+        """qᵀx̂ for a vector q over the estimate's cells, from the estimate: no charge."""
+        return self._ask("query", [vector])
+
+    def ranges(self, pairs: Any, column: str | None = None) -> pd.DataFrame:
+        """Many ranges [(lo, hi), ...] at once (one row each), from the estimate: no charge."""
+        return self._ask("ranges", [[list(p) for p in pairs]], column)
+
+    def __repr__(self) -> str:
+        return str(self.info["text"])
+
+
+def _plain(v: Any) -> Any:
+    """A follow-up argument as JSON (numpy numbers and arrays as plain numbers and lists)."""
+    tolist = getattr(v, "tolist", None)
+    return tolist() if callable(tolist) else v
+
+
 class RemoteSession:
     """A session whose data, ledger and budgets are held by a custodian server (``dpmagic serve``)."""
 
@@ -202,6 +256,28 @@ class RemoteSession:
         self.currency = currency_for(self.parameter)
         self.panel: Any = None
         self.sidecar: Any = None
+        #: display events (``charged``, ``cached``, ``refused``, ``failed``) after each request that may charge:
+        #: the live panel (:class:`~dpmagic.presentation.widgets.RemoteBudgetWidget`) refreshes on them
+        self.events = EventBus()
+
+    def subscribe(self, callback: Listener) -> None:
+        """Call ``callback(kind, info)`` after every request that may charge (as :meth:`Session.subscribe`):
+        ``charged`` / ``cached`` (``entry``: the server's entry id) , ``refused`` / ``failed`` (``message``)."""
+        self.events.subscribe(callback)
+
+    def _charging(self, body: Any, headers: dict[str, str] | None) -> Any:
+        """``POST /query`` of a request that may charge, followed by its display event."""
+        try:
+            reply = self._call("POST", "/query", body, headers)
+        except BudgetExceededError as exc:
+            self.events.emit("refused", message=str(exc))
+            raise
+        except DPMagicError as exc:
+            self.events.emit("failed", message=str(exc))
+            raise
+        if isinstance(reply, dict):
+            self.events.emit("cached" if reply.get("cached") else "charged", entry=reply.get("entry_id"))
+        return reply
 
     def _call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         import httpx
@@ -254,7 +330,7 @@ class RemoteSession:
         """Ask the server; charged there (your quota and the global budget) before any row is read."""
         named = {"epsilon": epsilon, "rho": rho, "mu": mu}
         body, q = self._request(sql, cost, named, ci=ci, min_rows=min_rows, fresh=fresh, postprocess=list(postprocess))
-        reply = self._call("POST", "/query", body, {"Idempotency-Key": uuid.uuid4().hex})
+        reply = self._charging(body, {"Idempotency-Key": uuid.uuid4().hex})
         return RemoteAnswer(reply, q, self.currency)
 
     def preview(
@@ -281,6 +357,10 @@ class RemoteSession:
     def budget(self) -> RemoteBudget:
         return RemoteBudget(self._call("GET", "/budget"))
 
+    def budget_view(self) -> dict[str, Any]:
+        """What the live panel shows: your quota, the global budget and your own queries (``GET /budget/view``)."""
+        return dict(self._call("GET", "/budget/view"))
+
     def ledger_frame(self) -> pd.DataFrame:
         """Your own charges on this data set (never anyone else's)."""
         rows = self._call("GET", "/ledger")["entries"]
@@ -305,8 +385,9 @@ class RemoteSession:
         body: dict[str, Any] = {"sql": sql, "fnr": fnr, "fpr": fpr, "max_epsilon": max_epsilon}
         body |= {"max_group_size": max_group_size, "dry_run": dry_run}
         body = {k: v for k, v in body.items() if v is not None and v is not False}
-        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
-        return decision_from_wire(self._call("POST", "/query", body, headers))
+        if dry_run:
+            return decision_from_wire(self._call("POST", "/query", body))
+        return decision_from_wire(self._charging(body, {"Idempotency-Key": uuid.uuid4().hex}))
 
     def batch(
         self,
@@ -323,20 +404,25 @@ class RemoteSession:
         keep: str | None = None,
     ) -> RemoteAnswer:
         """A batch (``%%dpbatch``) on the server: one charge there (your quota and the global budget) before any
-        read; a dry run reads and charges nothing.  Kept estimates (``--keep``) are not served yet: refused before
-        any request."""
-        if keep is not None:
-            raise ConfigurationError(
-                "--keep (a kept estimate for free follow-ups) is not served by a server session yet",
-                hint="ask the batch without --keep; its released answers are in the result",
-            )
+        read; a dry run reads and charges nothing.  ``keep``: the server keeps the released estimate under this
+        name for you alone; :meth:`estimate` answers follow-ups from it for free."""
         body: dict[str, Any] = {"workload": workload, "where": where, "strategy": strategy, "rmse": rmse}
+        body["keep"] = keep
         body |= {"epsilon": epsilon, "rho": rho, "mu": mu, "dry_run": dry_run}
         if cost is not None:
             body[self.parameter] = cost
         body = {k: v for k, v in body.items() if v is not None and v is not False}
-        headers = None if dry_run else {"Idempotency-Key": uuid.uuid4().hex}
-        return RemoteAnswer(self._call("POST", "/query", body, headers))
+        if dry_run:
+            return RemoteAnswer(self._call("POST", "/query", body))
+        return RemoteAnswer(self._charging(body, {"Idempotency-Key": uuid.uuid4().hex}))
+
+    def estimate(self, name: str) -> RemoteEstimate:
+        """Your batch estimate kept as ``name`` on the server (``batch(..., keep=name)``, ``%%dpbatch --keep``):
+        its follow-ups (``range``, ``prefix``, ``point``, ``query``, ``ranges``) are answered there from the
+        released estimate, for free.  A name you did not keep: one error listing the names you kept."""
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"no batch estimate named {name!r} in this session")
+        return RemoteEstimate(self, self._call("GET", f"/estimates/{quote(name, safe='')}"))
 
     def close(self) -> None:
         self._client.close()
@@ -347,9 +433,10 @@ class RemoteSession:
 
 def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None) -> Any:
     """The magics other than ``%%dpquery`` on a server session: ``%dpbudget`` (your quota and the global budget;
-    ``--afford SQL``; ``--json``; ``--map``: your own charges, :class:`OwnAccounting`) and ``%dpplot`` (drawn from
-    your own charges by the local magic's body, ``local``); the rest are refused with one message naming what is
-    not served."""
+    ``--afford SQL``; ``--json``; ``--map``: your own charges, :class:`OwnAccounting`; ``--widget``: the live
+    panel, by the local magic's body), ``%dpplot`` (drawn from your own charges by the local magic's body,
+    ``local``) and ``%%dpbatch`` (the local body: :meth:`RemoteSession.batch` and :meth:`RemoteSession.estimate`
+    ask the server); the rest are refused with one message naming what is not served."""
     args = call.args
     if name == "dpplot" and local is not None:
         return local(session.own_accounting())
@@ -362,8 +449,8 @@ def remote_magic(name: str, call: Any, session: RemoteSession, local: Any = None
             return round(session.affordable(unquote(args.afford)), 10)
         if getattr(args, "map", None):
             return session.own_accounting().budget_map(*args.map)
-        if getattr(args, "widget", None):
-            raise ConfigurationError("%dpbudget --widget is not available on a server session")
+        if getattr(args, "widget", None) and local is not None:  # the magic's own body shows the live panel
+            return local(session)
         report = session.budget()
         return report.summary() if getattr(args, "json", False) else report
     raise ConfigurationError(f"%{name} is not available on a server session (served: %%dpquery and %dpbudget)")

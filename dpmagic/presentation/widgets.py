@@ -40,7 +40,7 @@ from dpmagic.session.rendering import (
 )
 from dpmagic.session.session import Session
 
-__all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "panel_text"]
+__all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "RemoteBudgetWidget", "panel_text", "remote_panel_text"]
 
 _MAX_ROWS = 500  # rows rendered in the query table (the newest); the ledger keeps all of them
 
@@ -162,6 +162,137 @@ class BudgetWidget:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def text(self) -> str:
+        """The panel as plain text (:func:`panel_text`)."""
+        return panel_text(self.session)
+
+
+_STATE_FLAG = {
+    "ok": "",
+    "nearly": " — <b style='color:#b26a00'>nearly spent</b>",
+    "exhausted": " — <b style='color:#b00020'>exhausted: a query on a fully charged region is refused</b>",
+}
+
+
+class RemoteBudgetWidget:
+    """The live panel of a server session (:class:`~dpmagic.presentation.remote.RemoteSession`): your quota and
+    the data set's global budget as the server reports them (``GET /budget/view``: your own queries only), with
+    your queries newest first.  Refreshed after every request you make that may charge (the session's events) and
+    on demand (:meth:`refresh`, the panel's "refresh" button: someone else's queries move the global budget).
+
+    The parts and CSS classes of :class:`BudgetWidget`, and ``dpmagic-global`` (the global budget's bar).  What
+    only the server knows is not drawn here: the bounds of everyone's queries and the worst-case row stay there
+    (``%dpbudget --map`` replays your own charges)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.view: dict[str, Any] = {}
+        cur = session.currency
+        self.title = w.HTML(
+            f"<b>dpmagic budget</b> — data set {html.escape(session.dataset)} on {html.escape(session.url)}, "
+            f"{cur.definition}"
+        )
+
+        def bar(description: str) -> w.FloatProgress:
+            layout = w.Layout(width="auto", max_width="100%")
+            return w.FloatProgress(value=0.0, min=0.0, max=1.0, description=description, layout=layout)
+
+        self.progress = bar(f"your {cur.symbol}")
+        self.numbers = w.HTML(layout=_fits())
+        self.global_progress = bar(f"global {cur.symbol}")
+        self.global_numbers = w.HTML(layout=_fits())
+        self.status = w.HTML(layout=_fits())
+        self.button = w.Button(description="refresh", tooltip="ask the server for the budgets now")
+        self.button.on_click(lambda _: self.refresh())
+        self.queries = w.HTML(layout=_fits())
+        self.widget = w.VBox(
+            [
+                self.title,
+                self.progress,
+                self.numbers,
+                self.global_progress,
+                self.global_numbers,
+                self.status,
+                self.button,
+                self.queries,
+            ],
+            layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%", max_width="100%", overflow="auto"),
+        )
+        for widget, cls in [
+            (self.widget, "dpmagic-budget"),
+            (self.progress, "dpmagic-progress"),
+            (self.numbers, "dpmagic-numbers"),
+            (self.global_progress, "dpmagic-global"),
+            (self.global_numbers, "dpmagic-global-numbers"),
+            (self.status, "dpmagic-status"),
+            (self.button, "dpmagic-refresh"),
+            (self.queries, "dpmagic-queries"),
+        ]:
+            widget.add_class(cls)
+        self.refresh()
+        session.subscribe(self.on_event)
+
+    def on_event(self, kind: str, info: dict[str, Any]) -> None:
+        """Session callback after a request that may charge: ``charged`` / ``cached`` / ``refused`` / ``failed``."""
+        if kind not in ("charged", "cached", "refused", "failed") or not self.refresh():
+            return
+        number = next((e["number"] for e in self.view["entries"] if e["entry"] == info.get("entry")), None)
+        query = f"query #{number}" if number is not None else "the query"
+        if kind == "refused":
+            self.progress.bar_style = "danger"
+            message = _without_prefix(info.get("message", ""), "refused")
+            said = message if message.lower().startswith("refused") else "refused: " + message  # "refused by …"
+            self.status.value = _status("✗ " + said, "#b00020")
+        elif kind == "cached":
+            self.status.value = _status(f"↺ re-run of {query}: stored answer, charged nothing", "#555")
+        elif kind == "charged":
+            self.status.value = _status(f"✓ {query} answered", "#2e7d32")
+        elif kind == "failed":
+            self.status.value = _status("✗ error: " + _without_prefix(info.get("message", ""), "error"), "#b00020")
+
+    def refresh(self) -> bool:
+        """Ask the server for your budget view and redraw every part; False (said in the status line, the last
+        view kept) when the server cannot be asked."""
+        from dpmagic.errors import DPMagicError
+
+        try:
+            self.view = self.session.budget_view()
+        except DPMagicError as exc:
+            self.status.value = _status(f"✗ could not refresh from the server: {exc}", "#b00020")
+            return False
+        v, cur = self.view, self.session.currency
+        q, g = v["quota"], v["global"]
+        for progress, part in ((self.progress, q), (self.global_progress, g)):
+            state, _ = budget_state(part["spent"], part["budget"])
+            progress.max = part["budget"]
+            progress.value = min(part["spent"], part["budget"])
+            progress.bar_style = {"ok": "success", "nearly": "warning", "exhausted": "danger"}[state]
+        state, frac = budget_state(q["spent"], q["budget"])
+        total = q["budget"]
+        self.numbers.value = (
+            f"<span class='dpmagic-state' data-state='{state}'>your quota: charged {fmt(q['spent'], total, '.2f')} "
+            f"of {fmt(total, total, '.2f')} {cur.symbol} ({100 * frac:.0f}%), remaining "
+            f"{fmt(q['remaining'], total, '.2f')} {cur.symbol} · {plural(q['queries'], 'query', 'queries')} · "
+            f"bound: exact{_STATE_FLAG[state]}</span>"
+        )
+        gstate, gfrac = budget_state(g["spent"], g["budget"])
+        gt = g["budget"]
+        self.global_numbers.value = (
+            f"<span class='dpmagic-global-state' data-state='{gstate}'>global budget (everyone's queries, by their "
+            f"maximum overlap): charged {fmt(g['spent'], gt, '.2f')} of {fmt(gt, gt, '.2f')} {cur.symbol} "
+            f"({100 * gfrac:.0f}%), remaining {fmt(g['remaining'], gt, '.2f')} {cur.symbol}{_STATE_FLAG[gstate]}"
+            "</span>"
+        )
+        self.queries.value = _remote_query_table(v["entries"], q["queries"], total)
+        return True
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def text(self) -> str:
+        """The panel as plain text (:func:`remote_panel_text`)."""
+        return remote_panel_text(self.session, self.view)
+
 
 def _fits() -> w.Layout:
     """A part of the panel that is never wider than the panel (JupyterLab's side bar may be narrow): what does not
@@ -209,6 +340,54 @@ def _query_table(s: Session) -> str:
     )
 
 
+def _remote_query_table(entries: list[dict[str, Any]], count: int, total: float) -> str:
+    """A server session's own queries, newest first (the local table's columns)."""
+    rows = []
+    for e in list(reversed(entries))[:_MAX_ROWS]:
+        sql = " ".join(str(e["sql"]).split())
+        short = sql if len(sql) <= 160 else sql[:159] + "…"
+        rows.append(
+            f"<tr><td>{int(e['number'])}</td><td class='dpmagic-sql' title='{html.escape(sql, quote=True)}' "
+            f"style='font-family:monospace;word-break:normal;overflow-wrap:normal;white-space:normal;min-width:14em'>"
+            f"{html.escape(short)}</td><td>{fmt(e['cost'], total, '.3g')}</td>"
+            f"<td>{fmt(e['charged_after'], total, '.3g')}</td><td>{html.escape(str(e['bound']))}</td>"
+            f"<td>{time.strftime('%H:%M:%S', time.localtime(e['time']))}</td></tr>"
+        )
+    shown = min(len(entries), _MAX_ROWS)
+    more = f"<div>… {count - shown} older queries in the ledger</div>" if count > shown else ""
+    return (
+        "<div style='max-height:420px;overflow-y:auto;overflow-x:auto;border-top:1px solid #eee'>"
+        "<table style='font-size:0.85em;width:100%;word-break:normal;line-height:1.25'><tr style='white-space:nowrap'><th>#</th>"
+        "<th style='text-align:left'>SQL</th><th>cost</th><th>charged after</th><th>bound</th><th>time</th></tr>"
+        f"{''.join(rows)}</table></div>{more}"
+    )
+
+
+def remote_panel_text(session: Any, view: dict[str, Any]) -> str:
+    """A server session's panel as plain text: your quota, the global budget, your last ten queries."""
+    from dpmagic.session.rendering import budget_line_text
+
+    cur = session.currency
+    if not view:
+        return (
+            f"dpmagic budget — data set {session.dataset} on {session.url}: not known yet (the server did not answer)"
+        )
+    q, g = view["quota"], view["global"]
+    lines = [
+        f"dpmagic budget — data set {session.dataset} on {session.url}, {cur.definition}",
+        "your quota: " + budget_line_text(q["spent"], q["budget"], cur),
+        f"{plural(q['queries'], 'query', 'queries')} of yours",
+        "global (everyone's queries): " + budget_line_text(g["spent"], g["budget"], cur),
+    ]
+    entries = view["entries"]
+    for e in entries[-10:][::-1]:
+        sql = " ".join(str(e["sql"]).split())[:90]
+        lines.append(f"  #{int(e['number']):<3} {fmt(e['cost'], q['budget'], '.3g'):>7} {cur.symbol}  {sql}")
+    if q["queries"] > 10:
+        lines.append(f"  … {q['queries'] - 10} older queries (the session's ledger_frame() lists them all)")
+    return "\n".join(lines)
+
+
 def panel_text(s: Session) -> str:
     """The budget panel as plain text (terminal IPython, logs): same numbers, plain labels."""
     from dpmagic.session.rendering import budget_line_text
@@ -236,13 +415,13 @@ class PanelView:
     """What the magics display for the panel: the live widget in Jupyter, a text panel where widgets cannot
     render (its ``text/plain`` is :func:`panel_text`, never the widget's raw ``VBox(...)`` repr)."""
 
-    def __init__(self, panel: BudgetWidget) -> None:
+    def __init__(self, panel: BudgetWidget | RemoteBudgetWidget) -> None:
         self.panel = panel
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle = dict(self.panel.widget._repr_mimebundle_(**kwargs) or {})
-        bundle["text/plain"] = panel_text(self.panel.session)
+        bundle["text/plain"] = self.panel.text()
         return bundle
 
     def __repr__(self) -> str:
-        return panel_text(self.panel.session)
+        return self.panel.text()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from dpmagic.batch.release import (
 from dpmagic.domain.sets import Box
 from dpmagic.errors import ConfigurationError
 from dpmagic.noise.sensitivity import person_rows
+from dpmagic.session.admission import current_admission
 from dpmagic.session.costs import plain_cost
 
 if TYPE_CHECKING:
@@ -48,6 +50,12 @@ class BatchPreview:
     budget: float
     details: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: the refusal of a further admission (a server's per-analyst quota) that the budget itself would not make
+    refusal: str | None = None
+
+    @property
+    def admissible(self) -> bool:
+        return self.charge is None or bool(self.charge.admissible)
 
     def summary(self) -> str:
         lines = [
@@ -59,6 +67,8 @@ class BatchPreview:
         ch = self.charge
         if ch is not None and ch.admissible:
             lines.append(f"would be charged as {ch.charged_as}: bound {ch.before:.4g} → {ch.after:.4g}")
+        elif self.refusal is not None:  # "refused by your quota: …", as the run would say
+            lines.append("would be " + re.sub(r"^refused", "REFUSED", self.refusal))
         elif ch is not None:
             lines.append(
                 f"would be REFUSED: the bound would rise from {ch.before:.4g} to {ch.after:.4g}, above the budget; "
@@ -128,8 +138,10 @@ def run_batch(
     rmse_target: float | None,
     dry_run: bool,
     keep: str | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> BatchPreview | BatchResult:
-    """The body of :meth:`dpmagic.Session.batch`."""
+    """The body of :meth:`dpmagic.Session.batch`.  ``kept``: where an estimate kept as ``keep`` goes (default
+    ``session.estimates``; a custodian server passes the asking analyst's own)."""
     import time
 
     from dpmagic.batch.spec import parse_workload
@@ -140,18 +152,20 @@ def run_batch(
     replace = session.neighbors == "replace"
     if rmse_target is not None and cost_spec is not None:
         raise ConfigurationError("batch: give a cost or an RMSE target, not both")
+    estimates = session.estimates if kept is None else kept
     if keep is not None:
-        check_keep_name(session, keep)
+        check_keep_name(estimates, keep)
 
     def resolve(coverage: Box, unit_rmse: float) -> float:
         if rmse_target is not None:
             return cost_for_rmse(unit_rmse, cur, float(rmse_target))
-        return plain_cost(
-            cost_spec,
-            budget=session.budget,
-            default_cost=session.default_cost,
-            affordable=lambda: session.accountant.affordable(coverage),
-        )
+
+        def affordable() -> float:  # 'max': what the budget and a server's per-analyst quota both admit
+            left = session.accountant.affordable(coverage)
+            extra = current_admission()
+            return left if extra is None else min(left, extra.affordable(coverage))
+
+        return plain_cost(cost_spec, budget=session.budget, default_cost=session.default_cost, affordable=affordable)
 
     mech: BatchMechanism | BoxBatchMechanism
     plan: BatchPlan | None = None
@@ -198,17 +212,19 @@ def run_batch(
         canonical = f"batch|{spec.text}|{strategy}|{q.canonical}"
         label = spec.text
     if dry_run:
+        charge, refusal = session.dry_run_refusal(mech)
         return BatchPreview(
             workload=label,
             strategy=name,
             cost=cost,
             parameter=cur.parameter,
             rmse=rmses,
-            charge=session.dry_run(mech),
+            charge=charge,
             spent=session.spent,
             budget=session.budget.total,
             details=mech.describe(),
             skipped=dict(plan.skipped) if plan is not None else {},
+            refusal=refusal,
         )
     released = session.run(mech, sql=text, canonical=canonical, started=t0)
     estimate = None
@@ -229,7 +245,7 @@ def run_batch(
             workload=label + (f" WHERE {where}" if where and where.strip() else ""),
         )
         if keep is not None:
-            session.estimates[keep] = estimate
+            estimates[keep] = estimate
     return BatchResult(
         df=released.df,
         workload=label,
@@ -247,21 +263,22 @@ def run_batch(
     )
 
 
-def check_keep_name(session: Session, name: str) -> None:
-    """A name for a kept estimate: an identifier not already used in the session (checked before any charge)."""
+def check_keep_name(estimates: Container[str], name: str) -> None:
+    """A name for a kept estimate: an identifier not already among ``estimates`` (the names kept in the session,
+    or on a server the asking analyst's own); checked before any charge."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ConfigurationError(f"batch: the estimate's name must be an identifier, got {name!r}", hint="e.g. ages")
-    if name in session.estimates:
+    if name in estimates:
         raise ConfigurationError(
             f"batch: an estimate named {name!r} is already kept in this session",
             hint="choose another name (kept estimates are never replaced)",
         )
 
 
-def kept_estimate(session: Session, name: str) -> BatchEstimate:
-    """The estimate kept as ``name``, or one clear error listing the kept names."""
-    est = session.estimates.get(name) if isinstance(name, str) else None
+def kept_estimate(estimates: Mapping[str, Any], name: str) -> BatchEstimate:
+    """The estimate kept as ``name`` among ``estimates``, or one clear error listing the kept names."""
+    est = estimates.get(name) if isinstance(name, str) else None
     if est is None:
-        kept = ", ".join(sorted(session.estimates)) or "none yet (use keep=NAME, or --keep NAME in %%dpbatch)"
+        kept = ", ".join(sorted(estimates)) or "none yet (use keep=NAME, or --keep NAME in %%dpbatch)"
         raise ConfigurationError(f"no batch estimate named {name!r} in this session", hint=f"kept: {kept}")
     return est

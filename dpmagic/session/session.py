@@ -27,6 +27,7 @@ Orchestration only (under 500 lines, most of them the public API's docstrings): 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -380,12 +381,26 @@ class Session:
 
     def dry_run(self, mechanism: Mechanism) -> Charge:
         """:meth:`run` without the charge and the read: the exact :class:`Charge` that running ``mechanism`` now
-        would make (``admissible`` False when the run would be refused).  The same admission checks as :meth:`run`,
-        in the same order: what the backend cannot answer raises here as there (public information only), then the
-        accountant's preview.  Reads no data, changes nothing."""
+        would make (``admissible`` False when the run would be refused).  The same admission checks as :meth:`run`:
+        what the backend cannot answer raises here as there (public information only), then the accountant's
+        preview and a further admission's (a server's per-analyst quota).  Reads no data, changes nothing."""
+        return self.dry_run_refusal(mechanism)[0]
+
+    def dry_run_refusal(self, mechanism: Mechanism) -> tuple[Charge, str | None]:
+        """:meth:`dry_run`, and the refusal of the installed further admission (a server's per-analyst quota,
+        :mod:`dpmagic.session.admission`) when the budget itself would admit the run but it would not (else
+        None): the message :meth:`run` would raise."""
         with self.lock:
             mechanism.check(self.backend)
-            return self.accountant.preview(mechanism.coverage, mechanism.cost)
+            ch = self.accountant.preview(mechanism.coverage, mechanism.cost)
+            extra = current_admission()
+            if extra is None or not ch.admissible:
+                return ch, None
+            try:
+                extra.admit(mechanism.coverage, mechanism.cost)
+            except BudgetExceededError as exc:
+                return dataclasses.replace(ch, admissible=False), str(exc)
+            return ch, None
 
     def run(
         self,
@@ -485,6 +500,7 @@ class Session:
         rmse: float | None = None,
         dry_run: bool = False,
         keep: str | None = None,
+        kept: dict[str, Any] | None = None,
     ) -> BatchPreview | BatchResult:
         """Answer a whole workload at once (issue 15): ``prefix(age) * identity(sex)``, ``marginals([a, b], 2)``
         ... (:mod:`dpmagic.batch.spec`) within ``where``, by the matrix mechanism with the strategy of smallest
@@ -494,7 +510,9 @@ class Session:
         their expected RMSE and the charge, reading nothing (:mod:`dpmagic.batch.release`).  ``keep`` names the
         released estimate (:class:`dpmagic.batch.estimate.BatchEstimate`, also ``result.estimate``): any linear
         query of the batch's columns is then answered from it for free, ``session.estimate(NAME).range(lo, hi)``.
-        One column has no query limit (all ranges over 4,096 values: 8.4M queries, answered implicitly)."""
+        One column has no query limit (all ranges over 4,096 values: 8.4M queries, answered implicitly).
+        ``kept``: where the kept estimate goes instead of :attr:`estimates` (a custodian server keeps each
+        analyst's own)."""
         from dpmagic.session.batch import run_batch
 
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
@@ -507,13 +525,14 @@ class Session:
             rmse_target=rmse,
             dry_run=dry_run,
             keep=keep,
+            kept=kept,
         )
 
     def estimate(self, name: str) -> Any:
         """The batch estimate kept as ``name`` (``batch(..., keep=name)``); its follow-up queries cost nothing."""
         from dpmagic.session.batch import kept_estimate
 
-        return kept_estimate(self, name)
+        return kept_estimate(self.estimates, name)
 
     def decide(
         self,

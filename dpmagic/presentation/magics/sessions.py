@@ -114,7 +114,10 @@ class SessionMagics(MagicsBase):
 
         args = self.parse("dpsession", line).args
         if args.server is not None or args.dataset is not None or args.token_file is not None:
-            bind_remote(args)
+            remote = bind_remote(args)
+            where = args.panel or self.panel
+            if self.widget and where != "none":  # the budgets as the server reports them, refreshed after each query
+                show_panel(self, remote, where)
             return
         if args.data is None or args.schema is None:
             raise ConfigurationError(
@@ -183,7 +186,7 @@ class SessionMagics(MagicsBase):
 LOCAL_ONLY = ("data", "schema", "budget", "bound", "default_cost", "neighbors", "ledger", "delta", "prior", "parts")
 
 
-def bind_remote(args: Any) -> None:
+def bind_remote(args: Any) -> Any:
     """``%dpsession --server URL --dataset ID [--token-file FILE]``: bind a custodian server's data set."""
     from dpmagic.presentation.remote import RemoteSession, token_from
 
@@ -207,6 +210,7 @@ def bind_remote(args: Any) -> None:
             1,
         )
     )
+    return session
 
 
 def schema_arg(arg: str, ns: Mapping[str, Any]) -> Any:

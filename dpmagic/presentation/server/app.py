@@ -9,10 +9,17 @@ Analysts (``Authorization: Bearer <token>``)::
 
     GET  /v1/datasets/{id}/schema        the public schema (and the definition, the neighbouring relation)
     POST /v1/datasets/{id}/query         {"sql", "epsilon"|"rho"|"mu", "ci", "min_rows", "dry_run", "fresh",
-                                          "postprocess"}; header Idempotency-Key (a retry returns the stored answer)
+                                          "postprocess"}, or a batch {"workload", "where", "strategy", "rmse",
+                                          "keep", a cost, "dry_run"}, or a decision query {"sql", "fnr", ...};
+                                          header Idempotency-Key (a retry returns the stored answer)
     POST /v1/datasets/{id}/afford        {"sql"}: the largest cost your quota and the global budget admit there
     GET  /v1/datasets/{id}/budget        your quota and the global budget: spent, remaining
+    GET  /v1/datasets/{id}/budget/view   the live panel's view: the budget above and your own queries (number,
+                                          time, SQL, cost, your charged bound after it)
     GET  /v1/datasets/{id}/ledger        your own charges and answers (never anyone else's)
+    GET  /v1/datasets/{id}/estimates/{name}   your batch estimate kept as name (a batch with "keep": name)
+    POST /v1/datasets/{id}/estimates/{name}   {"kind": range|prefix|point|query|ranges, "args", "column"}: a free
+                                          follow-up from it (post-processing: nothing read, nothing charged)
 
 Custodian (the admin token)::
 
@@ -164,6 +171,27 @@ def create_app(custodian: Custodian) -> FastAPI:
     def budget(dataset: str, request: Request) -> Any:
         who = analyst(request)
         return who if isinstance(who, JSONResponse) else guarded(custodian.budget)(who, dataset)
+
+    @app.get("/v1/datasets/{dataset}/budget/view")
+    def budget_view(dataset: str, request: Request) -> Any:
+        who = analyst(request)
+        return who if isinstance(who, JSONResponse) else guarded(custodian.budget_view)(who, dataset)
+
+    @app.get("/v1/datasets/{dataset}/estimates/{name}")
+    def estimate(dataset: str, name: str, request: Request) -> Any:
+        who = analyst(request)
+        return who if isinstance(who, JSONResponse) else guarded(custodian.estimate_info)(who, dataset, name)
+
+    @app.post("/v1/datasets/{dataset}/estimates/{name}")
+    async def follow_up(dataset: str, name: str, request: Request) -> Any:
+        who = analyst(request)
+        if isinstance(who, JSONResponse):
+            return who
+        try:
+            body = await json_of(request)
+        except DPMagicError as exc:
+            return JSONResponse(error_body(exc), status_code=400)
+        return await run_in_threadpool(guarded(custodian.follow_up), who, dataset, name, body)
 
     @app.get("/v1/datasets/{dataset}/ledger")
     def ledger(dataset: str, request: Request) -> Any:

@@ -8,12 +8,14 @@
     max_body_bytes = 65536               # larger requests: 413, read no further
     rate_limit_per_minute = 600          # per analyst; over it: 429
     response_floor_seconds = 0.25        # a request that read data answers on a multiple of this after it began
+    spark_master = "local[2]"            # the Spark master of the server's one SparkSession (backend = "spark")
 
     [[datasets]]
     id = "adult"
     data = "adult.csv"                   # CSV or Parquet; relative paths are relative to this file
     schema = "adult.schema.json"
-    backend = "pandas"                   # pandas (loaded in the server) or duckdb (read in place)
+    backend = "pandas"                   # pandas (loaded in the server), duckdb (read in place) or spark
+                                         # (a Parquet file or directory read by Spark in place)
     budget = "epsilon=1.0"               # the GLOBAL budget: everyone's queries, by their maximum overlap
     analyst_quota = 0.5                  # each analyst's own maximum overlap (default: the global budget)
     neighbors = "add-remove"             # or "replace"
@@ -42,7 +44,9 @@ from dpmagic.errors import ConfigurationError
 
 __all__ = ["ServerConfig", "DatasetConfig", "AnalystConfig", "load_config", "hash_token", "token_matches", "new_token"]
 
-BACKENDS = ("pandas", "duckdb")
+BACKENDS = ("pandas", "duckdb", "spark")
+#: what the Spark backend reads (a Parquet file, or a directory of Parquet part files)
+SPARK_SUFFIXES = (".parquet", ".pq", "")
 _ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -109,6 +113,7 @@ class ServerConfig:
     max_body_bytes: int = 65536
     rate_limit_per_minute: int = 600
     response_floor_seconds: float = 0.25
+    spark_master: str = "local[2]"
 
 
 def _positive(value: Any, what: str) -> float:
@@ -147,6 +152,12 @@ def load_config(path: str | Path) -> ServerConfig:
         for k in ("data", "schema", "budget"):
             if not isinstance(d.get(k), str):
                 raise ConfigurationError(f"data set {did!r} needs {k} (a string)")
+        if backend == "spark" and Path(d["data"]).suffix.lower() not in SPARK_SUFFIXES:
+            raise ConfigurationError(
+                f"data set {did!r}: the spark backend reads Parquet (a .parquet file or a directory of them), "
+                f"got {d['data']!r}",
+                hint='convert the file to Parquet, or serve it with backend = "duckdb"',
+            )
         quota = d.get("analyst_quota")
         datasets[did] = DatasetConfig(
             id=did,
@@ -183,4 +194,11 @@ def load_config(path: str | Path) -> ServerConfig:
         max_body_bytes=int(_positive(server.get("max_body_bytes", 65536), "max_body_bytes")),
         rate_limit_per_minute=int(_positive(server.get("rate_limit_per_minute", 600), "rate_limit_per_minute")),
         response_floor_seconds=float(server.get("response_floor_seconds", 0.25)),
+        spark_master=_master(server.get("spark_master", "local[2]")),
     )
+
+
+def _master(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"[server] spark_master must be a Spark master URL such as local[2], got {value!r}")
+    return value.strip()

@@ -21,9 +21,11 @@ The same key with another request is refused (422); a retry while the first is r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import sqlite3
 import sys
 import threading
@@ -61,6 +63,7 @@ from dpmagic.presentation.server.wire import (
 )
 from dpmagic.query.model import Query
 from dpmagic.session.admission import admitting
+from dpmagic.session.batch import check_keep_name, kept_estimate
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import parse_cost
 from dpmagic.session.session import Session
@@ -95,7 +98,10 @@ QUERY_FIELDS = {"sql", "epsilon", "rho", "mu", "ci", "min_rows", "dry_run", "fre
 #: a decision query (``--fnr``): :meth:`Session.decide`'s options
 DECISION_FIELDS = {"fnr", "fpr", "max_epsilon", "max_group_size"}
 #: a batch (``%%dpbatch``): :meth:`Session.batch`'s options (``workload`` instead of ``sql``)
-BATCH_FIELDS = {"workload", "where", "strategy", "rmse"}
+BATCH_FIELDS = {"workload", "where", "strategy", "rmse", "keep"}
+#: the follow-ups a kept batch estimate answers (:class:`~dpmagic.batch.estimate.BatchEstimate`'s methods) and the
+#: number of arguments each takes
+FOLLOW_UPS = {"range": 2, "prefix": 1, "point": 1, "query": 1, "ranges": 1}
 
 
 class QuotaAdmission:
@@ -174,7 +180,7 @@ def bind_budget(ledger: Ledger, key: str, schema: Schema, budget: Budget, neighb
 class DatasetHost:
     """One served data set: its session (the global accountant) and its analysts' quota accountants."""
 
-    def __init__(self, cfg: DatasetConfig, ledger: Ledger) -> None:
+    def __init__(self, cfg: DatasetConfig, ledger: Ledger, spark_master: str = "local[2]") -> None:
         self.cfg = cfg
         schema = Schema.of(cfg.schema)
         budget = bind_budget(
@@ -183,6 +189,8 @@ class DatasetHost:
         data: Any = str(cfg.data)
         if cfg.backend == "pandas":
             data = pd.read_parquet(cfg.data) if cfg.data.suffix in (".parquet", ".pq") else pd.read_csv(cfg.data)
+        elif cfg.backend == "spark":  # read in place by Spark (SparkBackend), as the duckdb backend reads its file
+            data = spark_session(spark_master).read.parquet(str(cfg.data))
         self.session = Session(
             data,
             schema,
@@ -249,6 +257,28 @@ class DatasetHost:
             return acct
 
 
+def spark_session(master: str) -> Any:
+    """The server's one SparkSession (Spark allows one per process): bound to loopback, no UI, quiet (its log is
+    the custodian's console, never an analyst's answer).  One error naming what is missing otherwise."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigurationError(
+            'backend = "spark" needs pyspark (and a Java 17 runtime)', hint="pip install 'dpmagic[spark]'"
+        ) from None
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("dpmagic-serve")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 class _NoCache(ReleaseCache):
     """The server's sessions keep no shared re-run cache (another analyst's answer is never theirs)."""
 
@@ -284,6 +314,10 @@ class Store:
                 status INTEGER NOT NULL, response TEXT NOT NULL, PRIMARY KEY (analyst, dataset, key));
             CREATE TABLE IF NOT EXISTS answers (analyst TEXT, dataset TEXT, key TEXT, response TEXT NOT NULL,
                 PRIMARY KEY (analyst, dataset, key));
+            CREATE TABLE IF NOT EXISTS estimates (analyst TEXT, dataset TEXT, name TEXT, entry_id INTEGER NOT NULL,
+                estimate BLOB NOT NULL, PRIMARY KEY (analyst, dataset, name));
+            CREATE TABLE IF NOT EXISTS followups (analyst TEXT, dataset TEXT, name TEXT, request TEXT NOT NULL,
+                created REAL NOT NULL);
             """
         )
 
@@ -318,9 +352,14 @@ class Custodian:
                 "INSERT OR IGNORE INTO analysts (id, token_hash, quotas) VALUES (?, ?, ?)",
                 (a.id, a.token_hash, json.dumps(a.quotas)),
             )
-        self.hosts = {d.id: DatasetHost(d, self.ledger) for d in cfg.datasets.values()}
+        self.hosts = {d.id: DatasetHost(d, self.ledger, cfg.spark_master) for d in cfg.datasets.values()}
         self._inflight: set[tuple[str, str, str]] = set()
         self._inflight_lock = threading.Lock()
+        #: (analyst, data set) → that analyst's kept batch estimates by name (loaded from the store on first use)
+        self._kept: dict[tuple[str, str], dict[str, Any]] = {}
+        #: (analyst, data set, name) of kept batches being answered: a second one with the same name is refused
+        self._keeping: set[tuple[str, str, str]] = set()
+        self._kept_lock = threading.Lock()
         self.crash = os.environ.get(CRASH_ENV, "")
         if self.crash in ("after-charge", "raise-after-charge"):  # fault tests only: once charged, at the read
             for h in self.hosts.values():
@@ -374,6 +413,101 @@ class Custodian:
             "global": {"budget": s.accountant.budget.total, "spent": s.spent, "remaining": s.remaining},
         }
 
+    #: the analyst's own queries listed by the budget view (the newest; ``queries`` counts them all)
+    VIEW_ROWS = 500
+
+    def budget_view(self, analyst: str, dataset: str) -> dict[str, Any]:
+        """What the live panel shows of a server session: :meth:`budget` and the analyst's OWN charges, newest last
+        (number, time asked, SQL, cost, the quota's charged bound after it) — from their quota's ledger key only,
+        never anyone else's; nothing here depends on the rows."""
+        acct = self.quota(analyst, dataset)
+        cur = acct.currency
+        entries = acct.entries()
+        first = max(0, len(entries) - self.VIEW_ROWS)
+        rows = [
+            {"number": n, "entry": e.details.get("global_entry"), "time": e.created, "sql": e.sql, "cost": e.cost}
+            | {"charged_after": cur.cost(e.charged_after), "bound": e.bound}
+            for n, e in enumerate(entries[first:], first + 1)
+        ]
+        return self.budget(analyst, dataset) | {"dataset": dataset, "entries": rows}
+
+    # -- kept batch estimates (%%dpbatch --keep NAME, %dpbatch --from NAME ...) ---------------------------------
+    def kept(self, analyst: str, dataset: str) -> dict[str, Any]:
+        """``analyst``'s own kept batch estimates on ``dataset`` by name (never anyone else's): in memory, loaded
+        from the store (``server.sqlite``) on first use, so they outlive a restart."""
+        self.host(dataset)
+        with self._kept_lock:
+            own = self._kept.get((analyst, dataset))
+            if own is None:
+                own = {}
+                rows = self.store.execute(
+                    "SELECT name, estimate FROM estimates WHERE analyst=? AND dataset=?", (analyst, dataset)
+                )
+                for name, blob in rows:
+                    own[str(name)] = pickle.loads(blob)  # written by this server only (_keep_writes)
+                self._kept[(analyst, dataset)] = own
+            return own
+
+    def estimate_info(self, analyst: str, dataset: str, name: str) -> dict[str, Any]:
+        """What the client shows of ``analyst``'s estimate ``name``; one clear error (naming only their own kept
+        estimates) for a name they did not keep — another analyst's is never found."""
+        est = kept_estimate(self.kept(analyst, dataset), name)
+        return {"name": est.name, "columns": list(est.columns), "entry_id": est.entry_id, "text": repr(est)}
+
+    def follow_up(self, analyst: str, dataset: str, name: str, body: Any) -> dict[str, Any]:
+        """A free follow-up from ``analyst``'s kept estimate ``name``: post-processing of the batch's released
+        answers (no row read, nothing charged, no ledger event), recorded in the store's ``followups``."""
+        if not isinstance(body, dict) or set(body) - {"kind", "args", "column"}:
+            raise ConfigurationError("a follow-up is a JSON object {kind, args, column?}")
+        kind, args, column = body.get("kind"), body.get("args"), body.get("column")
+        if kind not in FOLLOW_UPS:
+            raise ConfigurationError(f"a follow-up's kind is one of {', '.join(FOLLOW_UPS)}, got {kind!r}")
+        if not isinstance(args, list) or len(args) != FOLLOW_UPS[kind]:
+            raise ConfigurationError(f"a {kind} follow-up takes {FOLLOW_UPS[kind]} argument(s) in 'args'")
+        if column is not None and not isinstance(column, str):
+            raise ConfigurationError("'column' must be a column name")
+        if kind == "ranges" and not (
+            isinstance(args[0], list) and all(isinstance(p, list) and len(p) == 2 for p in args[0])
+        ):
+            raise ConfigurationError("a ranges follow-up takes one argument: a list of [lo, hi] pairs")
+        est = kept_estimate(self.kept(analyst, dataset), name)
+        if kind == "query":
+            out = est.query(args[0])
+        else:
+            out = getattr(est, kind)(*args, column=column)
+        self.store.execute(
+            "INSERT INTO followups (analyst, dataset, name, request, created) VALUES (?, ?, ?, ?, ?)",
+            (analyst, dataset, name, json.dumps(body)[:2000], time.time()),
+        )
+        if isinstance(out, pd.DataFrame):  # ranges: one row each
+            return {"kind": "derived-table", **frame_to_wire(out), "cost": 0.0}
+        return {"kind": "derived", **dataclasses.asdict(out), "cost": 0.0}
+
+    def _reserve(self, analyst: str, dataset: str, keep: str | None) -> tuple[str, str, str] | None:
+        """Reserve the name of an estimate to keep (checked before the charge; two requests keeping one name at
+        once: the second is refused as if the first were kept)."""
+        if keep is None:
+            return None
+        own = self.kept(analyst, dataset)
+        ident = (analyst, dataset, keep)
+        with self._kept_lock:
+            check_keep_name(own.keys() | {k for a, d, k in self._keeping if (a, d) == (analyst, dataset)}, keep)
+            self._keeping.add(ident)
+        return ident
+
+    @staticmethod
+    def _keep_writes(analyst: str, dataset: str, keep: str | None, out: Any) -> list[tuple[str, tuple[Any, ...]]]:
+        """The write that makes a kept estimate outlive a restart (none if it cannot be stored: kept in memory)."""
+        est = getattr(out, "estimate", None)
+        if keep is None or est is None:
+            return []
+        try:
+            blob = pickle.dumps(est)
+        except Exception:
+            return []
+        put = "INSERT OR REPLACE INTO estimates (analyst, dataset, name, entry_id, estimate) VALUES (?, ?, ?, ?, ?)"
+        return [(put, (analyst, dataset, keep, int(est.entry_id), blob))]
+
     def own_ledger(self, analyst: str, dataset: str) -> dict[str, Any]:
         """The analyst's own charges (from their quota key) with their released answers; never anyone else's."""
         s = self.host(dataset).session
@@ -404,7 +538,8 @@ class Custodian:
         req = check_request(body)
         if req.get("dry_run") and "workload" in req:  # the strategies and the charge: reads and charges nothing
             with admitting(QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, None)):
-                return 200, batch_to_wire(self._batch(host.session, req)), False
+                out = self._batch(host.session, req, self.kept(analyst, dataset))
+                return 200, batch_to_wire(out), False
         if req.get("dry_run") and req.get("fnr") is not None:  # the planned cost: reads and charges nothing
             with admitting(QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, None)):
                 return 200, decision_to_wire(self._decide(host.session, req)), False
@@ -470,20 +605,22 @@ class Custodian:
             p = s.preview(req["sql"], ci=req.get("ci"), min_rows=req.get("min_rows"), **costs)
         from dpmagic.session.results import Preview
 
-        if isinstance(p, Preview):  # "already answered" means by you (the shared cache is everyone's)
+        if isinstance(p, Preview):  # "already answered" means by you (the shared cache is everyone's); whether
+            # your quota would refuse it: Session.dry_run asked the installed QuotaAdmission
             p = replace(p, cached=self._stored(host, analyst, req) is not None)
-            if p.admissible and not acct.preview(p.query.coverage, p.cost).admissible:
-                p = replace(p, charge=replace(p.charge, admissible=False))  # your quota would refuse it
         return 200, result_to_wire(p), False
 
     @staticmethod
-    def _batch(s: Session, req: dict[str, Any]) -> Any:
+    def _batch(s: Session, req: dict[str, Any], kept: dict[str, Any]) -> Any:
+        """The batch of ``req``; an estimate kept (``keep``) goes to ``kept``, the asking analyst's own."""
         return s.batch(
             req["workload"],
             where=req.get("where"),
             strategy=req.get("strategy") or "auto",
             rmse=req.get("rmse"),
             dry_run=bool(req.get("dry_run")),
+            keep=req.get("keep"),
+            kept=kept,
             **{k: req.get(k) for k in ("epsilon", "rho", "mu")},
         )
 
@@ -544,10 +681,15 @@ class Custodian:
                 host.charged_keys[(analyst, idem)] = (entry_id, digest)
 
         admission = QuotaAdmission(self.quota(analyst, host.cfg.id), analyst, idem, digest, remember)
+        keep: list[tuple[str, tuple[Any, ...]]] = []
+        reserved = None
         try:
             with admitting(admission):
                 if "workload" in req:  # a batch: one charge through Session.run
-                    reply = batch_to_wire(self._batch(s, req))
+                    reserved = self._reserve(analyst, host.cfg.id, req.get("keep"))
+                    out = self._batch(s, req, self.kept(analyst, host.cfg.id))
+                    reply = batch_to_wire(out)
+                    keep += self._keep_writes(analyst, host.cfg.id, req.get("keep"), out)
                 elif req.get("fnr") is not None:  # a decision query: every read charged through Session.run
                     reply = decision_to_wire(self._decide(s, req))
                 else:
@@ -566,9 +708,12 @@ class Custodian:
             if isinstance(exc, DPMagicError):
                 return (409 if isinstance(exc, BudgetExceededError) else 400), error_body(exc), False, []
             return 500, _err("internal error before the query was charged: nothing was charged or read"), False, []
+        finally:
+            if reserved is not None:
+                with self._kept_lock:
+                    self._keeping.discard(reserved)
         if self.crash == "after-release" and admission.charged:  # fault test only: die before storing the response
             os._exit(18)
-        keep: list[tuple[str, tuple[Any, ...]]] = []
         if admission.charged and key is not None:
             keep.append(
                 (
@@ -722,7 +867,7 @@ def check_batch(body: dict[str, Any]) -> dict[str, Any]:
         raise ConfigurationError(f"field(s) {sorted(stray)} do not apply to a batch (it takes {sorted(allowed)})")
     if not isinstance(body.get("workload"), str) or not body["workload"].strip():
         raise QueryError("the batch needs 'workload': the workload text of %%dpbatch")
-    for k in ("where", "strategy"):
+    for k in ("where", "strategy", "keep"):
         if body.get(k) is not None and not isinstance(body[k], str):
             raise ConfigurationError(f"{k!r} must be a string")
     for k in ("epsilon", "rho", "mu"):

@@ -180,6 +180,7 @@ def batch_to_wire(out: Any) -> dict[str, Any]:
         body |= {"summary": out.summary(), "html": out._repr_html_()}
     else:
         body |= {"summary": out.summary(), "html": "<pre>" + html.escape(out.summary()) + "</pre>"}
+        body["admissible"] = bool(out.admissible)  # by the budget and your quota, as the run would be
     return body
 
 
