@@ -93,7 +93,9 @@ def finish(query: Query, df: pd.DataFrame) -> pd.DataFrame:
         keep = _truth(_ev(query.having, env, n))
         notes += _having_notes(query, env, n, keep, labels)
     if query.order_by:
-        keys = [_ev(sql, env, n) for sql, _ in query.order_by]
+        # an ORDER BY key that is a shown output's expression reads that output (one draw of RAND(), as SQL does)
+        by_expr = {o.expr: out[o.name] for o in query.outputs}
+        keys = [np.asarray(by_expr[sql]) if sql in by_expr else _ev(sql, env, n) for sql, _ in query.order_by]
         order = order_rows(keys, [desc for _, desc in query.order_by], np.flatnonzero(keep))
     else:
         order = np.flatnonzero(keep)
