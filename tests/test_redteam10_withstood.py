@@ -108,3 +108,18 @@ def test_a_join_on_a_non_unique_or_null_lookup_column_is_refused(on: str) -> Non
     schema = Schema.from_dict(LOOKUP_SPEC)
     with pytest.raises(UnsupportedQueryError):
         parse_query(f"SELECT COUNT(*) FROM t JOIN regions r ON {on}", schema)
+
+
+def test_two_served_data_sets_with_one_ledger_key_share_one_global_budget(tmp_path: Path) -> None:
+    """The custodian serves the same data twice (ids pums and pums2, no 'dataset' id: one ledger key from the
+    domain): two sessions, one global budget — the second data set cannot hand out a fresh budget."""
+    cfg = write_config(tmp_path, budget="epsilon=1.0", quota=1.0)
+    text = cfg.read_text()
+    i, j = text.index("[[datasets]]"), text.index("[[analysts]]")
+    cfg.write_text(text[:j] + text[i:j].replace('id = "pums"', 'id = "pums2"') + text[j:])
+    c = Custodian(load_config(cfg))
+    assert c.hosts["pums"].session.ledger_key == c.hosts["pums2"].session.ledger_key
+    assert c.query("alice", "pums", {"sql": "SELECT COUNT(*) FROM pums", "epsilon": 0.6}, None)[0] == 200
+    status, reply, read = c.query("bob", "pums2", {"sql": "SELECT COUNT(*) FROM pums2", "epsilon": 0.6}, None)
+    assert status == 409 and not read, reply
+    assert c.budget("bob", "pums2")["global"]["spent"] == pytest.approx(0.6)
