@@ -1,7 +1,9 @@
 """WHERE → a box per column (the coverage the accountant charges) and, when no box is exact, an exact filter.
 
 AND intersects per column; OR on one column is a union, OR across columns is evaluated exactly on the rows and
-charged over the smallest covering box (a superset: safe); NOT complements on the declared domain.
+charged over the smallest covering box (a superset: safe); NOT complements on the declared domain — in SQL's
+three-valued logic when its operand can be NULL there (a CASE without ELSE, a LEFT JOIN lookup's column, NULL):
+NOT p keeps the values where p is FALSE, not NULL (:func:`_false_box`).
 """
 
 from __future__ import annotations
