@@ -185,6 +185,12 @@ class Compiler:
                 x = exp.cast(x, "DATE")
             epoch = exp.cast(exp.Literal.string("1970-01-01"), "DATE")
             return exp.DateDiff(this=x, expression=epoch, unit=exp.var("DAY"))
+        source = self.columns.get(name)
+        if source is not None and "time zone" in source.dtype.lower():
+            # a TIMESTAMP WITH TIME ZONE at its wall-clock time in the engine's zone (as pandas reads a tz-aware
+            # column at its wall-clock time): the difference with a zone-less epoch would be taken in UTC, or with
+            # the epoch's own offset in the session zone (an hour off across a daylight-saving change)
+            x = exp.cast(x, exp.DataType.build("TIMESTAMPNTZ"))
         epoch_ts = exp.cast(exp.Literal.string("1970-01-01 00:00:00"), exp.DataType.build("TIMESTAMPNTZ"))
         return exp.TimestampDiff(this=x, expression=epoch_ts, unit=exp.var("MICROSECOND"))
 

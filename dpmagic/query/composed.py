@@ -138,7 +138,7 @@ def _number(node: exp.Expr | None) -> float | None:
 def _case_branches(node: exp.Expr) -> exp.Expr:
     """``SUM(CASE WHEN c₁ THEN v₁ WHEN c₂ THEN v₂ … ELSE v₀ END)`` (two branches or more) as the sum over its
     branches of the aggregate over the rows each one takes: branch i takes the rows where cᵢ holds and no earlier
-    condition does (the CASE's own first-match rule; the domain has no NULLs, so NOT is exact), a number vᵢ
+    condition does (the CASE's own first-match rule: NULL is not a match, ``NOT (c) IS TRUE``), a number vᵢ
     gives vᵢ · COUNT(*) FILTER (WHERE …), another expression SUM(vᵢ) FILTER (WHERE …); a branch of 0 (or a
     missing ELSE) adds nothing.  The branches' row sets are disjoint, so each is one release of the composition
     (:mod:`dpmagic.session.composed`) and the total's interval comes from theirs (:mod:`dpmagic.query.intervals`).
@@ -154,7 +154,11 @@ def _case_branches(node: exp.Expr) -> exp.Expr:
     terms: list[exp.Expr] = []
     for cond, value in [*branches, (None, default)]:
         parts: list[exp.Expr] = [exp.Paren(this=cond.copy())] if cond is not None else []
-        parts += [exp.Not(this=exp.Paren(this=c.copy())) for c in earlier]
+        # "no earlier condition is TRUE": NOT (c) IS TRUE, so that a NULL condition (a LEFT JOIN lookup's column)
+        # passes on to the next branch as in CASE, where NOT (c) alone would drop the row (SQL's three-valued NOT)
+        parts += [
+            exp.Not(this=exp.Is(this=exp.Paren(this=c.copy()), expression=exp.Boolean(this=True))) for c in earlier
+        ]
         if cond is not None:
             earlier.append(cond)
         if value is None or isinstance(value, exp.Null):

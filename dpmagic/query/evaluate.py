@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpmagic.errors import QueryTypeError, UnsupportedQueryError
 
-__all__ = ["evaluate", "columns_of", "EvalError"]
+__all__ = ["evaluate", "columns_of", "EvalError", "null_mask"]
 
 
 class EvalError(UnsupportedQueryError):
@@ -51,7 +51,8 @@ def _num(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _null_mask(a: np.ndarray) -> np.ndarray:
+def null_mask(a: np.ndarray) -> np.ndarray:
+    """Where an evaluated column is NULL (``nan`` or None)."""
     if a.dtype.kind == "f":
         return np.isnan(a)
     if a.dtype.kind == "O":
@@ -202,7 +203,7 @@ def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Cal
         out = ev(node.this).copy()
         for e in node.expressions:
             other = ev(e)
-            m = _null_mask(out)
+            m = null_mask(out)
             if out.dtype != other.dtype:
                 out = out.astype(object) if out.dtype.kind == "O" or other.dtype.kind == "O" else out.astype(float)
             out[m] = other[m]
@@ -238,11 +239,11 @@ def evaluate(node: exp.Expr, env: Mapping[str, np.ndarray], n: int, resolve: Cal
         if isinstance(inner, exp.Is):  # NOT (x IS NULL): true where not null
             return ~_truth(ev(inner))
         a = ev(inner)
-        return ~_truth(a) & ~_null_mask(a)
+        return ~_truth(a) & ~null_mask(a)
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
             raise EvalError(f"{node.sql()!r}: IS takes NULL only")
-        return _null_mask(ev(node.this))
+        return null_mask(ev(node.this))
     if isinstance(node, (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)):
         return _compare(type(node), ev(node.this), ev(node.expression))
     if isinstance(node, exp.Between):
@@ -289,7 +290,7 @@ _OPS: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
 
 
 def _compare(op: type[exp.Expr], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    nulls = _null_mask(a) | _null_mask(b)
+    nulls = null_mask(a) | null_mask(b)
     if a.dtype.kind == "O" or b.dtype.kind == "O":
         if (a.dtype.kind == "O") != (b.dtype.kind == "O"):
             raise QueryTypeError("a number is compared with a string")
@@ -331,7 +332,7 @@ def _case(node: exp.Expr, ev: Callable[[exp.Expr], np.ndarray], n: int) -> np.nd
             np.array([None if (isinstance(v, float) and math.isnan(v)) else v for v in p.tolist()], dtype=object)
             for p in parts
         ]
-    elif kinds <= {"i", "u", "b"} and not _null_mask(rest).any():
+    elif kinds <= {"i", "u", "b"} and not any(null_mask(p).any() for p in parts):  # a THEN NULL stays NULL
         out = np.zeros(n, dtype=np.int64)
     else:
         out = np.full(n, np.nan)

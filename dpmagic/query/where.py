@@ -1,7 +1,9 @@
 """WHERE → a box per column (the coverage the accountant charges) and, when no box is exact, an exact filter.
 
 AND intersects per column; OR on one column is a union, OR across columns is evaluated exactly on the rows and
-charged over the smallest covering box (a superset: safe); NOT complements on the declared domain.
+charged over the smallest covering box (a superset: safe); NOT complements on the declared domain — in SQL's
+three-valued logic when its operand can be NULL there (a CASE without ELSE, a LEFT JOIN lookup's column, NULL):
+NOT p keeps the values where p is FALSE, not NULL (:func:`_false_box`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dpmagic.query.domain import (
     check_value_type,
     column_of,
     comparison_set,
+    domain_array,
     enumerate_domain,
     int_set,
     is_column,
@@ -27,7 +30,7 @@ from dpmagic.query.domain import (
     resolve_column,
     set_of_values,
 )
-from dpmagic.query.evaluate import columns_of, evaluate
+from dpmagic.query.evaluate import EvalError, columns_of, evaluate, null_mask
 from dpmagic.query.model import Filter, Query
 from dpmagic.query.temporal import is_temporal, temporal_atom
 
@@ -150,7 +153,26 @@ def predicate(node: exp.Expr, schema: Schema) -> tuple[Filter, Box, bool]:
             if exact_union is not None:
                 return Filter("box", exact_union), exact_union, True
         return Filter("or", parts=(fa, fb)), bounding_union(a, b), False
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean) and node.expression.this is True:
+        return predicate(node.this, schema)  # ``c IS TRUE``: the rows where c holds (NULL and FALSE excluded)
     if isinstance(node, exp.Not):
+        inner = node.this
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if inner.find(*_NULLABLE) is not None:  # SQL's NOT keeps the rows where its operand is FALSE, not NULL
+            if isinstance(inner, exp.And):  # De Morgan holds in three-valued logic
+                return predicate(
+                    exp.or_(exp.Not(this=inner.this.copy()), exp.Not(this=inner.expression.copy())), schema
+                )
+            if isinstance(inner, exp.Or):
+                return predicate(
+                    exp.and_(exp.Not(this=inner.this.copy()), exp.Not(this=inner.expression.copy())), schema
+                )
+            if isinstance(inner, exp.Not):
+                return predicate(inner.this, schema)
+            false = _false_box(inner, schema)
+            if false is not None:
+                return Filter("box", false), false, True
         f, box, exact = predicate(node.this, schema)
         if exact:
             comp = complement_box(box, schema)
@@ -159,6 +181,56 @@ def predicate(node: exp.Expr, schema: Schema) -> tuple[Filter, Box, bool]:
         return Filter("not", parts=(f,)), Box.everything(), False
     box = atom_box(node, schema)
     return Filter("box", box), box, True
+
+
+#: constructs that can make a one-column predicate NULL on the declared domain (which itself has no NULLs): a CASE
+#: without ELSE (a public lookup's column under LEFT JOIN is one), NULL, NULLIF, IF, a division or modulo by zero
+_NULLABLE = (exp.Case, exp.Null, exp.Nullif, exp.If, exp.Div, exp.Mod)
+
+
+def _false_box(atom: exp.Expr, schema: Schema) -> Box | None:
+    """The declared values of the atom's one column on which ``atom`` is FALSE in SQL's three-valued logic —
+    neither TRUE nor NULL (a comparison, BETWEEN, IN or LIKE is NULL when an operand is) — so that ``NOT atom``
+    selects what SQL selects; None when the atom is not an enumerable one-column predicate (the caller's usual
+    path then applies, and refuses what it cannot answer).  Reads the schema only."""
+    if isinstance(atom, exp.Is):
+        return None  # IS NULL / IS TRUE are never NULL: their complement is exact
+    names = {resolve_column(c, schema) for c in atom.find_all(exp.Column)}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    col = schema[name]
+    if is_temporal(col):
+        return None
+    if type(atom) in COMPARISONS or isinstance(atom, (exp.Like, exp.ILike)):
+        operands = [atom.this, atom.expression]
+    elif isinstance(atom, exp.Between):
+        operands = [atom.this, atom.args["low"], atom.args["high"]]
+    elif isinstance(atom, exp.In):
+        operands = [atom.this, *atom.expressions]
+    else:
+        operands = [atom]
+    try:
+        got = enumerate_domain(atom, col, schema)
+    except UnsupportedQueryError:
+        return None
+    if got is None:
+        return None
+    values, truth = got
+    if truth.dtype.kind != "b":
+        return None
+    arr = domain_array(col, values)
+    unknown = np.zeros(len(values), dtype=bool)
+    for e in operands:
+        try:
+            v = evaluate(e, {col.name: arr}, len(values), lambda c: resolve_column(c, schema))
+        except EvalError:
+            return None
+        unknown |= null_mask(np.asarray(v))
+    members = [v for v, t, u in zip(values, truth.tolist(), unknown.tolist(), strict=True) if not t and not u]
+    if isinstance(col, NumericColumn):
+        return Box({name: int_set(col, members)})
+    return Box({name: set_of_values(col, members)})
 
 
 def atom_box(node: exp.Expr, schema: Schema) -> Box:

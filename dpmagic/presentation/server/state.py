@@ -41,6 +41,7 @@ from dpmagic.accountant.accountant import Accountant, Charge
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.currency import Budget, parse_budget
 from dpmagic.accountant.ledger import Ledger, key_from_env, verify
+from dpmagic.accountant.tables import overlapping_frame
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import Box
 from dpmagic.errors import BudgetExceededError, ConfigurationError, DPMagicError, QueryError
@@ -601,6 +602,7 @@ class Custodian:
         s = host.session
         acct = self.quota(analyst, host.cfg.id)
         costs = {k: req.get(k) for k in ("epsilon", "rho", "mu")}
+        s.parse(req["sql"])  # what the query path refuses (a scalar subquery, several conditions), refused alike
         with admitting(QuotaAdmission(acct, analyst, None)):
             p = s.preview(req["sql"], ci=req.get("ci"), min_rows=req.get("min_rows"), **costs)
         from dpmagic.session.results import Preview
@@ -608,6 +610,12 @@ class Custodian:
         if isinstance(p, Preview):  # "already answered" means by you (the shared cache is everyone's); whether
             # your quota would refuse it: Session.dry_run asked the installed QuotaAdmission
             p = replace(p, cached=self._stored(host, analyst, req) is not None)
+            # per-analyst isolation: the dry run shows your own quota's charge — its overlapping queries (their
+            # SQL) and worst-case row are yours; the global accountant's would show other analysts' SQL and regions.
+            # Admissible only if both your quota and the global budget admit it.
+            own = acct.preview(p.query.coverage, p.cost)
+            charge = replace(own, admissible=bool(own.admissible and p.charge.admissible))
+            p = replace(p, charge=charge, overlapping=overlapping_frame(acct, own.neighbors))
         return 200, result_to_wire(p), False
 
     @staticmethod
