@@ -249,7 +249,8 @@ def graph_search(
     Ao = A[order][:, order]
     adj = _bits_rows(np.packbits(Ao, axis=1, bitorder="little"))
     wl = w[order].tolist()
-    qbits = [[row[int(q)] for q in order] for row in data.qbits]
+    ol = order.tolist()  # Python ints: indexing with numpy scalars costs ≈ 10× more (≈ 20 ms at n = 800, 14 columns)
+    qbits = [[row[q] for q in ol] for row in data.qbits]
     consbits = [_to_bits(c[order]) for c in data.cons]
     vcols: list[list[int]] = [[] for _ in range(n)]
     for j, c in enumerate(data.cons):

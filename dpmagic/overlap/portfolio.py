@@ -125,6 +125,13 @@ class PortfolioConfig:
     scoped_max_atoms: int = 64
     scoped_max_scope: float = 3.5
     scoped_share: float = 0.8
+    #: the share of the time the graph search gets when it runs first (``log₁₀ Π a_c > column_first_log10``:
+    #: sparse query graphs over many columns), before the column search and HiGHS.  0.9: on the sparse
+    #: generator's admissions (14 columns) the graph search is what finishes (0.4–0.9 s on the hardest), the
+    #: column search takes 5–7 s there and HiGHS does not close the gap; with half of an admission's 0.8 s cap
+    #: the graph search timed out on admissions it solves in 0.42–0.53 s, and each timeout left γ inexact
+    #: (measured: benchmarks/results/bench_session_issue28_s10.md)
+    graph_first_share: float = 0.9
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -438,6 +445,8 @@ def run_portfolio(
             share = left * cfg.first_share
         if step.name == "scoped" and rest:
             share = left * cfg.scoped_share
+        elif step.name == "graph" and cap is None and "columns" in rest:
+            share = left * cfg.graph_first_share  # graph first: sparse query graphs, where it is what finishes
         s.probing = cap is not None
         if step.run(s, now + share):
             exact = True
