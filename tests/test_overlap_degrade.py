@@ -306,3 +306,35 @@ def test_graph_first_plans_give_the_graph_search_most_of_the_time(monkeypatch: p
     _, upper, exact, _ = pf.run_portfolio(inst, pf.time.perf_counter() + 1.0, ProblemRounding.of(prob), cfg, 0.0)
     assert len(shares) == 1 and 0.8 <= shares[0] <= cfg.graph_first_share
     assert exact and upper == 1.0  # the column search after it still solves the tiny instance
+
+
+@given(workloads, st.lists(st.sampled_from([0.0, 0.0, 0.5, 2.0]), min_size=8, max_size=8), st.floats(-1.0, 4.0))
+@FAST
+def test_graph_search_with_terms_is_exact(wl, slack, floor) -> None:
+    """The graph search given per-node terms (any proven bounds ≥ w_k + max over box_k of the load before k:
+    brute force, plus a slack) cuts the branches whose intersection meets no node with a term above its best;
+    against brute force it stays sound (lower ≤ γ ≤ upper, witness load = lower, exact only when equal) and,
+    with time, exact whenever γ exceeds the floor."""
+    import numpy as np
+
+    from dpmagic.overlap.encoding import BoxStore
+    from dpmagic.overlap.maxoverlap import solve_overlap
+
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    if not bx:
+        return
+    terms = np.array(
+        [(_brute_term(bx, ws, k) + s) if not b.is_empty() else 0.0 for k, (b, s) in enumerate(zip(bx, slack))]
+    )
+    store = BoxStore(SCHEMA)
+    store.extend(bx, ws)
+    cfg = PortfolioConfig(steps=frozenset({"graph"}))
+    res = solve_overlap(store, time_limit=10.0, floor=floor, config=cfg, terms=terms)
+    plain = solve_overlap(store, time_limit=10.0, floor=floor, config=cfg)
+    truth = brute_max(SCHEMA, bx, ws)
+    assert res.lower <= truth + 1e-12 and truth <= res.upper
+    assert res.exact == is_exact(res.lower, res.upper)
+    assert row_load(bx, ws, res.witness) == pytest.approx(res.lower, abs=1e-12)
+    if truth > floor + 1e-9:
+        assert res.exact and res.lower == pytest.approx(truth, abs=1e-12) and plain.lower == res.lower

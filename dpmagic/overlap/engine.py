@@ -682,7 +682,10 @@ class OverlapEngine:
             floor = max(floor, best)
         res = self._term_bound(box, nb, floor, helly, best_row)
         if res is None:
-            res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver)
+            res = solve_overlap(
+                st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
+                terms=self._term_up if math.isfinite(floor) else None,
+            )  # fmt: skip
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
             res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)

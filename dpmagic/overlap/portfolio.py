@@ -239,6 +239,7 @@ class _State:
     gdata: GraphData | None = None
     milp_upper: float | None = None
     probing: bool = False
+    terms: np.ndarray | None = None
 
     def offer(self, atoms: dict[str, int]) -> None:
         if not atoms and self.best_atoms:
@@ -277,7 +278,7 @@ def _run_graph(s: _State, deadline: float) -> bool:
             s.gdata = graph_data(prob, deadline)
         except SearchTimeout:
             return False
-    r = graph_search(prob, deadline, data=s.gdata, best=max(s.best_val, s.floor), target=s.target)
+    r = graph_search(prob, deadline, data=s.gdata, best=max(s.best_val, s.floor), target=s.target, terms=s.terms)
     s.tags.append("graph-probe" if s.probing else "graph-search")
     s.offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
     s.bound(s.rnd.up(r.upper))
@@ -410,6 +411,7 @@ def run_portfolio(
     grace: float,
     floor: float = -math.inf,
     target: float = math.inf,
+    terms: np.ndarray | None = None,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of ``inst`` within ``deadline``: (atoms of the best witness, proven upper bound, exact, tag).
 
@@ -421,7 +423,7 @@ def run_portfolio(
     if [s.name for s, _ in steps] == ["tensor"]:
         value, named = tensor_max(inst.prob)
         return named, rnd.up(value), True, "tensor"
-    s = _State(inst, rnd, floor, target)
+    s = _State(inst, rnd, floor, target, terms=terms)
     s.offer(_first_witness(inst.prob))
     exact = False
     for k, (step, cap) in enumerate(steps):
