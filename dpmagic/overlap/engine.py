@@ -50,7 +50,13 @@ Hard instances degrade gracefully (issue 28).  Under a ``charged`` bound the reg
 add would be wider than ``charge_rel_slack`` (relative), and up to ``near_time_limit`` (0.9 s, so no admission
 waits for ``time_limit``) only when the admission is near the budget (``admit(budget=...)``: the upper end above
 it, the lower end not).  On by default for charged engines (``quick_time_limit=None`` restores one search with the
-whole ``time_limit``).  γ's interval is kept as
+whole ``time_limit``).  With ``charge_rel_slack`` 0 (the default) every inexact quick result would search on, so
+the first search gets ``hard_time_limit`` at once (a second search starts from scratch: measured on the sparse
+generator, the quick try cost +40 ms on every admission that needed more, and its restart ran out of time on
+admissions the graph search solves in 0.4–0.5 s).  Every node keeps its *term* (``_term_up``: a proven bound of
+``w_k`` + the max load over ``box_k`` before k); a row's load is at most the term of its last covering node, so
+a region whose neighbours' terms are all at most the floor needs no search (:meth:`OverlapEngine._term_bound`),
+and the graph search cuts branches meeting no node with a term above its best.  γ's interval is kept as
 *pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
 (the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
 ``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
