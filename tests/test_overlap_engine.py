@@ -415,13 +415,14 @@ def test_time_limit_not_exact_but_safe():
     truth = max_overlap(bx, None, sch, time_limit=60, method="milp")
     assert truth.exact
     for method in ("auto", "bb"):
-        r = max_overlap(bx, None, sch, time_limit=0.01, method=method)
+        # 2 ms: with 0.9 of 10 ms the graph search now solves this instance (session 10, issue 28)
+        r = max_overlap(bx, None, sch, time_limit=0.002, method=method)
         assert not r.exact
         assert r.lower <= truth.lower <= r.upper
     A = overlap_adjacency(bx, sch)
     cr = max_weight_clique(A, np.ones(len(bx)), time_limit=0.0)
     assert not cr.exact and cr.upper >= truth.lower
-    eng = OverlapEngine.from_boxes(sch, bx, time_limit=0.01)
+    eng = OverlapEngine.from_boxes(sch, bx, time_limit=0.002)
     b = eng.bounds()
     assert not b.overlap.exact and b.overlap.upper >= truth.lower
     assert b.overlap.upper <= b.clique <= b.chromatic <= b.sequential

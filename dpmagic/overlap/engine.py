@@ -50,7 +50,13 @@ Hard instances degrade gracefully (issue 28).  Under a ``charged`` bound the reg
 add would be wider than ``charge_rel_slack`` (relative), and up to ``near_time_limit`` (0.9 s, so no admission
 waits for ``time_limit``) only when the admission is near the budget (``admit(budget=...)``: the upper end above
 it, the lower end not).  On by default for charged engines (``quick_time_limit=None`` restores one search with the
-whole ``time_limit``).  γ's interval is kept as
+whole ``time_limit``).  With ``charge_rel_slack`` 0 (the default) every inexact quick result would search on, so
+the first search gets ``hard_time_limit`` at once (a second search starts from scratch: measured on the sparse
+generator, the quick try cost +40 ms on every admission that needed more, and its restart ran out of time on
+admissions the graph search solves in 0.4–0.5 s).  Every node keeps its *term* (``_term_up``: a proven bound of
+``w_k`` + the max load over ``box_k`` before k); a row's load is at most the term of its last covering node, so
+a region whose neighbours' terms are all at most the floor needs no search (:meth:`OverlapEngine._term_bound`),
+and the graph search cuts branches meeting no node with a term above its best.  γ's interval is kept as
 *pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
 (the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
 ``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
@@ -247,6 +253,7 @@ class Admission:
     _clique: OverlapResult
     _rows: tuple[tuple[dict[str, Any], float], ...] = ()
     _pending: tuple[float, tuple[_Term, ...]] = (0.0, ())
+    _term: float = math.inf
 
 
 class OverlapEngine:
@@ -318,6 +325,10 @@ class OverlapEngine:
         self._cm = np.zeros(0)
         self._colored = 0  # nodes [0, _colored) have a colour (or -1 for empty boxes)
         self._last_recolor = 0
+        #: per node k a proven upper bound of ``w_k + max over box_k of the load of the nodes before k`` (its
+        #: *term*; ``inf`` when unknown): a row's load is at most the term of the last node covering it
+        #: (:meth:`_hot_split`)
+        self._term_up = np.zeros(0)
         self._gamma: OverlapResult | None = _EMPTY_RESULT
         self._clique: OverlapResult | None = _omega(0.0, 0.0, True, ())
 
@@ -341,6 +352,8 @@ class OverlapEngine:
         """Register many nodes at once; bounds are recomputed lazily on the next request."""
         ids = self._store.extend(list(boxes), weights)
         if len(ids):
+            self._ensure_term_cap()
+            self._term_up[ids] = math.inf
             self._version += 1
             self._pool = []
             self._gamma = None
@@ -449,9 +462,14 @@ class OverlapEngine:
             rows = ((g2.witness, g2.lower),)
             if adm.region.witness is not g2.witness:  # the region's best row, with the new node's weight
                 rows += ((dict(adm.region.witness), sum_down([adm.region.lower, float(weight)])),)
+        term = math.inf  # the new node's term (see ``_term_up``): w + the region's proven upper bound
+        if adm.empty:
+            term = 0.0
+        elif adm.region is not None:
+            term = add_up(float(weight), adm.region.upper)
         return Admission(
             box, float(weight), _compose(seq, chi, c2, g2), adm.neighbors, self.state, self.charged,
-            adm.color, cm, g2, c2, rows, (ex, terms),
+            adm.color, cm, g2, c2, rows, (ex, terms), term,
         )  # fmt: skip
 
     def preview(self, box: Box, weight: float) -> Bounds:
@@ -470,6 +488,8 @@ class OverlapEngine:
         self._ensure_color_cap()
         self._colors[q] = adm._color
         self._colored = q + 1
+        self._ensure_term_cap()
+        self._term_up[q] = adm._term
         self._gamma = adm._gamma
         self._exact_up, self._pending = adm._pending
         self._clique = adm._clique
@@ -506,6 +526,11 @@ class OverlapEngine:
                 st, ids, region=term.box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver
             )
             new = replace(term, upper=min(term.upper, add_up(term.weight, r.upper)), tries=term.tries + 1)
+            self._ensure_term_cap()
+            if term.box is not None and term.n < st.n:  # the term of node term.n (admitted with a region search)
+                self._term_up[term.n] = min(self._term_up[term.n], new.upper)
+            elif term.box is None:  # the global term bounds every node registered before term.n
+                self._term_up[: term.n] = np.minimum(self._term_up[: term.n], new.upper)
             best = g
             if r.witness is not None:
                 row = self._complete_row(r.witness, term.box) if term.box is not None else dict(r.witness)
@@ -586,6 +611,8 @@ class OverlapEngine:
             upper = max(min(r.upper, g.upper), best.lower)
             self._gamma = replace(best, upper=upper, exact=is_exact(best.lower, upper))
             # a from-scratch bound of γ bounds every term's true value: clip them
+            self._ensure_term_cap()
+            self._term_up[:n] = np.minimum(self._term_up[:n], upper)
             self._gamma, self._exact_up, self._pending = _settle(
                 self._gamma,
                 min(self._exact_up, upper),
@@ -659,11 +686,44 @@ class OverlapEngine:
                     return OverlapResult(best, max(best, hint), True, best_row, members, "pool-row-in-box", 0.0)
         if best_row is not None:
             floor = max(floor, best)
-        res = solve_overlap(st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver)
+        res = self._term_bound(box, nb, floor, helly, best_row)
+        if res is None:
+            res = solve_overlap(
+                st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
+                terms=self._term_up if math.isfinite(floor) else None,
+            )  # fmt: skip
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
             res = OverlapResult(best, up, is_exact(best, up), best_row, members, res.method + "+pool", res.seconds)
         return res
+
+    def _term_bound(
+        self, box: Box, nb: np.ndarray, floor: float, helly: bool, row: dict[str, Any] | None = None
+    ) -> OverlapResult | None:
+        """R = ``max_load_over(box)`` proven at most ``floor`` from the earlier admissions' terms, without a
+        search (issue 28: reuse of the earlier region solutions); None when some neighbour's term exceeds the
+        floor (or there is no finite floor, or the region is Helly: the load tensor is cheap there).
+
+        A row's load is at most the term of the last node k covering it (``_term_up[k]`` ≥ w_k + max over box_k
+        of the load of the nodes before k, and no later node covers the row).  Every node covering a row of
+        ``box`` is a neighbour, so ``R ≤ max over the neighbours of their terms``; when that is at most
+        ``floor`` nothing above the floor exists in the box.  ``row``: a known row of the box (its load is the
+        lower end; default any row of the box).  Cost ``O(|nb|)`` plus one row load ``O(t·m)``.
+
+        (Searching only the sub-regions ``box ∩ box_h`` of the neighbours h whose term exceeds the floor is
+        also exact, but measured on the sparse generator each sub-search cost as much as the whole region's:
+        not done.)
+        """
+        if not math.isfinite(floor) or helly or len(nb) == 0:
+            return None
+        upper = float(self._term_up[nb].max())
+        if not upper <= floor:
+            return None
+        if row is None:
+            row = {name: vs.some_value() for name, vs in box.constraints.items()}  # any row of the box
+        lower, members, _ = self._row_load(row, None)
+        upper = max(upper, lower)
+        return OverlapResult(lower, upper, is_exact(lower, upper), row, members, "term-bound", 0.0)
 
     def _admission(self, box: Box, w: float, budget: float | None = None) -> _Admission:
         st = self._store
@@ -685,13 +745,19 @@ class OverlapEngine:
         helly = is_helly_box(box) and bool(st.helly[nb].all())
         # uncharged engines (every bound exact) search for the whole limit at once
         quick = limit if self.charged is None or self.quick_time_limit is None else min(limit, self.quick_time_limit)
+        if quick < limit and self.charge_rel_slack <= 0:
+            # no slack is ever kept, so every inexact quick result would search on: one search up to
+            # ``hard_time_limit`` instead (a second search starts from scratch and repeats the first one's work:
+            # measured on the sparse generator, +40 ms on every admission needing more than the quick limit)
+            quick = min(limit, max(quick, self.hard_time_limit))
         region = self._region(box, nb, quick, floor, helly)
         if not region.exact and limit > quick:
             lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)
             up = max(self._gamma.upper if self._gamma is not None else 0.0, add_up(w, region.upper))
             near = budget is not None and lo <= budget < up
-            if near or up > (1.0 + self.charge_rel_slack) * lo:
-                cap = min(limit, self.near_time_limit if near else self.hard_time_limit)
+            cap = min(limit, self.near_time_limit if near else self.hard_time_limit)
+            # a second search starts from scratch: only worth it with more time than the first one had
+            if (near or up > (1.0 + self.charge_rel_slack) * lo) and cap > quick:
                 more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly)
                 region = _tighter(region, more)
         # one admission keeps one time limit: the clique search only gets what the γ step left
@@ -799,6 +865,10 @@ class OverlapEngine:
             limit = min(self.display_time_limit, self.time_limit) if limit is None else limit
             self._gamma = solve_overlap(self._store, time_limit=limit, config=self.solver)
             g = self._gamma
+            # every node's term is at most γ of all the nodes (loads only grow as nodes are added)
+            self._ensure_term_cap()
+            n = self._store.n
+            self._term_up[:n] = np.minimum(self._term_up[:n], g.upper)
             if g.exact:
                 self._pending, self._exact_up = (), g.upper
             else:
@@ -828,6 +898,13 @@ class OverlapEngine:
                 cr = max_weight_clique(A, st.weights[ids], self.clique_time_limit, upper_hint=chi, initial=pos)
                 self._clique = _omega(cr.lower, cr.upper, cr.exact, tuple(int(ids[i]) for i in cr.members))
         return self._clique
+
+    def _ensure_term_cap(self) -> None:
+        cap = self._store.cap
+        if len(self._term_up) < cap:
+            t = np.full(cap, math.inf)
+            t[: len(self._term_up)] = self._term_up
+            self._term_up = t
 
     def _ensure_color_cap(self) -> None:
         cap = self._store.cap

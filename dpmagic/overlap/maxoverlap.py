@@ -70,6 +70,7 @@ def solve_overlap(
     method: str = "auto",
     floor: float = -math.inf,
     config: PortfolioConfig | None = None,
+    terms: np.ndarray | None = None,
 ) -> OverlapResult:
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
@@ -86,7 +87,9 @@ def solve_overlap(
     against it from the start; the result is either exact (a witness above the floor) or the proven
     interval ``[witness load, floor rounded up]``.  Only the searches use it (the tensor is exact anyway).
     ``config``: the portfolio's configuration (default :class:`~.portfolio.PortfolioConfig`), restricted to
-    the steps of ``method``.
+    the steps of ``method``.  ``terms`` (indexed by node id, optional): per node a proven bound of the load of
+    every row whose last covering node it is (the engine's admission terms); the graph search cuts branches
+    that meet no node with a term above its best (:func:`~.gsearch.graph_search`).
     """
     cfg = (config or PortfolioConfig()).with_method(method)
     t0 = time.perf_counter()
@@ -111,7 +114,8 @@ def solve_overlap(
     if prob.n > 0:
         grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
         inst = Instance.of(store, prob, ids)
-        atoms, upper, _, used = run_portfolio(inst, deadline, rnd, cfg, grace, floor, upper_hint)
+        vterms = None if terms is None else np.asarray(terms, dtype=np.float64)[ids]
+        atoms, upper, _, used = run_portfolio(inst, deadline, rnd, cfg, grace, floor, upper_hint, vterms)
     else:
         upper = 0.0
     witness = witness_row(store, prob, atoms)

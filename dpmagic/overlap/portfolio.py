@@ -125,6 +125,13 @@ class PortfolioConfig:
     scoped_max_atoms: int = 64
     scoped_max_scope: float = 3.5
     scoped_share: float = 0.8
+    #: the share of the time the graph search gets when it runs first (``log₁₀ Π a_c > column_first_log10``:
+    #: sparse query graphs over many columns), before the column search and HiGHS.  0.9: on the sparse
+    #: generator's admissions (14 columns) the graph search is what finishes (0.4–0.9 s on the hardest), the
+    #: column search takes 5–7 s there and HiGHS does not close the gap; with half of an admission's 0.8 s cap
+    #: the graph search timed out on admissions it solves in 0.42–0.53 s, and each timeout left γ inexact
+    #: (measured: benchmarks/results/bench_session_issue28_s10.md)
+    graph_first_share: float = 0.9
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -232,6 +239,7 @@ class _State:
     gdata: GraphData | None = None
     milp_upper: float | None = None
     probing: bool = False
+    terms: np.ndarray | None = None
 
     def offer(self, atoms: dict[str, int]) -> None:
         if not atoms and self.best_atoms:
@@ -270,7 +278,7 @@ def _run_graph(s: _State, deadline: float) -> bool:
             s.gdata = graph_data(prob, deadline)
         except SearchTimeout:
             return False
-    r = graph_search(prob, deadline, data=s.gdata, best=max(s.best_val, s.floor), target=s.target)
+    r = graph_search(prob, deadline, data=s.gdata, best=max(s.best_val, s.floor), target=s.target, terms=s.terms)
     s.tags.append("graph-probe" if s.probing else "graph-search")
     s.offer({prob.columns[ci].name: a for ci, a in r.atoms.items()} if r.atoms else {})
     s.bound(s.rnd.up(r.upper))
@@ -403,6 +411,7 @@ def run_portfolio(
     grace: float,
     floor: float = -math.inf,
     target: float = math.inf,
+    terms: np.ndarray | None = None,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of ``inst`` within ``deadline``: (atoms of the best witness, proven upper bound, exact, tag).
 
@@ -414,7 +423,7 @@ def run_portfolio(
     if [s.name for s, _ in steps] == ["tensor"]:
         value, named = tensor_max(inst.prob)
         return named, rnd.up(value), True, "tensor"
-    s = _State(inst, rnd, floor, target)
+    s = _State(inst, rnd, floor, target, terms=terms)
     s.offer(_first_witness(inst.prob))
     exact = False
     for k, (step, cap) in enumerate(steps):
@@ -438,6 +447,8 @@ def run_portfolio(
             share = left * cfg.first_share
         if step.name == "scoped" and rest:
             share = left * cfg.scoped_share
+        elif step.name == "graph" and cap is None and "columns" in rest:
+            share = left * cfg.graph_first_share  # graph first: sparse query graphs, where it is what finishes
         s.probing = cap is not None
         if step.run(s, now + share):
             exact = True
