@@ -208,30 +208,43 @@ def _frame(n: int, seed: int) -> pd.DataFrame:
     )
 
 
-@pytest.mark.parametrize("sql", ENGINE_CASES)
-def test_numpy_and_duckdb_per_row_values_are_identical(sql: str) -> None:
+def _engine_case(sql: str) -> tuple[pd.DataFrame, np.ndarray, str, Any]:
+    """(frame, numpy's per-row values, the engine SELECT of the same values, the RowExpr)."""
+    from dpmagic.aggregates.sqlexpr import rint
+
     df = _frame(2000, 7)
     r = row_expr(parse(sql), SCHEMA, bounds())
     unit = None if r.is_int else 2.0**-40
     mine = row_values(r, {c: df[c].to_numpy() for c in df.columns}, unit)
     out = row_sql(r, SCHEMA, unit)
-    if r.is_int:
-        assert isinstance(out, tuple)
+    if isinstance(out, tuple):
         value = out[0]
     else:
-        from dpmagic.aggregates.sqlexpr import rint
-
-        assert not isinstance(out, tuple)
-        y = out.y
-        value = rint(y, exp.cast(exp.Floor(this=y.copy()), "BIGINT"))
-    con = duckdb.connect()
-    con.register("t", df)
-    q = exp.select(exp.alias_(value, "v")).from_("t").sql(dialect="duckdb")
-    theirs = con.execute(q).fetchnumpy()["v"].astype(np.int64)
-    np.testing.assert_array_equal(mine, theirs)
-    assert int(mine.sum()) == int(theirs.sum())
+        value = rint(out.y, exp.cast(exp.Floor(this=out.y.copy()), "BIGINT"))
     lo_u, hi_u = (r.lo, r.hi) if r.is_int else (r.lo / unit, r.hi / unit)  # type: ignore[operator]
     assert mine.min() >= np.floor(lo_u) and mine.max() <= np.ceil(hi_u)
+    return df, mine, exp.select(exp.alias_(value, "v")).from_("t"), r
+
+
+@pytest.mark.parametrize("sql", ENGINE_CASES)
+def test_numpy_and_duckdb_per_row_values_are_identical(sql: str) -> None:
+    df, mine, select, _ = _engine_case(sql)
+    con = duckdb.connect()
+    con.register("t", df)
+    theirs = con.execute(select.sql(dialect="duckdb")).fetchnumpy()["v"].astype(np.int64)
+    np.testing.assert_array_equal(mine, theirs)
+    assert int(mine.sum()) == int(theirs.sum())
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_numpy_and_spark_per_row_values_are_identical(spark: Any) -> None:
+    for sql in ENGINE_CASES:
+        df, mine, select, _ = _engine_case(sql)
+        spark.createDataFrame(df).createOrReplaceTempView("t")
+        rows = spark.sql(select.sql(dialect="spark")).collect()
+        theirs = np.array([int(row["v"]) for row in rows], dtype=np.int64)
+        np.testing.assert_array_equal(mine, theirs, err_msg=sql)
 
 
 # --- brute-force sensitivity of the clamped sum -------------------------------------------------------------
