@@ -4,6 +4,7 @@ identical on numpy and DuckDB, and the brute-force sensitivity of the clamped su
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -156,12 +157,28 @@ def test_case_over_declared_values_is_exact() -> None:
     assert enclosure(node, SCHEMA, bounds())[:2] == (0, 3)
 
 
+def test_box_bounds_come_from_the_where_box() -> None:
+    from dpmagic.query.rowexpr import box_bounds
+    from dpmagic.query.sql import parse_query
+
+    q = parse_query("SELECT COUNT(*) FROM t WHERE x <= 1 AND g = 'a' AND q > 2.5", SCHEMA)
+    of = box_bounds(q, SCHEMA)
+    assert of("x") == (-2, 1) and of("y") == (0, 4) and tuple(of("g")) == ("a",) and of("q") == (2.5, 10.0)
+    node = parse("CASE WHEN g = 'b' THEN 1000 ELSE x * y END")
+    assert enclosure(node, SCHEMA, of)[:2] == (-8, 4)
+
+
 def test_integrality() -> None:
     assert row_expr(parse("x * y - 3"), SCHEMA, bounds()).is_int
     assert row_expr(parse("CAST(x * y AS BIGINT)"), SCHEMA, bounds()).is_int
     assert not row_expr(parse("x * 0.5"), SCHEMA, bounds()).is_int
     assert not row_expr(parse("x * p"), SCHEMA, bounds()).is_int
     assert not row_expr(parse("CAST(x AS DOUBLE) + 1"), SCHEMA, bounds()).is_int
+    # an intermediate beyond 2^62 is computed in doubles (int64 would overflow)
+    assert not row_expr(parse("x * 4611686018427387904"), SCHEMA, bounds()).is_int
+    assert not row_expr(parse("y + 9223372036854775807 - 9223372036854775807"), SCHEMA, bounds()).is_int
+    with pytest.raises(UnsupportedQueryError, match="2\\^1000"):
+        row_expr(parse("p * " + str(2**1001)), SCHEMA, bounds())
 
 
 @pytest.mark.parametrize(
@@ -192,6 +209,7 @@ ENGINE_CASES = [
     "p * q",
     "ABS(p - 0.1) * 3 + LEAST(q, 2.5) - GREATEST(p, x)",
     "CASE WHEN q > 5 OR NOT (x = 1) THEN p * 1.1 ELSE q - y END",
+    "x * 4611686018427387904 + y",
 ]
 
 
@@ -214,7 +232,8 @@ def _engine_case(sql: str) -> tuple[pd.DataFrame, np.ndarray, str, Any]:
 
     df = _frame(2000, 7)
     r = row_expr(parse(sql), SCHEMA, bounds())
-    unit = None if r.is_int else 2.0**-40
+    # the float SUM path's quantum keeps every quantised value within int64 (float_unit)
+    unit = None if r.is_int else max(2.0**-40, 2.0 ** (math.ceil(math.log2(max(abs(r.lo), abs(r.hi)))) - 62))
     mine = row_values(r, {c: df[c].to_numpy() for c in df.columns}, unit)
     out = row_sql(r, SCHEMA, unit)
     if isinstance(out, tuple):

@@ -37,7 +37,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
@@ -45,10 +45,14 @@ from sqlglot import exp
 from dpmagic.aggregates.sqlexpr import Quantised, as_double, case, clip, col, lit, quantise_sql
 from dpmagic.domain.columns import CategoricalColumn, NumericColumn
 from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import CategorySet
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.noise.calibration import quantise
 
-__all__ = ["RowExpr", "enclosure", "row_expr", "row_sql", "row_values"]
+if TYPE_CHECKING:
+    from dpmagic.query.model import Query
+
+__all__ = ["RowExpr", "box_bounds", "enclosure", "row_expr", "row_sql", "row_values"]
 
 #: the largest magnitude an intermediate of an exact int64 expression may reach
 INT_LIMIT = 1 << 62
@@ -131,7 +135,7 @@ class _Checker:
         if k is not None:
             if k.denominator != 1:
                 self.is_int = False
-            return k, k
+            return self.checked(k, k, node)
         if isinstance(node, exp.Literal):
             raise _refuse(node, "a string is not a number")
         if isinstance(node, exp.Column):
@@ -142,18 +146,18 @@ class _Checker:
             self.columns.add(node.name)
             if not c.is_int:
                 self.is_int = False
-            return self.checked(Fraction(lo), Fraction(hi))
+            return self.checked(Fraction(lo), Fraction(hi), node)
         if isinstance(node, exp.Neg):
             a, b = self.range(node.this)
             return -b, -a
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
             a, b = self.range(node.this), self.range(node.expression)
             if isinstance(node, exp.Add):
-                return self.checked(a[0] + b[0], a[1] + b[1])
+                return self.checked(a[0] + b[0], a[1] + b[1], node)
             if isinstance(node, exp.Sub):
-                return self.checked(a[0] - b[1], a[1] - b[0])
+                return self.checked(a[0] - b[1], a[1] - b[0], node)
             p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
-            return self.checked(min(p), max(p))
+            return self.checked(min(p), max(p), node)
         if isinstance(node, exp.Abs):
             a, b = self.range(node.this)
             top = max(abs(a), abs(b))
@@ -185,11 +189,13 @@ class _Checker:
             raise _refuse(node, "division is undefined where the divisor is 0 and truncates differently by engine")
         raise _refuse(node, f"{type(node).__name__.upper()} is not one of + − × ABS LEAST GREATEST CASE CAST")
 
-    def checked(self, lo: Fraction, hi: Fraction) -> Range:
+    def checked(self, lo: Fraction, hi: Fraction, node: exp.Expr) -> Range:
+        """An intermediate's range: beyond ±2⁶² the expression is computed in doubles (the clamp into the final
+        range still bounds every summed value); beyond 2¹⁰⁰⁰ it is refused (doubles would overflow)."""
         if max(abs(lo), abs(hi)) > INT_LIMIT:
-            self.is_int = False  # computed in doubles instead (the clamp keeps the sum's range)
+            self.is_int = False
         if max(abs(lo), abs(hi)) > Fraction(2) ** 1000:
-            raise _refuse(exp.Literal.number(0), "its range exceeds 2^1000")
+            raise _refuse(node, "its range exceeds ±2^1000")
         return lo, hi
 
     def case(self, node: exp.Case) -> Range:
@@ -251,6 +257,22 @@ class _Checker:
                 return None if lo < hi else bool(op(lo, k))
             return at.pop() if len(at) == 1 else None  # monotone in the column: decided by the ends
         raise _refuse(node, "a CASE condition is a comparison of a column with a constant, AND, OR or NOT")
+
+
+def box_bounds(query: Query, schema: Schema) -> BoundsOf:
+    """``bounds_of`` for the query's WHERE box, from the schema and the query only (invariant 1): a numeric
+    column's (inf, sup) in the box (:func:`dpmagic.noise.sensitivity.value_range`), a categorical column's
+    declared values in the box."""
+    from dpmagic.noise.sensitivity import value_range
+
+    def of(name: str) -> Any:
+        c = schema[name]
+        if isinstance(c, CategoricalColumn):
+            s = query.where.get(name)
+            return tuple(s.values) if isinstance(s, CategorySet) else tuple(c.values)
+        return value_range(query, schema, name)
+
+    return of
 
 
 def enclosure(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> tuple[Fraction, Fraction, bool]:
