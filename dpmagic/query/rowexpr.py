@@ -1,0 +1,423 @@
+"""A general numeric row expression inside SUM / AVG (issue 29): its public range by interval arithmetic, and its
+per-row value computed identically on every engine (numpy here, SQL for DuckDB / Spark).
+
+``SUM(price * quantity)``, ``SUM(ABS(x - 40))``, ``AVG(CASE WHEN c = 'a' THEN x * 2 ELSE y END)`` are sums of a
+per-row value v(x) = expr(x).  Released as ONE sum, its sensitivity is that of a sum of per-row values in a public
+range [lo, hi] (:func:`dpmagic.noise.sensitivity.patterns`), provided every summed value is forced into [lo, hi]:
+the value is clamped into [lo, hi] before summing, so the privacy proof does not rest on the enclosure being
+tight, or even on floating-point evaluation matching real arithmetic — only on the clamp.
+
+**The range** (:func:`enclosure`).  [lo, hi] is computed from the columns' public ranges in the query's WHERE
+box (the declared bounds ∩ the box: invariant 1, never the rows) by interval arithmetic in exact rational
+arithmetic (Moore, Kearfott & Cloud, *Introduction to Interval Analysis*, SIAM, 2009, Thm. 5.1, the fundamental
+theorem of interval arithmetic: the natural interval extension of an expression built from +, −, ×, ABS,
+LEAST, GREATEST encloses its range over the box), then rounded outwards to doubles.  A CASE encloses the union
+of the enclosures of the branches whose condition can hold in the box (conditions that are constant over the
+box are decided there, so CASE over declared values is exact when its branches are).  The enclosure may be
+wider than the true range (a column appearing twice, ``x * x`` over [−1, 1] gives [−1, 1]), never narrower;
+a wider range only costs accuracy.
+
+**The per-row value** (:func:`row_values`, :func:`row_sql`).  When every column read by the arithmetic is an
+int column, every constant an integer, and every intermediate enclosure within ±2⁶², v is computed in exact
+int64 arithmetic and summed exactly.  Otherwise the columns are read as doubles and v is computed in IEEE
+double arithmetic, operation by operation in the tree's order (+, −, × are correctly rounded on every engine;
+ABS, LEAST, GREATEST and CASE are exact), then clamped into [lo, hi] and quantised to the power-of-two quantum
+u of the float SUM path (:func:`dpmagic.noise.calibration.quantise`, :func:`dpmagic.aggregates.sqlexpr.quantise_sql`):
+the integer per-row values, hence the exact integer sums, are bit-identical on pandas, DuckDB and Spark.
+
+Refused, with the reason: division and modulo (undefined at 0, and int division truncates differently across
+engines), functions other than ABS / LEAST / GREATEST, CASTs to an integer type of a non-integer value (engines
+round or truncate), string or non-numeric values, columns with infinite bounds, and conditions that are not
+comparisons of a declared column with a constant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpmagic.aggregates.sqlexpr import Quantised, as_double, case, clip, col, lit, quantise_sql
+from dpmagic.domain.columns import CategoricalColumn, NumericColumn
+from dpmagic.domain.schema import Schema
+from dpmagic.domain.sets import CategorySet
+from dpmagic.errors import UnsupportedQueryError
+from dpmagic.noise.calibration import quantise
+
+if TYPE_CHECKING:
+    from dpmagic.query.model import Query
+
+__all__ = ["RowExpr", "box_bounds", "enclosure", "row_expr", "row_sql", "row_values"]
+
+#: the largest magnitude an intermediate of an exact int64 expression may reach
+INT_LIMIT = 1 << 62
+
+Range = tuple[Fraction, Fraction]
+#: a column's public range in the box (numeric columns) or its declared values in the box (categorical)
+BoundsOf = Callable[[str], Any]
+
+_INT_TYPES = {
+    exp.DataType.Type.INT,
+    exp.DataType.Type.BIGINT,
+    exp.DataType.Type.SMALLINT,
+    exp.DataType.Type.TINYINT,
+}
+_DOUBLE_TYPES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL}
+_COMPARE: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
+    exp.EQ: lambda a, b: a == b,
+    exp.NEQ: lambda a, b: a != b,
+    exp.LT: lambda a, b: a < b,
+    exp.LTE: lambda a, b: a <= b,
+    exp.GT: lambda a, b: a > b,
+    exp.GTE: lambda a, b: a >= b,
+}
+
+
+def _refuse(node: exp.Expr, why: str) -> UnsupportedQueryError:
+    return UnsupportedQueryError(f"the row expression {node.sql()!r} is not supported inside SUM / AVG: {why}")
+
+
+def _strip(node: exp.Expr) -> exp.Expr:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _number(node: exp.Expr) -> Fraction | None:
+    node = _strip(node)
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return Fraction(node.this)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class RowExpr:
+    """A validated row expression: its tree, canonical key (its SQL), the enclosure [lo, hi] of its values over
+    the box (doubles, rounded outwards; exact ints when ``is_int``), and whether it is computed in exact int64."""
+
+    node: exp.Expr
+    key: str
+    lo: float
+    hi: float
+    is_int: bool
+    columns: frozenset[str]
+
+
+class _Checker:
+    """Validates a tree and computes its enclosure and integrality (one pass)."""
+
+    def __init__(self, schema: Schema, bounds_of: BoundsOf) -> None:
+        self.schema = schema
+        self.bounds_of = bounds_of
+        self.is_int = True
+        self.columns: set[str] = set()
+
+    def numeric(self, name: str, node: exp.Expr) -> NumericColumn:
+        try:
+            c = self.schema[name]
+        except Exception as e:  # an unknown column: the schema's own message
+            raise _refuse(node, f"unknown column {name!r}") from e
+        if not isinstance(c, NumericColumn):
+            raise _refuse(node, f"column {name!r} is not numeric")
+        return c
+
+    def range(self, node: exp.Expr) -> Range:
+        node = _strip(node)
+        k = _number(node)
+        if k is not None:
+            if k.denominator != 1:
+                self.is_int = False
+            return self.checked(k, k, node)
+        if isinstance(node, exp.Literal):
+            raise _refuse(node, "a string is not a number")
+        if isinstance(node, exp.Column):
+            c = self.numeric(node.name, node)
+            lo, hi = self.bounds_of(node.name)
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise _refuse(node, f"column {node.name!r} has no finite declared bounds")
+            self.columns.add(node.name)
+            if not c.is_int:
+                self.is_int = False
+            return self.checked(Fraction(lo), Fraction(hi), node)
+        if isinstance(node, exp.Neg):
+            a, b = self.range(node.this)
+            return -b, -a
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            a, b = self.range(node.this), self.range(node.expression)
+            if isinstance(node, exp.Add):
+                return self.checked(a[0] + b[0], a[1] + b[1], node)
+            if isinstance(node, exp.Sub):
+                return self.checked(a[0] - b[1], a[1] - b[0], node)
+            p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+            return self.checked(min(p), max(p), node)
+        if isinstance(node, exp.Abs):
+            a, b = self.range(node.this)
+            top = max(abs(a), abs(b))
+            return (Fraction(0) if a <= 0 <= b else min(abs(a), abs(b))), top
+        if isinstance(node, (exp.Least, exp.Greatest)):
+            args = [node.this, *node.expressions]
+            rs = [self.range(x) for x in args]
+            if isinstance(node, exp.Least):
+                return min(r[0] for r in rs), min(r[1] for r in rs)
+            return max(r[0] for r in rs), max(r[1] for r in rs)
+        if isinstance(node, exp.Case):
+            return self.case(node)
+        if isinstance(node, exp.Cast):
+            t = node.to.this
+            before = self.is_int
+            self.is_int = True
+            r = self.range(node.this)
+            inner_int, self.is_int = self.is_int, before
+            if t in _INT_TYPES:
+                if not inner_int:
+                    raise _refuse(node, "a CAST of a non-integer value to an integer type (engines round or truncate)")
+                self.is_int = self.is_int and inner_int
+                return r
+            if t in _DOUBLE_TYPES:
+                self.is_int = False
+                return r
+            raise _refuse(node, f"CAST to {node.to.sql()} (only BIGINT / INT of an integer value, or DOUBLE)")
+        if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
+            raise _refuse(node, "division is undefined where the divisor is 0 and truncates differently by engine")
+        raise _refuse(node, f"{type(node).__name__.upper()} is not one of + − × ABS LEAST GREATEST CASE CAST")
+
+    def checked(self, lo: Fraction, hi: Fraction, node: exp.Expr) -> Range:
+        """An intermediate's range: beyond ±2⁶² the expression is computed in doubles (the clamp into the final
+        range still bounds every summed value); beyond 2¹⁰⁰⁰ it is refused (doubles would overflow)."""
+        if max(abs(lo), abs(hi)) > INT_LIMIT:
+            self.is_int = False
+        if max(abs(lo), abs(hi)) > Fraction(2) ** 1000:
+            raise _refuse(node, "its range exceeds ±2^1000")
+        return lo, hi
+
+    def case(self, node: exp.Case) -> Range:
+        if node.this is not None:
+            raise _refuse(node, "use the searched form CASE WHEN <condition> THEN … END")
+        out: list[Range] = []
+        possible = True  # no earlier condition is certainly true
+        for when in node.args.get("ifs") or []:
+            holds = self.condition(when.this)  # True: always, False: never, None: maybe
+            r = self.range(when.args["true"])
+            if possible and holds is not False:
+                out.append(r)
+            if holds is True:
+                possible = False
+        default = node.args.get("default")
+        if default is None:
+            raise _refuse(node, "a CASE needs an ELSE branch (a NULL is not summed)")
+        r = self.range(default)
+        if possible:
+            out.append(r)
+        return min(x[0] for x in out), max(x[1] for x in out)
+
+    def condition(self, node: exp.Expr) -> bool | None:
+        """Validates a condition; whether it holds on every row of the box (True), none (False), or unknown."""
+        node = _strip(node)
+        if isinstance(node, exp.Not):
+            v = self.condition(node.this)
+            return None if v is None else not v
+        if isinstance(node, (exp.And, exp.Or)):
+            a, b = self.condition(node.this), self.condition(node.expression)
+            if isinstance(node, exp.And):
+                return False if False in (a, b) else (True if a is True and b is True else None)
+            return True if True in (a, b) else (False if a is False and b is False else None)
+        if type(node) in _COMPARE:
+            left, right = _strip(node.this), _strip(node.expression)
+            if not isinstance(left, exp.Column):
+                raise _refuse(node, "a CASE condition compares a declared column with a constant")
+            name = left.name
+            try:
+                c = self.schema[name]
+            except Exception as e:
+                raise _refuse(node, f"unknown column {name!r}") from e
+            op = _COMPARE[type(node)]
+            if isinstance(c, CategoricalColumn):
+                if not (isinstance(right, exp.Literal) and right.is_string) or type(node) not in (exp.EQ, exp.NEQ):
+                    raise _refuse(node, f"compare categorical column {name!r} with = or <> and a string")
+                values = list(self.bounds_of(name))
+                hits = {bool(op(v, right.this)) for v in values}
+                return hits.pop() if len(hits) == 1 else None
+            k = _number(right)
+            if k is None:
+                raise _refuse(node, "a CASE condition compares a declared column with a constant number")
+            lo, hi = (Fraction(v) for v in self.bounds_of(name))
+            at = {bool(op(lo, k)), bool(op(hi, k))}
+            if type(node) in (exp.EQ, exp.NEQ):
+                inside = lo <= k <= hi
+                if not inside:
+                    return type(node) is exp.NEQ
+                return None if lo < hi else bool(op(lo, k))
+            return at.pop() if len(at) == 1 else None  # monotone in the column: decided by the ends
+        raise _refuse(node, "a CASE condition is a comparison of a column with a constant, AND, OR or NOT")
+
+
+def box_bounds(query: Query, schema: Schema) -> BoundsOf:
+    """``bounds_of`` for the query's WHERE box, from the schema and the query only (invariant 1): a numeric
+    column's (inf, sup) in the box (:func:`dpmagic.noise.sensitivity.value_range`), a categorical column's
+    declared values in the box."""
+    from dpmagic.noise.sensitivity import value_range
+
+    def of(name: str) -> Any:
+        c = schema[name]
+        if isinstance(c, CategoricalColumn):
+            s = query.where.get(name)
+            return tuple(s.values) if isinstance(s, CategorySet) else tuple(c.values)
+        return value_range(query, schema, name)
+
+    return of
+
+
+def enclosure(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> tuple[Fraction, Fraction, bool]:
+    """The exact rational enclosure [lo, hi] of ``node`` over the box (``bounds_of``: a numeric column's public
+    (lo, hi) in the box; a categorical column's declared values in the box) and whether it is an exact int64
+    expression.  Raises :class:`~dpmagic.errors.UnsupportedQueryError` naming the construct otherwise."""
+    ch = _Checker(schema, bounds_of)
+    lo, hi = ch.range(node)
+    return lo, hi, ch.is_int
+
+
+def _outward(lo: Fraction, hi: Fraction) -> tuple[float, float]:
+    flo, fhi = float(lo), float(hi)
+    if Fraction(flo) > lo:
+        flo = math.nextafter(flo, -math.inf)
+    if Fraction(fhi) < hi:
+        fhi = math.nextafter(fhi, math.inf)
+    return flo, fhi
+
+
+def row_expr(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> RowExpr:
+    """Validate ``node`` and compute its enclosure over the box (rounded outwards to doubles; exact ints when
+    computed in int64)."""
+    ch = _Checker(schema, bounds_of)
+    lo, hi = ch.range(node)
+    node = node.copy()
+    if ch.is_int:
+        return RowExpr(node, node.sql(), int(lo), int(hi), True, frozenset(ch.columns))
+    flo, fhi = _outward(lo, hi)
+    return RowExpr(node, node.sql(), flo, fhi, False, frozenset(ch.columns))
+
+
+def _eval(node: exp.Expr, cols: Mapping[str, np.ndarray], n: int, as_int: bool) -> np.ndarray:
+    node = _strip(node)
+    k = _number(node)
+    if k is not None:
+        return np.full(n, int(k) if as_int else float(k), dtype=np.int64 if as_int else np.float64)
+    if isinstance(node, exp.Column):
+        return np.asarray(cols[node.name]).astype(np.int64 if as_int else np.float64)
+    if isinstance(node, exp.Neg):
+        return -_eval(node.this, cols, n, as_int)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        a, b = _eval(node.this, cols, n, as_int), _eval(node.expression, cols, n, as_int)
+        return a + b if isinstance(node, exp.Add) else (a - b if isinstance(node, exp.Sub) else a * b)
+    if isinstance(node, exp.Abs):
+        return np.abs(_eval(node.this, cols, n, as_int))
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        out = _eval(node.this, cols, n, as_int)
+        for x in node.expressions:
+            v = _eval(x, cols, n, as_int)
+            out = np.where(v < out, v, out) if isinstance(node, exp.Least) else np.where(v > out, v, out)
+        return out
+    if isinstance(node, exp.Cast):
+        return _eval(node.this, cols, n, as_int)
+    if isinstance(node, exp.Case):
+        out = _eval(node.args["default"], cols, n, as_int)
+        for when in reversed(node.args.get("ifs") or []):
+            out = np.where(_cond(when.this, cols), _eval(when.args["true"], cols, n, as_int), out)
+        return out
+    raise _refuse(node, "not validated")  # pragma: no cover - row_expr validated the tree
+
+
+def _cond(node: exp.Expr, cols: Mapping[str, np.ndarray]) -> np.ndarray:
+    node = _strip(node)
+    if isinstance(node, exp.Not):
+        return ~_cond(node.this, cols)
+    if isinstance(node, exp.And):
+        return _cond(node.this, cols) & _cond(node.expression, cols)
+    if isinstance(node, exp.Or):
+        return _cond(node.this, cols) | _cond(node.expression, cols)
+    right = _strip(node.expression)
+    v: Any = right.this if right.is_string else _number(right)
+    x = np.asarray(cols[_strip(node.this).name])
+    if not isinstance(v, str):
+        assert v is not None
+        v = int(v) if v.denominator == 1 and x.dtype.kind in "iu" else float(v)
+    return np.asarray(_COMPARE[type(node)](x, v), dtype=bool)
+
+
+def row_values(r: RowExpr, cols: Mapping[str, np.ndarray], unit: float | None) -> np.ndarray:
+    """The int64 per-row values summed: v(x) clamped into [lo, hi] (exact ints when ``r.is_int``), else computed
+    in doubles, clamped and quantised to ``unit`` (a power of two)."""
+    n = len(next(iter(cols.values()))) if cols else 0
+    if r.is_int:
+        return np.clip(_eval(r.node, cols, n, True), int(r.lo), int(r.hi)).astype(np.int64)
+    assert unit is not None
+    return quantise(_eval(r.node, cols, n, False), unit, r.lo, r.hi)
+
+
+def _sql(node: exp.Expr, schema: Schema, as_int: bool) -> exp.Expr:
+    node = _strip(node)
+    k = _number(node)
+    if k is not None:
+        return lit(int(k)) if as_int else lit(float(k))
+    if isinstance(node, exp.Column):
+        return exp.cast(col(node.name), "BIGINT") if as_int else as_double(col(node.name))
+    if isinstance(node, exp.Neg):
+        return exp.Neg(this=exp.paren(_sql(node.this, schema, as_int)))
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return exp.paren(
+            type(node)(
+                this=exp.paren(_sql(node.this, schema, as_int)),
+                expression=exp.paren(_sql(node.expression, schema, as_int)),
+            )
+        )
+    if isinstance(node, exp.Abs):
+        return exp.Abs(this=_sql(node.this, schema, as_int))
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        out = _sql(node.this, schema, as_int)
+        for x in node.expressions:
+            v = _sql(x, schema, as_int)
+            cmp = exp.LT if isinstance(node, exp.Least) else exp.GT
+            out = case([(cmp(this=v, expression=out), v.copy())], out.copy())  # numpy's where(v < out, v, out)
+        return out
+    if isinstance(node, exp.Cast):
+        return _sql(node.this, schema, as_int)
+    if isinstance(node, exp.Case):
+        whens = [(_cond_sql(w.this, schema), _sql(w.args["true"], schema, as_int)) for w in node.args.get("ifs") or []]
+        return case(whens, _sql(node.args["default"], schema, as_int))
+    raise _refuse(node, "not validated")  # pragma: no cover
+
+
+def _cond_sql(node: exp.Expr, schema: Schema) -> exp.Expr:
+    node = _strip(node)
+    if isinstance(node, exp.Not):
+        return exp.Not(this=exp.paren(_cond_sql(node.this, schema)))
+    if isinstance(node, (exp.And, exp.Or)):
+        return exp.paren(type(node)(this=_cond_sql(node.this, schema), expression=_cond_sql(node.expression, schema)))
+    name = _strip(node.this).name
+    right = _strip(node.expression)
+    c = schema[name]
+    if right.is_string:
+        v: Any = right.this
+    else:
+        k = _number(right)
+        assert k is not None
+        v = int(k) if isinstance(c, NumericColumn) and c.is_int and k.denominator == 1 else float(k)
+    return type(node)(this=col(name), expression=lit(v))
+
+
+def row_sql(r: RowExpr, schema: Schema, unit: float | None) -> Quantised | tuple[exp.Expr, int]:
+    """The per-row value as SQL over the normalised view's columns: (clamped BIGINT expression, its bound) when
+    ``r.is_int``, else the :class:`~dpmagic.aggregates.sqlexpr.Quantised` value on ``unit`` (the same rounding
+    as :func:`row_values`)."""
+    if r.is_int:
+        return clip(_sql(r.node, schema, True), int(r.lo), int(r.hi)), max(abs(int(r.lo)), abs(int(r.hi)))
+    assert unit is not None
+    return quantise_sql(_sql(r.node, schema, False), unit, r.lo, r.hi)
