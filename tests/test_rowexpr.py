@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
+from dpmagic.aggregates.rowvalues import row_sql, row_values
 from dpmagic.domain.schema import Schema
 from dpmagic.errors import UnsupportedQueryError
 from dpmagic.noise.sensitivity import Coverage, patterns
-from dpmagic.query.rowexpr import enclosure, row_expr, row_sql, row_values
+from dpmagic.query.rowexpr import enclosure, row_expr
 
 SCHEMA = Schema.from_dict(
     {

@@ -17,7 +17,8 @@ box are decided there, so CASE over declared values is exact when its branches a
 wider than the true range (a column appearing twice, ``x * x`` over [−1, 1] gives [−1, 1]), never narrower;
 a wider range only costs accuracy.
 
-**The per-row value** (:func:`row_values`, :func:`row_sql`).  When every column read by the arithmetic is an
+**The per-row value** (:func:`dpmagic.aggregates.rowvalues.row_values`, :func:`~dpmagic.aggregates.rowvalues.row_sql`,
+in the aggregates layer: they build engine SQL).  When every column read by the arithmetic is an
 int column, every constant an integer, and every intermediate enclosure within ±2⁶², v is computed in exact
 int64 arithmetic and summed exactly.  Otherwise the columns are read as doubles and v is computed in IEEE
 double arithmetic, operation by operation in the tree's order (+, −, × are correctly rounded on every engine;
@@ -34,25 +35,22 @@ comparisons of a declared column with a constant.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlglot import exp
 
-from dpmagic.aggregates.sqlexpr import Quantised, as_double, case, clip, col, lit, quantise_sql
 from dpmagic.domain.columns import CategoricalColumn, NumericColumn
 from dpmagic.domain.schema import Schema
-from dpmagic.domain.sets import CategorySet
+from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.errors import UnsupportedQueryError
-from dpmagic.noise.calibration import quantise
 
 if TYPE_CHECKING:
     from dpmagic.query.model import Query
 
-__all__ = ["RowExpr", "box_bounds", "enclosure", "row_expr", "row_sql", "row_values"]
+__all__ = ["COMPARE", "RowExpr", "box_bounds", "enclosure", "number", "row_expr", "strip"]
 
 #: the largest magnitude an intermediate of an exact int64 expression may reach
 INT_LIMIT = 1 << 62
@@ -68,7 +66,7 @@ _INT_TYPES = {
     exp.DataType.Type.TINYINT,
 }
 _DOUBLE_TYPES = {exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL}
-_COMPARE: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
+COMPARE: dict[type[exp.Expr], Callable[[Any, Any], Any]] = {
     exp.EQ: lambda a, b: a == b,
     exp.NEQ: lambda a, b: a != b,
     exp.LT: lambda a, b: a < b,
@@ -82,14 +80,14 @@ def _refuse(node: exp.Expr, why: str) -> UnsupportedQueryError:
     return UnsupportedQueryError(f"the row expression {node.sql()!r} is not supported inside SUM / AVG: {why}")
 
 
-def _strip(node: exp.Expr) -> exp.Expr:
+def strip(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def _number(node: exp.Expr) -> Fraction | None:
-    node = _strip(node)
+def number(node: exp.Expr) -> Fraction | None:
+    node = strip(node)
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return Fraction(node.this)
@@ -130,8 +128,8 @@ class _Checker:
         return c
 
     def range(self, node: exp.Expr) -> Range:
-        node = _strip(node)
-        k = _number(node)
+        node = strip(node)
+        k = number(node)
         if k is not None:
             if k.denominator != 1:
                 self.is_int = False
@@ -151,12 +149,12 @@ class _Checker:
             a, b = self.range(node.this)
             return -b, -a
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-            a, b = self.range(node.this), self.range(node.expression)
+            ra, rb = self.range(node.this), self.range(node.expression)
             if isinstance(node, exp.Add):
-                return self.checked(a[0] + b[0], a[1] + b[1], node)
+                return self.checked(ra[0] + rb[0], ra[1] + rb[1], node)
             if isinstance(node, exp.Sub):
-                return self.checked(a[0] - b[1], a[1] - b[0], node)
-            p = [a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]]
+                return self.checked(ra[0] - rb[1], ra[1] - rb[0], node)
+            p = [ra[0] * rb[0], ra[0] * rb[1], ra[1] * rb[0], ra[1] * rb[1]]
             return self.checked(min(p), max(p), node)
         if isinstance(node, exp.Abs):
             a, b = self.range(node.this)
@@ -220,7 +218,7 @@ class _Checker:
 
     def condition(self, node: exp.Expr) -> bool | None:
         """Validates a condition; whether it holds on every row of the box (True), none (False), or unknown."""
-        node = _strip(node)
+        node = strip(node)
         if isinstance(node, exp.Not):
             v = self.condition(node.this)
             return None if v is None else not v
@@ -229,8 +227,8 @@ class _Checker:
             if isinstance(node, exp.And):
                 return False if False in (a, b) else (True if a is True and b is True else None)
             return True if True in (a, b) else (False if a is False and b is False else None)
-        if type(node) in _COMPARE:
-            left, right = _strip(node.this), _strip(node.expression)
+        if type(node) in COMPARE:
+            left, right = strip(node.this), strip(node.expression)
             if not isinstance(left, exp.Column):
                 raise _refuse(node, "a CASE condition compares a declared column with a constant")
             name = left.name
@@ -238,14 +236,14 @@ class _Checker:
                 c = self.schema[name]
             except Exception as e:
                 raise _refuse(node, f"unknown column {name!r}") from e
-            op = _COMPARE[type(node)]
+            op = COMPARE[type(node)]
             if isinstance(c, CategoricalColumn):
                 if not (isinstance(right, exp.Literal) and right.is_string) or type(node) not in (exp.EQ, exp.NEQ):
                     raise _refuse(node, f"compare categorical column {name!r} with = or <> and a string")
                 values = list(self.bounds_of(name))
                 hits = {bool(op(v, right.this)) for v in values}
                 return hits.pop() if len(hits) == 1 else None
-            k = _number(right)
+            k = number(right)
             if k is None:
                 raise _refuse(node, "a CASE condition compares a declared column with a constant number")
             lo, hi = (Fraction(v) for v in self.bounds_of(name))
@@ -261,16 +259,20 @@ class _Checker:
 
 def box_bounds(query: Query, schema: Schema) -> BoundsOf:
     """``bounds_of`` for the query's WHERE box, from the schema and the query only (invariant 1): a numeric
-    column's (inf, sup) in the box (:func:`dpmagic.noise.sensitivity.value_range`), a categorical column's
-    declared values in the box."""
-    from dpmagic.noise.sensitivity import value_range
+    column's (inf, sup) in the box (its declared bounds intersected with the box's set on it, as
+    :func:`dpmagic.noise.sensitivity.value_range`), a categorical column's declared values in the box."""
 
     def of(name: str) -> Any:
         c = schema[name]
+        s = query.where.get(name)
         if isinstance(c, CategoricalColumn):
-            s = query.where.get(name)
             return tuple(s.values) if isinstance(s, CategorySet) else tuple(c.values)
-        return value_range(query, schema, name)
+        assert isinstance(c, NumericColumn)
+        if isinstance(s, IntervalSet) and s.intervals:
+            lo, hi = s.intervals[0].lo, s.intervals[-1].hi
+        else:
+            lo, hi = c.lower, c.upper
+        return (int(lo), int(hi)) if c.is_int else (float(lo), float(hi))
 
     return of
 
@@ -303,121 +305,3 @@ def row_expr(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> RowExpr:
         return RowExpr(node, node.sql(), int(lo), int(hi), True, frozenset(ch.columns))
     flo, fhi = _outward(lo, hi)
     return RowExpr(node, node.sql(), flo, fhi, False, frozenset(ch.columns))
-
-
-def _eval(node: exp.Expr, cols: Mapping[str, np.ndarray], n: int, as_int: bool) -> np.ndarray:
-    node = _strip(node)
-    k = _number(node)
-    if k is not None:
-        return np.full(n, int(k) if as_int else float(k), dtype=np.int64 if as_int else np.float64)
-    if isinstance(node, exp.Column):
-        return np.asarray(cols[node.name]).astype(np.int64 if as_int else np.float64)
-    if isinstance(node, exp.Neg):
-        return -_eval(node.this, cols, n, as_int)
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-        a, b = _eval(node.this, cols, n, as_int), _eval(node.expression, cols, n, as_int)
-        return a + b if isinstance(node, exp.Add) else (a - b if isinstance(node, exp.Sub) else a * b)
-    if isinstance(node, exp.Abs):
-        return np.abs(_eval(node.this, cols, n, as_int))
-    if isinstance(node, (exp.Least, exp.Greatest)):
-        out = _eval(node.this, cols, n, as_int)
-        for x in node.expressions:
-            v = _eval(x, cols, n, as_int)
-            out = np.where(v < out, v, out) if isinstance(node, exp.Least) else np.where(v > out, v, out)
-        return out
-    if isinstance(node, exp.Cast):
-        return _eval(node.this, cols, n, as_int)
-    if isinstance(node, exp.Case):
-        out = _eval(node.args["default"], cols, n, as_int)
-        for when in reversed(node.args.get("ifs") or []):
-            out = np.where(_cond(when.this, cols), _eval(when.args["true"], cols, n, as_int), out)
-        return out
-    raise _refuse(node, "not validated")  # pragma: no cover - row_expr validated the tree
-
-
-def _cond(node: exp.Expr, cols: Mapping[str, np.ndarray]) -> np.ndarray:
-    node = _strip(node)
-    if isinstance(node, exp.Not):
-        return ~_cond(node.this, cols)
-    if isinstance(node, exp.And):
-        return _cond(node.this, cols) & _cond(node.expression, cols)
-    if isinstance(node, exp.Or):
-        return _cond(node.this, cols) | _cond(node.expression, cols)
-    right = _strip(node.expression)
-    v: Any = right.this if right.is_string else _number(right)
-    x = np.asarray(cols[_strip(node.this).name])
-    if not isinstance(v, str):
-        assert v is not None
-        v = int(v) if v.denominator == 1 and x.dtype.kind in "iu" else float(v)
-    return np.asarray(_COMPARE[type(node)](x, v), dtype=bool)
-
-
-def row_values(r: RowExpr, cols: Mapping[str, np.ndarray], unit: float | None) -> np.ndarray:
-    """The int64 per-row values summed: v(x) clamped into [lo, hi] (exact ints when ``r.is_int``), else computed
-    in doubles, clamped and quantised to ``unit`` (a power of two)."""
-    n = len(next(iter(cols.values()))) if cols else 0
-    if r.is_int:
-        return np.clip(_eval(r.node, cols, n, True), int(r.lo), int(r.hi)).astype(np.int64)
-    assert unit is not None
-    return quantise(_eval(r.node, cols, n, False), unit, r.lo, r.hi)
-
-
-def _sql(node: exp.Expr, schema: Schema, as_int: bool) -> exp.Expr:
-    node = _strip(node)
-    k = _number(node)
-    if k is not None:
-        return lit(int(k)) if as_int else lit(float(k))
-    if isinstance(node, exp.Column):
-        return exp.cast(col(node.name), "BIGINT") if as_int else as_double(col(node.name))
-    if isinstance(node, exp.Neg):
-        return exp.Neg(this=exp.paren(_sql(node.this, schema, as_int)))
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-        return exp.paren(
-            type(node)(
-                this=exp.paren(_sql(node.this, schema, as_int)),
-                expression=exp.paren(_sql(node.expression, schema, as_int)),
-            )
-        )
-    if isinstance(node, exp.Abs):
-        return exp.Abs(this=_sql(node.this, schema, as_int))
-    if isinstance(node, (exp.Least, exp.Greatest)):
-        out = _sql(node.this, schema, as_int)
-        for x in node.expressions:
-            v = _sql(x, schema, as_int)
-            cmp = exp.LT if isinstance(node, exp.Least) else exp.GT
-            out = case([(cmp(this=v, expression=out), v.copy())], out.copy())  # numpy's where(v < out, v, out)
-        return out
-    if isinstance(node, exp.Cast):
-        return _sql(node.this, schema, as_int)
-    if isinstance(node, exp.Case):
-        whens = [(_cond_sql(w.this, schema), _sql(w.args["true"], schema, as_int)) for w in node.args.get("ifs") or []]
-        return case(whens, _sql(node.args["default"], schema, as_int))
-    raise _refuse(node, "not validated")  # pragma: no cover
-
-
-def _cond_sql(node: exp.Expr, schema: Schema) -> exp.Expr:
-    node = _strip(node)
-    if isinstance(node, exp.Not):
-        return exp.Not(this=exp.paren(_cond_sql(node.this, schema)))
-    if isinstance(node, (exp.And, exp.Or)):
-        return exp.paren(type(node)(this=_cond_sql(node.this, schema), expression=_cond_sql(node.expression, schema)))
-    name = _strip(node.this).name
-    right = _strip(node.expression)
-    c = schema[name]
-    if right.is_string:
-        v: Any = right.this
-    else:
-        k = _number(right)
-        assert k is not None
-        v = int(k) if isinstance(c, NumericColumn) and c.is_int and k.denominator == 1 else float(k)
-    return type(node)(this=col(name), expression=lit(v))
-
-
-def row_sql(r: RowExpr, schema: Schema, unit: float | None) -> Quantised | tuple[exp.Expr, int]:
-    """The per-row value as SQL over the normalised view's columns: (clamped BIGINT expression, its bound) when
-    ``r.is_int``, else the :class:`~dpmagic.aggregates.sqlexpr.Quantised` value on ``unit`` (the same rounding
-    as :func:`row_values`)."""
-    if r.is_int:
-        return clip(_sql(r.node, schema, True), int(r.lo), int(r.hi)), max(abs(int(r.lo)), abs(int(r.hi)))
-    assert unit is not None
-    return quantise_sql(_sql(r.node, schema, False), unit, r.lo, r.hi)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from dpmagic.aggregates.basic import ratio_estimate  # the AVG unit's interval; re-exported here
 from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Query
 
 __all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
@@ -117,7 +118,7 @@ def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str])
         if agg.func in ("count", "count_distinct"):
             floor = 0.0
         elif agg.func == "sum" and agg.column is not None:
-            col = schema[agg.column]
+            col = with_derived(schema, query)[agg.column]
             if isinstance(col, NumericColumn) and float(col.lower) >= 0:
                 floor = 0.0
         if "nonnegative" in opts and floor is not None:
