@@ -32,6 +32,7 @@ never touches data or budget.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections.abc import Sequence
@@ -130,8 +131,26 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     ``tables``: the names the bound table may be called by (a session passes the schema's ``table`` and the
     notebook variable's name); a schema-qualified form of any of them (``PUMS.PUMS``) is accepted too.  None
     accepts any single table name (schema-only tools such as ``dpmagic overlap``).  Raises :class:`QueryError` (or a
-    subclass) with one message that names the problem.
+    subclass) with one message that names the problem.  How a part that could be misread was read (``educ =
+    '8'`` read as the number 8) is warned (:class:`~dpmagic.query.regions.QueryNoteWarning`) and kept in
+    :attr:`Query.notes`, which the answer shows.
     """
+    from dpmagic.query.regions import QueryNoteWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QueryNoteWarning)
+        q = _parse_query(text, schema, tables=tables)
+    notes: list[str] = []
+    for w in caught:
+        if issubclass(w.category, QueryNoteWarning):
+            notes.append(str(w.message))
+        warnings.warn(w.message, w.category, stacklevel=2)
+    if notes:
+        q = dataclasses.replace(q, notes=tuple(dict.fromkeys(notes)))
+    return q
+
+
+def _parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None) -> Query:
     if not isinstance(text, str) or not text.strip():
         raise QueryError("the query is empty: write a SELECT statement")
     statements = _parse_statements(text)

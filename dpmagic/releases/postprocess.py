@@ -41,7 +41,7 @@ def _avg_columns(query: Query) -> list[str]:
 
 def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
     """Plain-language notes on a released answer, computed from the released values only (free)."""
-    notes: list[str] = []
+    notes: list[str] = list(query.notes)  # how the parser read a part that could be misread
     if query.is_empty:
         notes.append(
             "the WHERE clause matches no row of the declared domain: every true value is 0 (or undefined for "
