@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from dpmagic.aggregates.sqlexpr import Quantised, as_double, case, clip, col, lit, quantise_sql
+from dpmagic.aggregates.sqlexpr import Quantised, as_double, case, clip, col, lit, or_, quantise_sql
 from dpmagic.domain.columns import NumericColumn
 from dpmagic.domain.schema import Schema
 from dpmagic.noise.calibration import quantise
-from dpmagic.query.rowexpr import COMPARE, RowExpr, number, strip
+from dpmagic.query.rowexpr import COMPARE, RowExpr, in_values, number, strip
 
 __all__ = ["CategoryEq", "derived_sql", "derived_values", "row_sql", "row_values"]
 
@@ -65,6 +65,11 @@ def _eval(node: exp.Expr, cols: Mapping[str, np.ndarray], n: int, as_int: bool) 
     raise _refuse(node, "unexpected node")  # pragma: no cover - row_expr validated the tree
 
 
+def _typed(k: Any, x: np.ndarray) -> int | float:
+    """An exact fraction as the int (int columns, whole k) or double the column is compared with."""
+    return int(k) if k.denominator == 1 and x.dtype.kind in "iu" else float(k)
+
+
 def _cond(node: exp.Expr, cols: Mapping[str, np.ndarray]) -> np.ndarray:
     node = strip(node)
     if isinstance(node, exp.Not):
@@ -73,6 +78,12 @@ def _cond(node: exp.Expr, cols: Mapping[str, np.ndarray]) -> np.ndarray:
         return _cond(node.this, cols) & _cond(node.expression, cols)
     if isinstance(node, exp.Or):
         return _cond(node.this, cols) | _cond(node.expression, cols)
+    if isinstance(node, exp.In):
+        x = np.asarray(cols[strip(node.this).name])
+        out = np.zeros(len(x), dtype=bool)
+        for k in in_values(node):
+            out |= np.asarray(x == (k if isinstance(k, str) else _typed(k, x)), dtype=bool)
+        return out
     right = strip(node.expression)
     v: Any = right.this if right.is_string else number(right)
     x = np.asarray(cols[strip(node.this).name])
@@ -137,8 +148,17 @@ def _cond_sql(node: exp.Expr, schema: Schema, cat: CategoryEq | None = None) -> 
             type(node)(this=_cond_sql(node.this, schema, cat), expression=_cond_sql(node.expression, schema, cat))
         )
     name = strip(node.this).name
-    right = strip(node.expression)
     c = schema[name]
+    if isinstance(node, exp.In):
+        parts: list[exp.Expr] = []
+        for k in in_values(node):
+            if isinstance(k, str):
+                parts.append(cat(name, k) if cat is not None else exp.EQ(this=col(name), expression=lit(k)))
+            else:
+                v_in = int(k) if isinstance(c, NumericColumn) and c.is_int and k.denominator == 1 else float(k)
+                parts.append(exp.EQ(this=col(name), expression=lit(v_in)))
+        return exp.paren(or_(parts))
+    right = strip(node.expression)
     if right.is_string and cat is not None:  # a categorical column as the engine holds it (coded, collated)
         eq = cat(name, right.this)
         return eq if isinstance(node, exp.EQ) else exp.Not(this=exp.paren(eq))

@@ -50,7 +50,7 @@ from dpmagic.errors import UnsupportedQueryError
 if TYPE_CHECKING:
     from dpmagic.query.model import Query
 
-__all__ = ["COMPARE", "RowExpr", "box_bounds", "enclosure", "number", "row_expr", "strip"]
+__all__ = ["COMPARE", "RowExpr", "box_bounds", "enclosure", "in_values", "number", "row_expr", "strip"]
 
 #: the largest magnitude an intermediate of an exact int64 expression may reach
 INT_LIMIT = 1 << 62
@@ -227,6 +227,8 @@ class _Checker:
             if isinstance(node, exp.And):
                 return False if False in (a, b) else (True if a is True and b is True else None)
             return True if True in (a, b) else (False if a is False and b is False else None)
+        if isinstance(node, exp.In):
+            return self.membership(node)
         if type(node) in COMPARE:
             left, right = strip(node.this), strip(node.expression)
             if not isinstance(left, exp.Column):
@@ -254,7 +256,46 @@ class _Checker:
                     return type(node) is exp.NEQ
                 return None if lo < hi else bool(op(lo, k))
             return at.pop() if len(at) == 1 else None  # monotone in the column: decided by the ends
-        raise _refuse(node, "a CASE condition is a comparison of a column with a constant, AND, OR or NOT")
+        raise _refuse(node, "a CASE condition is a comparison of a column with a constant, IN, AND, OR or NOT")
+
+    def membership(self, node: exp.In) -> bool | None:
+        """``col IN (constants)`` (a public lookup column's CASE: :mod:`dpmagic.query.joins`), decided over the box
+        where it can be: never when no listed value is in the column's range, always when every value of the
+        range is listed (an int range no longer than the list)."""
+        left = strip(node.this)
+        if not isinstance(left, exp.Column) or node.args.get("query") is not None or not node.expressions:
+            raise _refuse(node, "a CASE condition's IN compares a declared column with a list of constants")
+        name = left.name
+        try:
+            c = self.schema[name]
+        except Exception as e:
+            raise _refuse(node, f"unknown column {name!r}") from e
+        items = [strip(x) for x in node.expressions]
+        if isinstance(c, CategoricalColumn):
+            if not all(isinstance(x, exp.Literal) and x.is_string for x in items):
+                raise _refuse(node, f"compare categorical column {name!r} with IN and strings")
+            listed = {x.this for x in items}
+            hits = {v in listed for v in self.bounds_of(name)}
+            return hits.pop() if len(hits) == 1 else None
+        nums = [number(x) for x in items]
+        if any(k is None for k in nums):
+            raise _refuse(node, "a CASE condition's IN lists constant numbers")
+        lo, hi = (Fraction(v) for v in self.bounds_of(name))
+        inside = {k for k in nums if k is not None and lo <= k <= hi}
+        if not inside:
+            return False
+        if isinstance(c, NumericColumn) and c.is_int and hi - lo + 1 <= len(inside):
+            return True if all(Fraction(v) in inside for v in range(int(lo), int(hi) + 1)) else None
+        return None
+
+
+def in_values(node: exp.In) -> list[Any]:
+    """The literals of ``col IN (…)`` (a validated condition): strings, or numbers as exact fractions."""
+    out: list[Any] = []
+    for x in node.expressions:
+        x = strip(x)
+        out.append(x.this if isinstance(x, exp.Literal) and x.is_string else number(x))
+    return out
 
 
 def box_bounds(query: Query, schema: Schema) -> BoundsOf:
