@@ -203,6 +203,8 @@ WHERES = {
 #: SUM(expression) → its per-row meaning (Python, written out by hand)
 SUMS = {
     "SUM(x * x)": lambda r: r["x"] * r["x"],
+    "SUM(2 * x - 1)": lambda r: 2 * r["x"] - 1,  # linear: one release too (query.linear)
+    "SUM(x + f)": lambda r: r["x"] + r["f"],
     "SUM(CASE WHEN g = 'a' THEN x * 2 ELSE ABS(x - 1) END)": lambda r: r["x"] * 2 if r["g"] == "a" else abs(r["x"] - 1),
     "SUM(GREATEST(x * x, 2) * ABS(x))": lambda r: max(r["x"] * r["x"], 2) * abs(r["x"]),
     "SUM(LEAST(x, f) * 2)": lambda r: min(r["x"], r["f"]) * 2,
