@@ -79,6 +79,7 @@ SQLITE_CASES = [
     "SELECT SUM(x * x - y) AS s FROM t WHERE g = 'a' OR x >= 2",
     "SELECT AVG(MIN(x, y) * 2) AS a FROM t",  # SQLite's scalar MIN is LEAST (rewritten below for dpmagic)
     "SELECT SUM(f * f) AS s, AVG(f * y) AS a FROM t WHERE x BETWEEN 0 AND 2",
+    "SELECT g, AVG(CASE WHEN x > 0 THEN y ELSE NULL END) AS a FROM t GROUP BY g",  # ELSE NULL: AVG(y) FILTER (x > 0)
 ]
 
 
@@ -167,7 +168,7 @@ def test_pandas_and_duckdb_compute_the_same_exact_aggregates() -> None:
         q, units, extra = plan_query(sql, SCHEMA)
         derived += bool(q.derived)  # SUM(CASE WHEN c THEN y ELSE 0 END) alone is SUM(y) over WHERE c (flatten)
         assert_same_cells(pb.evaluate(q, units, extended=extra), db.evaluate(q, units, extended=extra))
-    assert derived == len(ENGINE_CASES) - 1
+    assert derived == len(ENGINE_CASES) - 2  # and AVG(CASE WHEN x > 0 THEN y ELSE NULL END): AVG(y) FILTER
 
 
 @pytest.mark.spark
