@@ -408,3 +408,31 @@ def test_a_lookup_sum_covers_the_brute_force_change(definition: str, replace_one
 def test_lookup_aggregates_sql_would_skip_rows_of_are_refused(sql: str, fragment: str) -> None:
     with pytest.raises(UnsupportedQueryError, match=fragment):
         parse_query(sql, LOOKUP)
+
+
+def _lookup_frame() -> pd.DataFrame:
+    rng = np.random.default_rng(8)
+    return pd.DataFrame(
+        {"region": rng.integers(1, 6, 300), "age": rng.integers(0, 4, 300), "sex": rng.choice(["F", "M"], 300)}
+    )
+
+
+def test_a_lookup_sum_is_the_same_on_pandas_and_duckdb() -> None:
+    df = _lookup_frame()
+    con = duckdb.connect()
+    con.register("t", df)
+    db, pb = DuckDBBackend(con.table("t"), LOOKUP), backend_for(df, LOOKUP)
+    for sql in LOOKUP_CASES:
+        q, units, extra = plan_query(sql, LOOKUP)
+        assert q.derived, sql
+        assert_same_cells(pb.evaluate(q, units, extended=extra), db.evaluate(q, units, extended=extra))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_lookup_sum_is_the_same_on_spark(spark: Any) -> None:
+    df = _lookup_frame()
+    sb, pb = backend_for(spark.createDataFrame(df), LOOKUP), backend_for(df, LOOKUP)
+    for sql in LOOKUP_CASES:
+        q, units, extra = plan_query(sql, LOOKUP)
+        assert_same_cells(pb.evaluate(q, units, extended=extra), sb.evaluate(q, units, extended=extra))
