@@ -436,3 +436,21 @@ def test_a_lookup_sum_is_the_same_on_spark(spark: Any) -> None:
     for sql in LOOKUP_CASES:
         q, units, extra = plan_query(sql, LOOKUP)
         assert_same_cells(pb.evaluate(q, units, extended=extra), sb.evaluate(q, units, extended=extra))
+
+
+def test_a_backend_without_row_expressions_refuses_before_the_charge() -> None:
+    """A backend that does not declare ``row_expressions`` (a new engine not yet taught them) is refused in the
+    mechanism's check, before anything is charged or read."""
+
+    class Plain(PandasBackend):
+        row_expressions = False
+
+        def evaluate(self, *a: Any, **k: Any) -> Any:
+            raise AssertionError("data read")
+
+    df = frame(50, 2)
+    s = Session(df, SCHEMA, budget="epsilon=1")
+    s.backend = Plain(s.backend.df, SCHEMA)
+    with pytest.raises(UnsupportedQueryError, match="does not compute row expressions"):
+        s.query("SELECT SUM(x * y) FROM t", epsilon=0.5)
+    assert s.spent == 0 and len(s.accountant) == 0

@@ -120,6 +120,7 @@ class EngineBackend(Backend):
     """
 
     dialect: str = "duckdb"
+    row_expressions = True  # derived columns are added to the normalised view (Compiler.rows)
     #: see :attr:`Compiler.coded_keys`
     coded_keys: bool = False
     #: see :attr:`Compiler.native_rint`

@@ -41,6 +41,8 @@ def too_many_rows_error() -> DataValidationError:
 class PandasBackend(Backend):
     """Evaluates queries on a DataFrame already validated against ``schema``."""
 
+    row_expressions = True
+
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
         if len(df) > MAX_ROWS:
             raise too_many_rows_error()
