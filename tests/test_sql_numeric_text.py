@@ -82,3 +82,20 @@ def test_a_categorical_column_of_strings_still_compares_strings() -> None:
         parse_query("SELECT COUNT(*) FROM t WHERE g = 1", SCHEMA)
     q = parse_query("SELECT COUNT(*) FROM t WHERE g = 'a'", SCHEMA)
     assert not q.notes
+
+
+def test_notes_are_collected_per_thread() -> None:
+    """A server parses concurrently: a note given in another thread never reaches this thread's collection, and
+    each parse keeps its own notes."""
+    import threading
+
+    from dpmagic.query.regions import collecting_notes
+
+    with collecting_notes() as mine, warnings.catch_warnings():
+        warnings.simplefilter("ignore", QueryNoteWarning)
+        t = threading.Thread(target=lambda: parse_query("SELECT COUNT(*) FROM t WHERE educ = '13'", SCHEMA))
+        t.start()
+        t.join()
+        q = parse_query("SELECT COUNT(*) FROM t WHERE educ = '12'", SCHEMA)
+    assert mine == []  # neither the other thread's note nor the nested parse's
+    assert q.notes == ("'12' was read as the number 12: column 'educ' is int (write educ = 12, without quotes)",)

@@ -174,9 +174,7 @@ def _numeric_text(text: str, column: NumericColumn) -> Any:
     when the whole string is a SQL numeric literal (read as the unquoted literal is: an int when it has no point
     or exponent), with a :class:`~dpmagic.query.regions.QueryNoteWarning` saying so (the parser puts it in the
     answer's notes); otherwise the string, refused by :func:`check_value_type` with its hint."""
-    import warnings
-
-    from dpmagic.query.regions import QueryNoteWarning
+    from dpmagic.query.regions import note
 
     if not _NUMBER_TEXT.fullmatch(text):
         return text
@@ -184,10 +182,9 @@ def _numeric_text(text: str, column: NumericColumn) -> Any:
     if not math.isfinite(number):
         return text
     shown = f'"{column.name}"' if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column.name) else column.name
-    warnings.warn(
+    note(
         f"'{text}' was read as the number {number!r}: column {column.name!r} is {column.kind} "
         f"(write {shown} = {number!r}, without quotes)",
-        QueryNoteWarning,
         stacklevel=2,
     )
     return number
@@ -212,9 +209,7 @@ def _numeric_category(text: str, column: CategoricalColumn) -> Any:
     """A quoted number compared with a column of numeric categories (``educ = '8'``): the declared value it
     names when exactly one declared value equals it, with a :class:`~dpmagic.query.regions.QueryNoteWarning`
     saying so; otherwise the string (refused by :func:`check_value_type` with its hint)."""
-    import warnings
-
-    from dpmagic.query.regions import QueryNoteWarning
+    from dpmagic.query.regions import note
 
     try:
         number = float(text.strip())
@@ -223,10 +218,9 @@ def _numeric_category(text: str, column: CategoricalColumn) -> Any:
     matches = [v for v in column.values if not isinstance(v, str) and v == number]
     if len(matches) != 1:
         return text
-    warnings.warn(
+    note(
         f"'{text}' was read as the number {matches[0]!r}: column {column.name!r} has numeric categories "
         f"(write {column.name} = {matches[0]!r}, without quotes)",
-        QueryNoteWarning,
         stacklevel=2,
     )
     return matches[0]

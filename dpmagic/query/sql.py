@@ -135,16 +135,10 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     '8'`` read as the number 8) is warned (:class:`~dpmagic.query.regions.QueryNoteWarning`) and kept in
     :attr:`Query.notes`, which the answer shows.
     """
-    from dpmagic.query.regions import QueryNoteWarning
+    from dpmagic.query.regions import collecting_notes
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", QueryNoteWarning)
+    with collecting_notes() as notes:  # per thread / task: a server's concurrent parses keep their own
         q = _parse_query(text, schema, tables=tables)
-    notes: list[str] = []
-    for w in caught:
-        if issubclass(w.category, QueryNoteWarning):
-            notes.append(str(w.message))
-        warnings.warn(w.message, w.category, stacklevel=2)
     if notes:
         q = dataclasses.replace(q, notes=tuple(dict.fromkeys(notes)))
     return q
