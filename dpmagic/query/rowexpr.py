@@ -29,7 +29,10 @@ the integer per-row values, hence the exact integer sums, are bit-identical on p
 Refused, with the reason: division and modulo (undefined at 0, and int division truncates differently across
 engines), functions other than ABS / LEAST / GREATEST, CASTs to an integer type of a non-integer value (engines
 round or truncate), string or non-numeric values, columns with infinite bounds, and conditions that are not
-comparisons of a declared column with a constant.
+comparisons of a declared column with a constant or ``IN`` a list of constants (AND, OR, NOT of those).
+
+Wired by the parser (:mod:`dpmagic.query.derived`): a SUM / AVG / VAR / STDDEV of such an expression is one release
+of a derived column whose public bounds are :func:`row_expr`'s enclosure over the query's WHERE box.
 """
 
 from __future__ import annotations
