@@ -96,6 +96,16 @@ SHAPES: list[tuple[str, str | None]] = [
     ),
     # expected refusals
     ('SELECT AVG(age * "hours-per-week") AS x FROM adult', None),
+    ('SELECT sex, AVG(ABS("hours-per-week" - 40)) AS dev FROM adult GROUP BY sex', None),
+    (
+        'SELECT SUM(GREATEST("capital-gain" - "capital-loss", 0)) AS net_pos FROM adult',
+        'SELECT SUM(MAX("capital-gain" - "capital-loss", 0)) AS net_pos FROM adult',
+    ),
+    (
+        'SELECT workclass, SUM(CASE WHEN "hours-per-week" > 40 THEN "hours-per-week" - 40 ELSE 0 END) AS overtime '
+        "FROM adult GROUP BY workclass",
+        None,
+    ),
     ("SELECT fnlwgt, COUNT(*) AS n FROM adult GROUP BY fnlwgt", None),
 ]
 

@@ -2,7 +2,7 @@
 
 Counts how many dpmagic answers and how many it refuses (with the message), at a large budget.  Run:
 ``PYTHONPATH=$PWD python benchmarks/sql_peer_style.py`` → ``benchmarks/results/sql_peer_style.txt`` (the
-refusal's hint after it).  Its sequel, 35 shapes an analyst writes on Adult checked against SQLite:
+refusal's hint after it).  Its sequel, 38 shapes an analyst writes on Adult checked against SQLite:
 ``benchmarks/sql_adult_shapes.py``.
 """
 

@@ -79,6 +79,7 @@ def test_having_becomes_condition_tree(schema: Schema) -> None:
         ("COUNT(*) + 1 > 5", "aggregate with a number"),
         ("AVG(x) > 4.5", "whole-number threshold"),
         ("MAX(x) > 4", "MAX"),
+        ("SUM(x * x) > 5", "row expression"),
     ],
 )
 def test_unsupported_having_refused_with_named_construct(schema: Schema, having: str, named: str) -> None:

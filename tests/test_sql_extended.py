@@ -23,7 +23,7 @@ PUMS = Schema.from_json(DATA / "pums.schema.json")
         ("SELECT COUNT(*) FROM (SELECT sex, COUNT(*) AS n FROM PUMS GROUP BY sex) AS t", "groups, aggregates"),
         ("SELECT MIN(sex) FROM PUMS", "categorical"),
         ("SELECT MAX(*) FROM PUMS", "not '*'"),
-        ("SELECT SUM(age * income) FROM PUMS", "CLAMP"),  # SUM(age * 2) is 2 * SUM(age) (dpmagic.query.linear)
+        ("SELECT SUM(age / income) FROM PUMS", "division"),  # SUM(age * income): one release (query.derived)
         ("SELECT COUNT(*) FROM PUMS WHERE age > income", "several columns"),
         ("SELECT income, COUNT(*) FROM PUMS GROUP BY income", "float column"),
         ("SELECT COUNT(*) FROM PUMS LIMIT 3 OFFSET 2", "OFFSET"),

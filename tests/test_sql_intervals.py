@@ -173,9 +173,9 @@ def _frame(n: int, seed: int) -> pd.DataFrame:
 
 
 def test_base_intervals_are_taken_at_the_union_bound_level() -> None:
-    """SUM(x + y) = SUM(x) + SUM(y): its interval is the sum of the two 97.5% half-widths around the value (the
-    sums are far from the noise's clamp, so no side is infinite)."""
-    m = _mechanism("SELECT SUM(x + y) AS s FROM t", 1.0)
+    """SUM(x) + SUM(y): its interval is the sum of the two 97.5% half-widths around the value (the sums are far
+    from the noise's clamp, so no side is infinite).  (SUM(x + y) is one release of x + y: query.derived.)"""
+    m = _mechanism("SELECT SUM(x) + SUM(y) AS s FROM t", 1.0)
     df = m.release(PandasBackend(_frame(200, 1), TINY))
     h = sum(noise.ci_halfwidth(0.975) for noise in m.plan.sums.values())
     assert df["s_ci_low"][0] == pytest.approx(df["s"][0] - h) and df["s_ci_high"][0] == pytest.approx(df["s"][0] + h)
@@ -184,8 +184,9 @@ def test_base_intervals_are_taken_at_the_union_bound_level() -> None:
 def test_avg_of_a_linear_expression_is_nan_with_a_note_where_the_count_is_too_small() -> None:
     """The released frame is built by hand (a noisy count whose interval reaches below one row in group b):
     group b's estimate is NaN, its interval the expression's range over the declared box [-2, 5], and a note
-    says so; group a gets the ratio's interval (as ratio_estimate), inside [-2, 5]."""
-    q = parse_query("SELECT g, AVG(x + 0.5 * y) AS a FROM t GROUP BY g", TINY)
+    says so; group a gets the ratio's interval (as ratio_estimate), inside [-2, 5].  (A clamped term keeps the
+    linear path; AVG(x + 0.5 * y) is one centred release of x + 0.5 * y: query.derived.)"""
+    q = parse_query("SELECT g, AVG(CLAMP(x, -2, 3) + 0.5 * y) AS a FROM t GROUP BY g", TINY)
     assert [o.bounds for o in q.outputs if o.name == "a"] == [(-2.0, 5.0)]
     sx, sy, n = (a.alias for a in q.aggregates)
     frame = {"g": np.array(["a", "b"], dtype=object)}

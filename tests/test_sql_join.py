@@ -253,8 +253,9 @@ def test_count_and_sum_sensitivity_brute_force(definition, replace_one, join, wh
         ("SELECT COUNT(*) FROM t CROSS JOIN regions r", "CROSS"),
         ("SELECT COUNT(*) FROM t, regions r WHERE t.region = r.code", "without a condition"),
         ("SELECT COUNT(*) FROM t JOIN regions r ON t.region > r.code", "ON <bound table column> = <lookup column>"),
-        ("SELECT SUM(r.code) FROM t JOIN regions r ON t.region = r.code", "aggregate of a lookup column"),
-        ("SELECT AVG(zone) FROM t JOIN regions r ON t.region = r.code", "aggregate of a lookup column"),
+        # SUM / AVG of a numeric lookup column is answered (tests/test_sql_rowexpr_wired.py)
+        ("SELECT MIN(r.code) FROM t JOIN regions r ON t.region = r.code", "MIN of a lookup column is not supported"),
+        ("SELECT AVG(zone) FROM t JOIN regions r ON t.region = r.code", "holds non-numbers"),
         ("SELECT COUNT(*) FROM t JOIN regions r ON t.region = r.code WHERE r.nope = 1", "no column 'nope'"),
         ("SELECT COUNT(*) FROM t JOIN regions r ON t.age = r.code JOIN areas a USING (region)", None),
         ("SELECT COUNT(*) FROM t JOIN (SELECT * FROM regions) r ON t.region = r.code", "subquery"),

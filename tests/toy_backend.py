@@ -17,10 +17,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from sqlglot import exp
 
+from dpmagic.aggregates.rowvalues import derived_values
 from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.noise.calibration import quantise
 from dpmagic.noise.sensitivity import clamp_bounds
+from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Filter, Query
 from dpmagic.releases.backend import Backend
 from dpmagic.releases.cells import Cells
@@ -38,7 +41,10 @@ def _passes(f: Filter, row: Mapping[str, Any]) -> bool:
 
 
 class ToyBackend(Backend):
-    """Rows as a list of dicts; every query walks all of them."""
+    """Rows as a list of dicts; every query walks all of them.  A row expression's derived column is each row's
+    value from :func:`dpmagic.aggregates.rowvalues.derived_values` (clamped into its public bounds)."""
+
+    row_expressions = True
 
     def __init__(self, df: pd.DataFrame, schema: Schema, *, out_of_range: str = "error") -> None:
         self.schema = schema
@@ -76,17 +82,24 @@ class ToyBackend(Backend):
         for c in cells:
             if c < n:
                 counts[c] += 1
+        rows, schema = self.rows, with_derived(self.schema, query)
+        if query.derived:  # each derived column added to a copy of every row
+            rows = [dict(r) for r in self.rows]
+            for name, r in query.derived:
+                cols = {c.name: np.asarray([row[c.name] for row in self.rows]) for c in r.node.find_all(exp.Column)}
+                for row, v in zip(rows, derived_values(r, cols), strict=True):
+                    row[name] = v.item()
         sums: dict[str, list[int]] = {}
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
-            col = self.schema[agg.column]
+            col = schema[agg.column]
             assert isinstance(col, NumericColumn)
             if units is not None and agg.sum_key not in units and not col.is_int:
                 continue  # a float sum not planned as a raw sum (an AVG's sum is centred)
             lo, hi = clamp_bounds(col, agg.clamp)
             total = [0] * n
-            for row, c in zip(self.rows, cells, strict=True):
+            for row, c in zip(rows, cells, strict=True):
                 if c == n:
                     continue
                 v = row[agg.column]
@@ -98,7 +111,7 @@ class ToyBackend(Backend):
             sums[agg.sum_key] = total
         cell_arr = np.asarray(cells, dtype=np.int64)
         extra = {
-            alias: u.unit.exact(u, np.asarray([r[str(u.agg.column)] for r in self.rows]), cell_arr, n)
+            alias: u.unit.exact(u, np.asarray([r[str(u.agg.column)] for r in rows]), cell_arr, n)
             for alias, u in (extended or {}).items()
         }
         return Cells(keys=keys, counts=counts, sums=sums, extra=extra)

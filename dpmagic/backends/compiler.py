@@ -49,6 +49,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpmagic.aggregates.quantile_unit import Binned, bin_sql, grid_index
+from dpmagic.aggregates.rowvalues import derived_sql
 from dpmagic.aggregates.sqlexpr import Quantised, as_double, clip, col, double_bounds, lit, rint
 from dpmagic.aggregates.sqlexpr import and_ as _and
 from dpmagic.aggregates.sqlexpr import case as _case
@@ -251,6 +252,17 @@ class Compiler:
             return lit(float(value)) if exact else None
         return lit(value)
 
+    def category_eq(self, name: str, value: Any) -> exp.Expr:
+        """The row's value of categorical column ``name`` is ``value`` (a CASE condition of a row expression),
+        compared as :meth:`value_set` compares: by declared position on a coded column, else exactly."""
+        c = self.schema[name]
+        assert isinstance(c, CategoricalColumn)
+        if name in self.coded:
+            i = c.index_of(value)
+            return exp.false() if i is None else exp.EQ(this=col(name), expression=lit(i))
+        e = self.category_literal(name, value)
+        return exp.false() if e is None else exp.EQ(this=self.text(name), expression=e)
+
     def valid(self, names: Sequence[str]) -> exp.Expr:
         """The row holds a value of the declared domain in each of ``names``: not NULL, and a declared category.
 
@@ -346,6 +358,15 @@ class Compiler:
         cond = [self.box(query.where)]
         if query.filter is not None:
             cond.append(self.filter(query.filter))
+        derived = dict(query.derived)
+        if derived:  # each row expression's per-row value, clamped into its enclosure, as a column of the view
+            view = exp.select(
+                exp.Star(),
+                *[
+                    exp.alias_(derived_sql(r, self.schema, self.category_eq), exp.to_identifier(n, quoted=True))
+                    for n, r in derived.items()
+                ],
+            ).from_(exp.alias_(exp.Subquery(this=view), "dp_d"))
         keys = ["dp_in"] + [f"dp_g{i}" for i in range(len(query.groups))]
         first: list[exp.Expr] = [exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")]
         for i, g in enumerate(query.groups):
@@ -353,9 +374,9 @@ class Compiler:
             first.append(exp.alias_(self.text(g.column) if raw else self.group_code(g), f"dp_g{i}"))
         for k, v in values.items():
             first.append(exp.alias_(v.y if isinstance(v, (Quantised, Binned)) else v, k))
-        used = dict.fromkeys(
-            c.name for e in [*cond, *first[1:]] for c in e.find_all(exp.Column) if c.name in self.schema.columns
-        )
+        read = [c.name for e in [*cond, *first[1:]] for c in e.find_all(exp.Column)]
+        read += [c.name for n in read if n in derived for c in derived[n].node.find_all(exp.Column)]
+        used = dict.fromkeys(n for n in read if n in self.schema.columns)
         cond.insert(0, self.valid(list(used)))
         first[0] = exp.alias_(_case([(_and(cond), lit(1))], lit(0)), "dp_in")
         second: list[exp.Expr] = [exp.column(k) for k in keys]

@@ -50,6 +50,7 @@ from dpmagic.domain.schema import Schema
 from dpmagic.errors import DataValidationError, DPMagicError
 from dpmagic.noise.calibration import MAX_ROWS
 from dpmagic.noise.sensitivity import clamp_bounds
+from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Query
 from dpmagic.releases.backend import Backend
 from dpmagic.releases.cells import Cells
@@ -119,6 +120,7 @@ class EngineBackend(Backend):
     """
 
     dialect: str = "duckdb"
+    row_expressions = True  # derived columns are added to the normalised view (Compiler.rows)
     #: see :attr:`Compiler.coded_keys`
     coded_keys: bool = False
     #: see :attr:`Compiler.native_rint`
@@ -348,10 +350,11 @@ class EngineBackend(Backend):
         )
         st = _Statement(self.dialect)
         sum_keys: dict[str, str] = {}
+        schema = with_derived(self.schema, query)  # a row expression's derived column (added to the view by rows)
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sum_keys:
                 continue
-            c = self.schema[agg.column]
+            c = schema[agg.column]
             assert isinstance(c, NumericColumn)
             if units is not None and agg.sum_key not in units and not c.is_int:
                 continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)

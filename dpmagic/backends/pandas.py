@@ -8,18 +8,21 @@ perturbs.  It is called only after the accountant has charged the query.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from sqlglot import exp
 
 from dpmagic.aggregates.common import exact_cell_sums
+from dpmagic.aggregates.rowvalues import derived_values
 from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.errors import DataValidationError
 from dpmagic.noise.calibration import MAX_ROWS, quantise
 from dpmagic.noise.sensitivity import clamp_bounds
+from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Filter, GroupKey, Query
 from dpmagic.releases.backend import Backend
 from dpmagic.releases.cells import Cells  # re-exported: the backends' result type lives in dpmagic.releases.cells
@@ -37,6 +40,8 @@ def too_many_rows_error() -> DataValidationError:
 
 class PandasBackend(Backend):
     """Evaluates queries on a DataFrame already validated against ``schema``."""
+
+    row_expressions = True
 
     def __init__(self, df: pd.DataFrame, schema: Schema) -> None:
         if len(df) > MAX_ROWS:
@@ -150,14 +155,16 @@ class PandasBackend(Backend):
         cell = np.where(mask, cell, n_cells)  # the discarded bin
         counts = np.bincount(cell, minlength=n_cells + 1)[:n_cells].astype(np.int64)
         sums: dict[str, list[int]] = {}
+        schema = with_derived(self.schema, query)
+        column = self._columns(query)
         for agg in query.aggregates:
             if agg.column is None or not agg.is_basic or agg.sum_key in sums:
                 continue
-            col = self.schema[agg.column]
+            col = schema[agg.column]
             assert isinstance(col, NumericColumn)
             if units is not None and agg.sum_key not in units and not col.is_int:
                 continue  # a float column's sum not planned as a raw sum (an AVG's sum is a centred quantity)
-            raw = self.df[agg.column].to_numpy()
+            raw = column(agg.column)
             lo, hi = clamp_bounds(col, agg.clamp)  # the declared bounds, or the analyst's clamp inside them
             if col.is_int:
                 values = raw.astype(np.int64)
@@ -173,5 +180,23 @@ class PandasBackend(Backend):
         if extended:
             from dpmagic.aggregates import exact_extended
 
-            extra = exact_extended(extended, lambda c: self.df[c].to_numpy(), cell, n_cells)
+            extra = exact_extended(extended, column, cell, n_cells)
         return Cells(keys=keys, counts=counts, sums=sums, extra=extra)
+
+    def _columns(self, query: Query) -> Callable[[str], np.ndarray]:
+        """A column's values by name: a declared column of the frame, or a derived column of the query (a row
+        expression's per-row value clamped into its enclosure: :func:`dpmagic.aggregates.rowvalues.derived_values`,
+        computed once per query)."""
+        derived = dict(query.derived)
+        made: dict[str, np.ndarray] = {}
+
+        def get(name: str) -> np.ndarray:
+            if name not in derived:
+                return self.df[name].to_numpy()
+            if name not in made:
+                r = derived[name]
+                cols = {c.name: self.df[c.name].to_numpy() for c in r.node.find_all(exp.Column)}
+                made[name] = derived_values(r, cols)
+            return made[name]
+
+        return get

@@ -75,6 +75,8 @@ def _condition(node: exp.Expr, by_alias: dict[str, Aggregate], schema: Schema) -
         raise _refuse(f"'{node.sql()}': each condition compares one aggregate with a number")
     if agg.clamp is not None:
         raise _refuse(f"{agg} (an analyst's clamp) in HAVING")
+    if agg.column is not None and agg.column not in schema:
+        raise _refuse(f"{agg.func.upper()}({agg.column}) (a row expression) in HAVING")
     if agg.func == "count":
         if agg.column is not None:
             raise _refuse(f"{agg} in HAVING: use COUNT(*)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -46,8 +47,16 @@ def is_aggregate(node: exp.Expr) -> bool:
     return isinstance(node, exp.Anonymous) and str(node.this).upper() in ANON_AGGS
 
 
-def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
-    """One aggregate call → a base :class:`Aggregate` (alias filled in by the caller)."""
+#: SUM / AVG / VAR / STDDEV of a row expression: registers it as a derived column, returns its name
+Derive = Callable[[exp.Expr], str]
+
+_DERIVABLE = ("sum", "avg", "var", "stddev")
+
+
+def base_aggregate(node: exp.Expr, schema: Schema, derive: Derive | None = None) -> Aggregate:
+    """One aggregate call → a base :class:`Aggregate` (alias filled in by the caller).  ``derive``: the parser's
+    hook for a SUM / AVG / VAR / STDDEV of a row expression that is not a (clamped) column
+    (:mod:`dpmagic.query.derived`); without it such an expression is refused."""
     func: AggregateFunction
     param: float | None = None
     arg: exp.Expr | None
@@ -131,7 +140,12 @@ def base_aggregate(node: exp.Expr, schema: Schema) -> Aggregate:
         raise UnsupportedQueryError(f"{func.upper()} takes one column name, not '*'")
     while isinstance(arg, exp.Paren):
         arg = arg.this
-    name, clamp = clamped_column(arg, schema, func)
+    try:
+        name, clamp = clamped_column(arg, schema, func)
+    except UnsupportedQueryError:
+        if derive is None or func not in _DERIVABLE or isinstance(arg, exp.Literal):
+            raise
+        return Aggregate(func, derive(arg), "", None, param)  # a row expression: its own checks and messages
     col = schema[name]
     if not isinstance(col, NumericColumn):
         label = {"quantile": "a quantile", "var": "VAR", "stddev": "STDDEV"}.get(func, func.upper())
@@ -213,9 +227,9 @@ def clamped_column(arg: exp.Expr, schema: Schema, func: str) -> tuple[str, tuple
         f"{func.upper()}({arg.sql()}) is not supported: aggregate a column, optionally clamped with CLAMP(col, lo, hi) "
         "or LEAST(GREATEST(col, lo), hi)"
         + (
-            ", or (SUM / AVG) a linear expression of such columns: SUM(a + b), AVG(2 * a - 1); a product of two "
-            "columns, a division or another function of a column is not"
-            if func in ("sum", "avg")
+            ", or (SUM / AVG / VAR / STDDEV) an expression of numeric columns with + - * ABS LEAST GREATEST CASE: "
+            "SUM(a + b), AVG(price * quantity); a division or another function of a column is not"
+            if func in _DERIVABLE
             else ""
         )
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,8 +158,36 @@ def literal_value(node: exp.Expr, column: Column) -> Any:
         return _temporal_literal(value, column)
     if isinstance(value, str) and isinstance(column, CategoricalColumn) and column.is_numeric_valued:
         value = _numeric_category(value, column)
+    elif isinstance(value, str) and isinstance(column, NumericColumn):
+        value = _numeric_text(value, column)
     check_value_type(value, column)
     return value
+
+
+#: a quoted number read as the number it writes: a SQL numeric literal exactly (no spaces, signs once, no
+#: ``inf`` / ``nan`` / hex / digit separators, which Python's ``float`` would accept)
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _numeric_text(text: str, column: NumericColumn) -> Any:
+    """A quoted number compared with an int or float column (``"education-num" = '13'``): the number it writes
+    when the whole string is a SQL numeric literal (read as the unquoted literal is: an int when it has no point
+    or exponent), with a :class:`~dpmagic.query.regions.QueryNoteWarning` saying so (the parser puts it in the
+    answer's notes); otherwise the string, refused by :func:`check_value_type` with its hint."""
+    from dpmagic.query.regions import note
+
+    if not _NUMBER_TEXT.fullmatch(text):
+        return text
+    number: int | float = int(text) if text.lstrip("+-").isdigit() else float(text)
+    if not math.isfinite(number):
+        return text
+    shown = f'"{column.name}"' if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", column.name) else column.name
+    note(
+        f"'{text}' was read as the number {number!r}: column {column.name!r} is {column.kind} "
+        f"(write {shown} = {number!r}, without quotes)",
+        stacklevel=2,
+    )
+    return number
 
 
 def _temporal_literal(value: Any, column: NumericColumn) -> int:
@@ -180,9 +209,7 @@ def _numeric_category(text: str, column: CategoricalColumn) -> Any:
     """A quoted number compared with a column of numeric categories (``educ = '8'``): the declared value it
     names when exactly one declared value equals it, with a :class:`~dpmagic.query.regions.QueryNoteWarning`
     saying so; otherwise the string (refused by :func:`check_value_type` with its hint)."""
-    import warnings
-
-    from dpmagic.query.regions import QueryNoteWarning
+    from dpmagic.query.regions import note
 
     try:
         number = float(text.strip())
@@ -191,10 +218,9 @@ def _numeric_category(text: str, column: CategoricalColumn) -> Any:
     matches = [v for v in column.values if not isinstance(v, str) and v == number]
     if len(matches) != 1:
         return text
-    warnings.warn(
+    note(
         f"'{text}' was read as the number {matches[0]!r}: column {column.name!r} has numeric categories "
         f"(write {column.name} = {matches[0]!r}, without quotes)",
-        QueryNoteWarning,
         stacklevel=2,
     )
     return matches[0]
@@ -225,11 +251,9 @@ def check_value_type(value: Any, column: Column) -> None:
 
 
 def _number_hint(text: str, name: str, holds: str) -> str:
-    try:
-        float(text)
-    except ValueError:
+    if not _NUMBER_TEXT.fullmatch(text.strip()):
         return f"{name} holds {holds}: compare it with a number, written without quotes"
-    return f"write {name} = {text} (no quotes)"
+    return f"write {name} = {text.strip()} (no quotes)"
 
 
 def _listing(values: Sequence[Any], most: int = 8) -> str:

@@ -100,7 +100,7 @@ def flatten_table_subqueries(tree: exp.Select, schema: Schema) -> exp.Select:
 
 
 def _case_as_filter(node: exp.Expr) -> exp.Expr:
-    """``SUM(CASE WHEN c THEN e [ELSE 0] END)``, ``AVG(CASE WHEN c THEN e END)`` and ``COUNT(CASE WHEN c THEN
+    """``SUM(CASE WHEN c THEN e [ELSE 0] END)``, ``AVG(CASE WHEN c THEN e [ELSE NULL] END)`` and ``COUNT(CASE WHEN c THEN
     <non-NULL literal> END)`` as the aggregate with ``FILTER (WHERE c)`` they equal (a row failing c adds 0 to a
     SUM, or is NULL and skipped); anything else unchanged."""
     if not isinstance(node, (exp.Sum, exp.Avg, exp.Count)) or isinstance(node.parent, exp.Filter):
@@ -111,6 +111,8 @@ def _case_as_filter(node: exp.Expr) -> exp.Expr:
     (branch,) = case.args["ifs"]
     cond, then = branch.this, branch.args.get("true")
     default = case.args.get("default")
+    if isinstance(default, exp.Null):
+        default = None  # ELSE NULL is what a CASE without ELSE gives
     if then is None:
         return node
     zero = isinstance(default, exp.Literal) and not default.is_string and float(default.this) == 0.0

@@ -16,7 +16,11 @@ values (a NULL group key).
 Refused, with the reason: a join whose lookup column is not unique (one-to-many: a row would count several
 times), a join of two private tables or a self-join (the privacy unit would change), RIGHT / FULL / CROSS
 joins, a join condition that is not ``private column = lookup column``, a float join column, and aggregates of
-lookup columns (``SUM(r.weight)``; grouping by ``r.weight`` and post-processing the counts answers it).
+lookup columns other than SUM / AVG / VAR / STDDEV.  ``SUM(r.weight)`` (or ``AVG(r.weight * t.hours)``) is the
+SUM of a row expression: the lookup column becomes ``CASE WHEN t.region IN (…) THEN <weight> … ELSE 0 END``, a
+public function of the private join column, released once with the sensitivity of its range (max |weight| over
+the codes the WHERE box allows: :mod:`dpmagic.query.rowexpr`); AVG / VAR / STDDEV are refused when some kept row
+would join a NULL value (SQL skips those rows, ELSE 0 would not).
 Reads nothing but the schema (its public tables included); O(size of the lookup × references).
 """
 
@@ -212,8 +216,9 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
         ]
         return ints, hi - lo + 1
 
-    def mapping(j: _Join, column: str) -> exp.Expr:
-        """The lookup column as a CASE over the private join column (declared codes only, equal values merged)."""
+    def mapping(j: _Join, column: str, default: exp.Expr | None = None) -> exp.Expr:
+        """The lookup column as a CASE over the private join column (declared codes only, equal values merged),
+        NULL elsewhere, or ``default``."""
         lk = j.table.values(j.lookup_col)
         vals = j.table.values(column)
         domset = set(in_domain(j)[0])
@@ -227,8 +232,8 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
             for v, codes in by_value.items()
         ]
         if not ifs:
-            return exp.Null()
-        return exp.Paren(this=exp.Case(ifs=ifs))
+            return exp.Null() if default is None else default
+        return exp.Paren(this=exp.Case(ifs=ifs) if default is None else exp.Case(ifs=ifs, default=default))
 
     def resolve(c: exp.Column) -> exp.Expr:
         q = c.table.lower()
@@ -259,21 +264,66 @@ def rewrite_public_joins(tree: exp.Select, schema: Schema, tables: Sequence[str]
             return lookup_ref(j, lc, c)
         return c
 
+    def summed(j: _Join, lc: str, c: exp.Column, agg: exp.Expr) -> exp.Expr:
+        """A lookup column inside SUM / AVG / VAR / STDDEV: its public value per code as a CASE over the private
+        join column with ELSE 0 — a row expression (:mod:`dpmagic.query.rowexpr`) whose range is the lookup's
+        values over the codes the WHERE box allows, so SUM(r.weight) is one release of sensitivity max |weight|.
+        SUM skips a NULL as adding 0; AVG / VAR / STDDEV skip the row, which ELSE 0 would not: refused when a code
+        the join keeps has no value."""
+        kept, n_declared = in_domain(j)
+        values = dict(zip(j.table.values(j.lookup_col), j.table.values(lc), strict=True))
+        words = [
+            v
+            for k in kept
+            if (v := values.get(k)) is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))
+        ]
+        if words:
+            raise UnsupportedQueryError(
+                f"{agg.sql()}: the public table's column {lc!r} holds non-numbers ({words[0]!r}), which cannot be summed",
+                hint=f"GROUP BY {c.sql()} with COUNT(*) counts the rows per value",
+            )
+        if isinstance(agg, exp.Sum):
+            return mapping(j, lc, default=exp.Literal.number(0))
+        if not isinstance(agg, (exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)):
+            raise UnsupportedQueryError(
+                f"{agg.sql()}: {agg.key.upper()} of a lookup column is not supported (SUM, AVG, VAR and STDDEV are)",
+                hint=f"GROUP BY {c.sql()} with COUNT(*) answers it from the counts",
+            )
+        if any(values.get(k) is None for k in kept) or (j.left and len(set(kept)) < n_declared):
+            raise UnsupportedQueryError(
+                f"{agg.sql()}: some rows join no value of {c.sql()} (NULL), which {agg.key.upper()} skips",
+                hint=f"filter them out in WHERE, or use SUM({c.sql()}) / COUNT(*) over the rows that have one",
+            )
+        return mapping(j, lc, default=exp.Literal.number(0))
+
     def lookup_ref(j: _Join, lc: str, c: exp.Column) -> exp.Expr:
         parent = c.parent
         while parent is not None and not isinstance(parent, exp.Select):
             if isinstance(parent, AGG_CLASSES) and not isinstance(parent, exp.Count):
-                raise UnsupportedQueryError(
-                    f"{parent.sql()}: an aggregate of a lookup column is not supported",
-                    hint=f"GROUP BY {c.sql()} with COUNT(*) and multiply (SUM = Σ value × count), or aggregate a "
-                    "column of the bound table",
-                )
+                return summed(j, lc, c, parent)
             parent = parent.parent
         if lc == j.lookup_col and not j.left:
             return exp.column(j.private_col)  # an inner join's key equals the private column on every kept row
         return mapping(j, lc)
 
     _name_unselected_keys(tree, found)
+
+    def lookup_in_aggregate(item: exp.Expr) -> bool:
+        """``item`` aggregates a lookup column by SUM / AVG / VAR / STDDEV (``SUM(r.weight)``)."""
+        for agg in item.find_all(*AGG_CLASSES):
+            if isinstance(agg, exp.Count):
+                continue
+            for c in agg.find_all(exp.Column):
+                q = c.table.lower()
+                if any(
+                    j.table.column(c.name) is not None and (q in j.names if q else c.name not in schema) for j in found
+                ):
+                    return True
+        return False
+
+    for item in list(tree.expressions):  # SUM(r.weight) is named as written, not by its CASE
+        if not isinstance(item, exp.Alias) and lookup_in_aggregate(item):
+            item.replace(exp.alias_(item.copy(), item.sql(), quoted=True))
     for c in list(tree.find_all(exp.Column)):
         if isinstance(c.this, exp.Star):
             continue

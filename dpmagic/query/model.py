@@ -151,6 +151,12 @@ class Query:
     order_by: tuple[tuple[str, bool], ...] = ()
     limit: int | None = None
     hidden: tuple[str, ...] = field(default=())
+    #: derived columns: (name, row expression) of each SUM / AVG / VAR / STDDEV of a row expression (issue 29),
+    #: aggregated as a numeric column whose public bounds are the expression's enclosure over the WHERE box
+    #: (:mod:`dpmagic.query.derived`); its name is the expression's SQL, so it is part of :attr:`key`
+    derived: tuple[tuple[str, Any], ...] = field(default=())
+    #: how parts that could be misread were read (``educ = '8'`` read as the number 8): shown with the answer
+    notes: tuple[str, ...] = field(default=(), compare=False)
     #: the parsed statement (a sqlglot tree, private to the parser): :attr:`canonical` is generated from it on
     #: first use only (regenerating SQL costs about as much as parsing it; the CLI never needs it)
     _tree: Any = field(default=None, compare=False, repr=False)

@@ -3,14 +3,47 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from dpmagic.query.model import Query
 
-__all__ = ["QueryNoteWarning", "EmptyRegionWarning", "empty_region_message", "warn_if_empty"]
+__all__ = [
+    "QueryNoteWarning",
+    "EmptyRegionWarning",
+    "collecting_notes",
+    "empty_region_message",
+    "note",
+    "warn_if_empty",
+]
+
+#: the notes of the query being parsed in this thread / task (None: nobody collects them)
+_NOTES: ContextVar[list[str] | None] = ContextVar("dpmagic_query_notes", default=None)
 
 
 class QueryNoteWarning(UserWarning):
     """How dpmagic read a part of the query that could be misread (e.g. ``educ = '8'`` read as the number 8)."""
+
+
+def note(message: str, *, stacklevel: int = 2) -> None:
+    """How a part of the query was read: a :class:`QueryNoteWarning`, and kept for the answer when the parser
+    collects notes (:func:`collecting_notes`; a context variable, so concurrent parses never see each other's)."""
+    warnings.warn(message, QueryNoteWarning, stacklevel=stacklevel + 1)
+    collected = _NOTES.get()
+    if collected is not None:
+        collected.append(message)
+
+
+@contextmanager
+def collecting_notes() -> Iterator[list[str]]:
+    """The notes :func:`note` gives in this context (this thread or task only)."""
+    collected: list[str] = []
+    token = _NOTES.set(collected)
+    try:
+        yield collected
+    finally:
+        _NOTES.reset(token)
 
 
 class EmptyRegionWarning(UserWarning):

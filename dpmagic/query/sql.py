@@ -32,6 +32,8 @@ never touches data or budget.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import warnings
 from collections.abc import Sequence
 
@@ -40,7 +42,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from dpmagic.domain.schema import Schema
+from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.domain.sets import Box
 from dpmagic.errors import QueryError, UnsupportedQueryError
 from dpmagic.query.aggregates import AGG_CLASSES, base_aggregate, is_aggregate
@@ -51,8 +53,12 @@ from dpmagic.query.groups import MAX_CELLS, group_by_keys, norm_sql
 from dpmagic.query.joins import rewrite_public_joins
 from dpmagic.query.linear import distribute_linear, linear_range
 from dpmagic.query.model import Aggregate, GroupKey, Output, Query
+from dpmagic.query.rowexpr import RowExpr, box_bounds, row_expr
 from dpmagic.query.syntax import syntax_error
 from dpmagic.query.where import where_clause
+
+#: a column name written without quotes in a derived column's name
+_PLAIN = re.compile(r"[a-z_][a-z0-9_]*")
 
 __all__ = ["parse_query", "split_statements", "canonical_sql", "MAX_CELLS", "MAX_ENUMERATION"]
 
@@ -125,8 +131,20 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     ``tables``: the names the bound table may be called by (a session passes the schema's ``table`` and the
     notebook variable's name); a schema-qualified form of any of them (``PUMS.PUMS``) is accepted too.  None
     accepts any single table name (schema-only tools such as ``dpmagic overlap``).  Raises :class:`QueryError` (or a
-    subclass) with one message that names the problem.
+    subclass) with one message that names the problem.  How a part that could be misread was read (``educ =
+    '8'`` read as the number 8) is warned (:class:`~dpmagic.query.regions.QueryNoteWarning`) and kept in
+    :attr:`Query.notes`, which the answer shows.
     """
+    from dpmagic.query.regions import collecting_notes
+
+    with collecting_notes() as notes:  # per thread / task: a server's concurrent parses keep their own
+        q = _parse_query(text, schema, tables=tables)
+    if notes:
+        q = dataclasses.replace(q, notes=tuple(dict.fromkeys(notes)))
+    return q
+
+
+def _parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None) -> Query:
     if not isinstance(text, str) or not text.strip():
         raise QueryError("the query is empty: write a SELECT statement")
     statements = _parse_statements(text)
@@ -174,7 +192,12 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
     tree = distribute_linear(tree)
 
     table = _table_name(tree, schema, tables)
-    ctx = _Context(schema)
+    where_node = tree.args.get("where")
+    if where_node is not None:  # before the SELECT list: a row expression's range is taken over the WHERE box
+        where, exact = where_clause(where_node.this, schema)
+    else:
+        where, exact = Box.everything(), None
+    ctx = _Context(schema, where)
     aliases = _select_aliases(tree)
     groups, group_exprs = group_by_keys(tree, schema, aliases)
     ctx.groups = groups
@@ -190,11 +213,6 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
             desc = bool(o.args.get("desc")) if isinstance(o, exp.Ordered) else False
             order_by.append((ctx.post_expr(e, "ORDER BY", outputs).sql(), desc))
     limit = _limit(tree)
-    where_node = tree.args.get("where")
-    if where_node is not None:
-        where, exact = where_clause(where_node.this, schema)
-    else:
-        where, exact = Box.everything(), None
     if not ctx.aggregates and not groups:
         raise UnsupportedQueryError(
             "the SELECT list needs at least one aggregate (COUNT(*), SUM(col), AVG(col), ...): "
@@ -220,6 +238,7 @@ def parse_query(text: str, schema: Schema, *, tables: Sequence[str] | None = Non
         order_by=tuple(order_by),
         limit=limit,
         hidden=tuple(ctx.hidden),
+        derived=tuple(ctx.derived.items()),
         _tree=tree,
     )
 
@@ -298,8 +317,10 @@ def _select_aliases(tree: exp.Select) -> dict[str, exp.Expr]:
 class _Context:
     """Collects the base aggregates of a query (deduplicated) while its expressions are rewritten."""
 
-    def __init__(self, schema: Schema) -> None:
+    def __init__(self, schema: Schema, where: Box | None = None) -> None:
         self.schema = schema
+        self.where = Box.everything() if where is None else where
+        self.derived: dict[str, RowExpr] = {}
         self.aggregates: list[Aggregate] = []
         self.hidden: list[str] = []
         self.groups: list[GroupKey] = []
@@ -319,6 +340,30 @@ class _Context:
         self.aggregates.append(Aggregate(agg.func, agg.column, name, agg.clamp, agg.param))
         if name.startswith("__"):
             self.hidden.append(name)
+        return name
+
+    def derive(self, arg: exp.Expr) -> str:
+        """A row expression inside SUM / AVG / VAR / STDDEV (:mod:`dpmagic.query.derived`): validated, its range
+        enclosed over the WHERE box (:func:`~dpmagic.query.rowexpr.row_expr`), registered as a derived column
+        named by its SQL (column names resolved); the name is returned."""
+        node = arg.copy()
+        for c in list(node.find_all(exp.Column)):
+            name = resolve_column(c, self.schema)
+            c.replace(exp.column(exp.to_identifier(name, quoted=not _PLAIN.fullmatch(name))))
+        for c in node.find_all(exp.Column):
+            col = self.schema[c.name]
+            if isinstance(col, NumericColumn) and col.temporal is not None:
+                raise UnsupportedQueryError(
+                    f"the row expression {arg.sql()!r} reads the {col.temporal} column {c.name!r}: dpmagic releases "
+                    "counts over dates, not sums of them",
+                    hint=f"count by period (DATE_TRUNC('month', {c.name})) or filter on it",
+                )
+        box = Query(text="", table=None, aggregates=(), group_by=(), where=self.where)
+        r = row_expr(node, self.schema, box_bounds(box, self.schema))
+        name = r.key
+        while name in self.schema.columns:  # never shadow a declared column
+            name = f"({name})"
+        self.derived.setdefault(name, r)
         return name
 
     def key_for(self, node: exp.Expr) -> str | None:
@@ -342,7 +387,7 @@ class _Context:
         if key is not None:
             return _ref(key)
         if is_aggregate(node):
-            agg = base_aggregate(node, self.schema)
+            agg = base_aggregate(node, self.schema, self.derive)
             return _ref(self.add(agg, None, hidden=True))
 
         def visit(e: exp.Expr) -> exp.Expr:
@@ -350,7 +395,7 @@ class _Context:
             if k is not None:
                 return _ref(k)
             if is_aggregate(e):
-                return _ref(self.add(base_aggregate(e, self.schema), None, hidden=True))
+                return _ref(self.add(base_aggregate(e, self.schema, self.derive), None, hidden=True))
             if isinstance(e, exp.Column):
                 if outputs is not None:
                     for o in outputs:
@@ -457,8 +502,8 @@ def _select_list(tree: exp.Select, ctx: _Context) -> tuple[list[Output], bool]:
             outputs.append(Output(name, _ref_sql(key), None))
             continue
         if is_aggregate(node):
-            agg = base_aggregate(node, ctx.schema)
-            name = alias or _default_name(agg)
+            agg = base_aggregate(node, ctx.schema, ctx.derive)
+            name = alias or (node.sql() if agg.column in ctx.derived else _default_name(agg))
             released = ctx.add(agg, name, hidden=False)
             if released != name:
                 simple = False

@@ -34,6 +34,10 @@ class Backend(ABC):
 
     #: the declared domain the data was validated against
     schema: Schema
+    #: computes the derived columns of row expressions inside aggregates (:attr:`Query.derived
+    #: <dpmagic.query.model.Query.derived>`: each value clamped into its public bounds, bit-identical to
+    #: :func:`dpmagic.aggregates.rowvalues.derived_values`); a query with one is refused before the charge otherwise
+    row_expressions: bool = False
 
     @abstractmethod
     def evaluate(

@@ -93,7 +93,17 @@ class QueryBoxMechanism(Mechanism):
         return self._cost
 
     def check(self, backend: Backend) -> None:
-        """The backend's own check of the query (an engine backend's ``check``: its settings, its memory limit)."""
+        """The backend's own check of the query (an engine backend's ``check``: its settings, its memory limit);
+        a row expression inside an aggregate (:attr:`Query.derived <dpmagic.query.model.Query.derived>`) is
+        refused here, before the charge, on a backend that does not compute them."""
+        if self.query.derived and not backend.row_expressions:
+            from dpmagic.errors import UnsupportedQueryError
+
+            raise UnsupportedQueryError(
+                f"{type(backend).__name__} does not compute row expressions inside aggregates "
+                f"({', '.join(name for name, _ in self.query.derived)})",
+                hint="aggregate a column of the table, or bind the data with pandas, DuckDB or Spark",
+            )
         backend.check(self.query, self._extended())
 
     def _extended(self) -> Mapping[str, Any] | None:

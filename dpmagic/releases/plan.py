@@ -40,6 +40,7 @@ from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.errors import BudgetError, ConfigurationError
 from dpmagic.noise.calibration import MAX_ROWS, Noise, calibrate, float_unit
 from dpmagic.noise.sensitivity import coverage_of, release_sensitivity
+from dpmagic.query.derived import with_derived
 from dpmagic.query.intervals import level_column, union_level, union_sizes
 from dpmagic.query.model import Query
 from dpmagic.releases.cells import Cells
@@ -104,6 +105,7 @@ def plan_noise(
     calibrated exactly (:func:`~dpmagic.noise.calibration.calibrate`), which needs slightly more noise than the
     continuous Gaussian's σ = Δ/μ.
     """
+    schema = with_derived(schema, query)  # a row expression's derived column, bounded by its enclosure
     k = releases_per_cell(query)  # an unknown aggregate kind is refused here, before anything else
     weight = currency.weight(cost)
     share = currency.cost(weight / k)
@@ -224,6 +226,7 @@ def cost_for_target(
     """
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
         raise ConfigurationError(f"the accuracy target must be a positive number, got {target!r}")
+    schema = with_derived(schema, query)
 
     def width(c: float) -> float:
         try:
@@ -258,6 +261,7 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
     :func:`units_of`), and the exact inputs of the :mod:`dpmagic.aggregates` units (``cells.extra``).  An interval side is infinite where the exact value may have been clamped before noise
     (|exact| ≥ the noise's public clamp, :data:`~dpmagic.noise.calibration.SUM_CLAMP` grid units).
     """
+    schema = with_derived(schema, query)
     out: dict[str, object] = {}
     for i, g in enumerate(query.group_by):  # public declared keys / bin labels
         out[g] = [key[i] for key in cells.keys]

@@ -26,6 +26,7 @@ import pandas as pd
 
 from dpmagic.aggregates.basic import ratio_estimate  # the AVG unit's interval; re-exported here
 from dpmagic.domain.schema import NumericColumn, Schema
+from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Query
 
 __all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
@@ -40,7 +41,7 @@ def _avg_columns(query: Query) -> list[str]:
 
 def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
     """Plain-language notes on a released answer, computed from the released values only (free)."""
-    notes: list[str] = []
+    notes: list[str] = list(query.notes)  # how the parser read a part that could be misread
     if query.is_empty:
         notes.append(
             "the WHERE clause matches no row of the declared domain: every true value is 0 (or undefined for "
@@ -117,7 +118,7 @@ def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str])
         if agg.func in ("count", "count_distinct"):
             floor = 0.0
         elif agg.func == "sum" and agg.column is not None:
-            col = schema[agg.column]
+            col = with_derived(schema, query)[agg.column]
             if isinstance(col, NumericColumn) and float(col.lower) >= 0:
                 floor = 0.0
         if "nonnegative" in opts and floor is not None:

@@ -32,8 +32,10 @@ class QueryMechanism(QueryBoxMechanism):
     kind = "query"
 
     def __init__(self, query: Query, schema: Schema, currency: Currency, cost: float, *, replace_one: bool) -> None:
+        from dpmagic.query.derived import with_derived
+
         self.query = query
-        self.schema = schema
+        self.schema = with_derived(schema, query)  # a row expression's derived column, bounded by its enclosure
         self._cost = cost
         self.plan: ReleasePlan = plan_noise(query, schema, currency, cost, replace_one=replace_one)
 
