@@ -48,3 +48,10 @@ def test_rand_elsewhere_is_refused_before_anything_is_charged(session: Session, 
         session.query(sql, epsilon=1.0)
     assert where in str(info.value)
     assert session.spent == 0 and session.ledger_frame().empty
+
+
+def test_an_aggregate_of_an_aggregate_is_refused_by_name(session: Session) -> None:
+    """``SUM(SUM(age))`` (a peer corpus refusal) names the construct, not a row-expression operator."""
+    with pytest.raises(UnsupportedQueryError, match="an aggregate inside an aggregate"):
+        session.query("SELECT SUM(SUM(x)) FROM t", epsilon=1.0)
+    assert session.spent == 0

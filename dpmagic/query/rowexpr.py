@@ -188,6 +188,12 @@ class _Checker:
             raise _refuse(node, f"CAST to {node.to.sql()} (only BIGINT / INT of an integer value, or DOUBLE)")
         if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod)):
             raise _refuse(node, "division is undefined where the divisor is 0 and truncates differently by engine")
+        if isinstance(node, exp.AggFunc):
+            raise UnsupportedQueryError(
+                f"an aggregate inside an aggregate ({node.sql()!r} inside another) is not supported: an aggregate "
+                "reads rows, not other aggregates",
+                hint="ask the inner aggregate (with GROUP BY) and post-process its released values",
+            )
         raise _refuse(node, f"{type(node).__name__.upper()} is not one of + − × ABS LEAST GREATEST CASE CAST")
 
     def checked(self, lo: Fraction, hi: Fraction, node: exp.Expr) -> Range:
