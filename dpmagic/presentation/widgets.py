@@ -45,6 +45,20 @@ __all__ = ["BudgetWidget", "NEARLY_SPENT", "PanelView", "RemoteBudgetWidget", "p
 _MAX_ROWS = 500  # rows rendered in the query table (the newest); the ledger keeps all of them
 
 
+def _panel(parts: list[tuple[Any, str | None]]) -> Any:
+    """The panel's box (class ``dpmagic-budget``) of ``parts`` in order, each given its CSS class (the browser
+    test and the JupyterLab theme find them by it)."""
+    for widget, cls in parts:
+        if cls is not None:
+            widget.add_class(cls)
+    box = w.VBox(
+        [widget for widget, _ in parts],
+        layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%", max_width="100%", overflow="auto"),
+    )
+    box.add_class("dpmagic-budget")
+    return box
+
+
 class BudgetWidget:
     """A live view of one session's budget; ``display(panel.widget)`` or just ``panel`` in a notebook."""
 
@@ -68,32 +82,19 @@ class BudgetWidget:
         # elapsed accounting time against the time limit; shown only while the accountant works > 0.5 s
         self.working = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=w.Layout(display="none"))
         self.queries = w.HTML(layout=_fits())
-        self.widget = w.VBox(
+        self.widget = _panel(
             [
-                self.title,
-                self.progress,
-                self.numbers,
-                self.bounds,
-                self.approx,
-                self.worst,
-                self.status,
-                self.working,
-                self.queries,
-            ],
-            layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%", max_width="100%", overflow="auto"),
+                (self.title, None),
+                (self.progress, "dpmagic-progress"),
+                (self.numbers, "dpmagic-numbers"),
+                (self.bounds, "dpmagic-bounds"),
+                (self.approx, "dpmagic-approx"),
+                (self.worst, "dpmagic-worst"),
+                (self.status, "dpmagic-status"),
+                (self.working, "dpmagic-working"),
+                (self.queries, "dpmagic-queries"),
+            ]
         )
-        for widget, cls in [
-            (self.widget, "dpmagic-budget"),
-            (self.progress, "dpmagic-progress"),
-            (self.numbers, "dpmagic-numbers"),
-            (self.bounds, "dpmagic-bounds"),
-            (self.approx, "dpmagic-approx"),
-            (self.worst, "dpmagic-worst"),
-            (self.status, "dpmagic-status"),
-            (self.working, "dpmagic-working"),
-            (self.queries, "dpmagic-queries"),
-        ]:
-            widget.add_class(cls)
         self.refresh()
         session.subscribe(self.on_event)
 
@@ -205,30 +206,18 @@ class RemoteBudgetWidget:
         self.button = w.Button(description="refresh", tooltip="ask the server for the budgets now")
         self.button.on_click(lambda _: self.refresh())
         self.queries = w.HTML(layout=_fits())
-        self.widget = w.VBox(
+        self.widget = _panel(
             [
-                self.title,
-                self.progress,
-                self.numbers,
-                self.global_progress,
-                self.global_numbers,
-                self.status,
-                self.button,
-                self.queries,
-            ],
-            layout=w.Layout(border="1px solid #ccc", padding="6px", width="100%", max_width="100%", overflow="auto"),
+                (self.title, None),
+                (self.progress, "dpmagic-progress"),
+                (self.numbers, "dpmagic-numbers"),
+                (self.global_progress, "dpmagic-global"),
+                (self.global_numbers, "dpmagic-global-numbers"),
+                (self.status, "dpmagic-status"),
+                (self.button, "dpmagic-refresh"),
+                (self.queries, "dpmagic-queries"),
+            ]
         )
-        for widget, cls in [
-            (self.widget, "dpmagic-budget"),
-            (self.progress, "dpmagic-progress"),
-            (self.numbers, "dpmagic-numbers"),
-            (self.global_progress, "dpmagic-global"),
-            (self.global_numbers, "dpmagic-global-numbers"),
-            (self.status, "dpmagic-status"),
-            (self.button, "dpmagic-refresh"),
-            (self.queries, "dpmagic-queries"),
-        ]:
-            widget.add_class(cls)
         self.refresh()
         session.subscribe(self.on_event)
 
