@@ -143,6 +143,15 @@ def create_app(custodian: Custodian) -> FastAPI:
         except ValueError:
             raise DPMagicError("the request body is not valid JSON") from None
 
+    async def posted(request: Request, handler: Callable[..., Any], *args: Any) -> Any:
+        """``handler(*args, body)`` on the request's JSON body in the thread pool, :func:`guarded`; a body that is not
+        JSON: 400."""
+        try:
+            body = await json_of(request)
+        except DPMagicError as exc:
+            return JSONResponse(error_body(exc), status_code=400)
+        return await run_in_threadpool(guarded(handler), *args, body)
+
     def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
         """Errors before any read: the dpmagic message (schema and budget only) or, for anything else, 500."""
 
@@ -187,11 +196,7 @@ def create_app(custodian: Custodian) -> FastAPI:
         who = analyst(request)
         if isinstance(who, JSONResponse):
             return who
-        try:
-            body = await json_of(request)
-        except DPMagicError as exc:
-            return JSONResponse(error_body(exc), status_code=400)
-        return await run_in_threadpool(guarded(custodian.follow_up), who, dataset, name, body)
+        return await posted(request, custodian.follow_up, who, dataset, name)
 
     @app.get("/v1/datasets/{dataset}/ledger")
     def ledger(dataset: str, request: Request) -> Any:
@@ -203,11 +208,7 @@ def create_app(custodian: Custodian) -> FastAPI:
         who = analyst(request)
         if isinstance(who, JSONResponse):
             return who
-        try:
-            body = await json_of(request)
-        except DPMagicError as exc:
-            return JSONResponse(error_body(exc), status_code=400)
-        return await run_in_threadpool(guarded(custodian.afford), who, dataset, body)
+        return await posted(request, custodian.afford, who, dataset)
 
     @app.post("/v1/datasets/{dataset}/query")
     async def query(dataset: str, request: Request) -> Any:
@@ -252,11 +253,7 @@ def create_app(custodian: Custodian) -> FastAPI:
         denied = admin(request)
         if denied:
             return denied
-        try:
-            body = await json_of(request)
-        except DPMagicError as exc:
-            return JSONResponse(error_body(exc), status_code=400)
-        return await run_in_threadpool(guarded(custodian.add_analyst), body)
+        return await posted(request, custodian.add_analyst)
 
     @app.post("/v1/admin/analysts/{aid}/revoke")
     def revoke(aid: str, request: Request) -> Any:
@@ -271,11 +268,7 @@ def create_app(custodian: Custodian) -> FastAPI:
         denied = admin(request)
         if denied:
             return denied
-        try:
-            body = await json_of(request)
-        except DPMagicError as exc:
-            return JSONResponse(error_body(exc), status_code=400)
-        return await run_in_threadpool(guarded(custodian.set_budget), dataset, body)
+        return await posted(request, custodian.set_budget, dataset)
 
     @app.get("/v1/admin/datasets/{dataset}/audit")
     def audit(dataset: str, request: Request) -> Any:
