@@ -147,6 +147,11 @@ def linear_range(terms: Terms, bounds_of: Callable[[exp.Expr], tuple[float, floa
             continue
         a, b = (Fraction(v) for v in bounds_of(atom))
         lo, hi = lo + min(k * a, k * b), hi + max(k * a, k * b)
+    return outward(lo, hi)
+
+
+def outward(lo: Fraction, hi: Fraction) -> tuple[float, float]:
+    """The exact interval [lo, hi] rounded outwards to doubles (a double end never excludes a value)."""
     flo, fhi = float(lo), float(hi)
     if Fraction(flo) > lo:
         flo = math.nextafter(flo, -math.inf)

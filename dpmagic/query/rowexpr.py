@@ -49,6 +49,7 @@ from dpmagic.domain.columns import CategoricalColumn, NumericColumn
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import CategorySet, IntervalSet
 from dpmagic.errors import UnsupportedQueryError
+from dpmagic.query.linear import outward
 
 if TYPE_CHECKING:
     from dpmagic.query.model import Query
@@ -336,15 +337,6 @@ def enclosure(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> tuple[Frac
     return lo, hi, ch.is_int
 
 
-def _outward(lo: Fraction, hi: Fraction) -> tuple[float, float]:
-    flo, fhi = float(lo), float(hi)
-    if Fraction(flo) > lo:
-        flo = math.nextafter(flo, -math.inf)
-    if Fraction(fhi) < hi:
-        fhi = math.nextafter(fhi, math.inf)
-    return flo, fhi
-
-
 def row_expr(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> RowExpr:
     """Validate ``node`` and compute its enclosure over the box (rounded outwards to doubles; exact ints when
     computed in int64)."""
@@ -353,5 +345,5 @@ def row_expr(node: exp.Expr, schema: Schema, bounds_of: BoundsOf) -> RowExpr:
     node = node.copy()
     if ch.is_int:
         return RowExpr(node, node.sql(), int(lo), int(hi), True, frozenset(ch.columns))
-    flo, fhi = _outward(lo, hi)
+    flo, fhi = outward(lo, hi)
     return RowExpr(node, node.sql(), flo, fhi, False, frozenset(ch.columns))
