@@ -175,3 +175,87 @@ def test_scoped_is_planned_first_on_small_scopes_only() -> None:
     assert plan(inst, cfg)[0][0].name == "scoped"
     assert plan(inst, PortfolioConfig(tensor_cells=1, scoped_max_scope=0.5))[0][0].name != "scoped"
     assert plan(inst, PortfolioConfig(tensor_cells=1, scoped_max_atoms=1))[0][0].name != "scoped"
+
+
+def _random_problem(rng: np.random.Generator):
+    """A random instance built directly: up to 6 columns of up to 5 atoms, up to 30 queries constraining each
+    column with probability ½ (to a random, possibly empty, set of atoms), weights on a grid or not."""
+    from dpmagic.overlap.encoding import Problem, ProblemColumn
+
+    k = int(rng.integers(1, 7))
+    n = int(rng.integers(1, 31))
+    cols = []
+    for c in range(k):
+        a = int(rng.integers(1, 6))
+        m = np.ones((n, a), dtype=bool)
+        for q in range(n):
+            if rng.random() < 0.5:
+                m[q] = rng.random(a) < 0.6
+        cols.append(ProblemColumn(f"c{c}", a, None, M=m))  # type: ignore[arg-type]
+    w = rng.choice([0.25, 0.5, 1.0, 1.5, 0.037, 0.1], size=n) if rng.random() < 0.5 else rng.uniform(0.01, 3.0, n)
+    return Problem(np.arange(n), np.asarray(w, dtype=np.float64), cols)
+
+
+def _loads(prob) -> np.ndarray:
+    """Every row's load, by brute force over the product of the columns' atoms."""
+    import itertools
+
+    out = []
+    for row in itertools.product(*[range(c.a) for c in prob.columns]):
+        alive = np.ones(prob.n, dtype=bool)
+        for c, a in zip(prob.columns, row):
+            alive &= c.M[:, a]
+        out.append(float(prob.weights[alive].sum()))
+    return np.array(out)
+
+
+def _row_load(prob, atoms: dict[str, int]) -> float:
+    alive = np.ones(prob.n, dtype=bool)
+    for c in prob.columns:
+        alive &= c.M[:, atoms.get(c.name, 0)]
+    return float(prob.weights[alive].sum())
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_scoped_random_problems_against_brute_force(seed: int) -> None:
+    """Deeper instances than the schema's (up to 6 columns, 30 queries, scopes of any size): the search from
+    nothing, with a floor, with a target, and stopped after a few nodes: γ ≤ upper, the witness's load ≤ γ and
+    = γ when exact, exact only on reaching the maximum (or the floor)."""
+    rng = np.random.default_rng(seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    atoms, upper, exact, tag = scoped_search(prob, math.inf, rnd, -1.0)
+    assert exact and tag == "scoped"
+    assert truth <= upper
+    assert truth == 0.0 or is_exact(truth, upper)  # (at γ = 0 with off-grid weights up(0) > 0: not "exact")
+    assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+    floor = float(rng.uniform(0.0, 1.2)) * truth
+    atoms, upper, exact, _ = scoped_search(prob, math.inf, rnd, floor)
+    assert exact and truth <= upper
+    if truth > floor + 1e-9:
+        assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+    else:
+        assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+    atoms, upper, exact, _ = scoped_search(prob, math.inf, rnd, -1.0, target=truth)
+    assert exact and truth <= upper and _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+    nodes = int(rng.integers(0, 12))
+    calls = [0]
+    real = scoped_mod.time.perf_counter
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            calls[0] += 1
+            return math.inf if calls[0] > nodes else real()
+
+    scoped_mod.time = _Clock  # type: ignore[assignment]
+    try:
+        atoms, upper, exact, tag = scoped_search(prob, 1e300, rnd, -1.0)
+    finally:
+        scoped_mod.time = time
+    assert truth <= upper
+    if atoms:
+        assert _row_load(prob, atoms) <= truth + 1e-12
+        if exact:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)

@@ -16,9 +16,13 @@ Rish, "Mini-buckets: a general scheme for bounded inference", Journal of the ACM
 used as a search heuristic by Kask and Dechter, "A general scheme for automatic generation of search
 heuristics from specification dependencies", Artificial Intelligence 129:91–131, 2001), and exact once a
 query's scope is all fixed.  Because the order is static, the assignment at depth ``j`` depends only on the
-query and ``j``; each level's per-column membership blocks are cut once, and a node costs one small
-matrix-vector product per free column.  Children (atoms of column ``j``) are visited by decreasing bound and
-cut against the incumbent (or the caller's ``floor``); the first descent is the greedy row.
+query and ``j``; each level's tables are cut once.  A node's sums are mostly its parent's: a live query whose
+first free column is ``c > j`` does not constrain ``j``, so it is live in every child of the node and its sums
+over ``c`` pass down unchanged (the parent's star table below is the child's column sums); a node computes only
+the sums of the queries whose first free column is its own (one product with their weighted memberships), not
+a product over all live queries.  Children (atoms of column ``j``) are visited by decreasing bound and cut
+against the incumbent (or the caller's ``floor``); the first descent is the greedy row; the memo is consulted
+only at nodes that branch.
 
 Compared with :mod:`.columns` (bound: min over free columns of one column's sums of *all* live queries) the
 partitioned bound charges each query once, which is what makes it tight when each query constrains a few of
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,8 +63,21 @@ def scoped_fits(prob: Problem, max_atoms: int, max_columns: int) -> bool:
     return prob.n * sum((i + 1) * a for i, a in enumerate(widths)) <= SCOPED_MAX_ENTRIES
 
 
+@dataclass(frozen=True)
+class _Level:
+    """The per-level tables of :meth:`_Search._level`."""
+
+    unary: np.ndarray  # queries whose only free column is j
+    unary_tw: np.ndarray  # (a_j, |unary|) their memberships in j times their weights
+    pair: np.ndarray  # queries whose first free column is j with a second c > j
+    pair_tw: np.ndarray  # (a_j, |pair|) their memberships in j times their weights
+    pair_block: np.ndarray  # (|pair|, Σ_{c > j} a_c) their rows in their second column
+    offsets: np.ndarray  # the columns' offsets after j in pair_block / rest
+    free: np.ndarray  # queries with any free column (the memo key)
+
+
 class _Search:
-    """One search: the static order, the per-level blocks, the incumbent, the open frames and the memo."""
+    """One search: the static order, the per-level tables, the incumbent, the open frames and the memo."""
 
     def __init__(self, prob: Problem, deadline: float, best: float, target: float, slack: float) -> None:
         self.deadline = deadline
@@ -77,45 +95,56 @@ class _Search:
         k = len(self.order)
         self.k = k
         self.cover = [dense[i] for i in self.order]  # (n, a_c) bool, in branching order
+        #: per column, its atoms' memberships as contiguous rows (a_c, n): a child's alive mask is one AND
+        self.cover_t = [np.ascontiguousarray(m.T) for m in self.cover]
+        self.widths = [m.shape[1] for m in self.cover]
         # assigned[j][q]: the first column of q's scope at position ≥ j (k: none left, the query is fixed)
         self.assigned = np.full((k + 1, n), k, dtype=np.int64)
         for j in range(k - 1, -1, -1):
             self.assigned[j] = np.where(cons[self.order[j]], j, self.assigned[j + 1])
-        self.done = [self.assigned[j] == k for j in range(k + 1)]
-        self.done_f = [d.astype(np.float64) for d in self.done]
-        self.free = [~d for d in self.done]
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._levels: dict[int, _Level] = {}
         self.frames: list[tuple[np.ndarray, list[int]]] = []  # (child bounds in visiting order, [next index])
         #: per level: the live queries with free columns (packed bits) → a bound on the load they can add
         self.memo: list[dict[bytes, float]] = [{} for _ in range(k + 1)]
         self.x = [0] * k
         self.nodes = 0
 
-    def _block(self, j: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Level ``j`` (built on first use).  A query whose scope's first free column is ``c > j`` keeps its
-        membership row in ``c`` (the unary block); one whose first free column is ``j`` and second ``c`` goes to
-        the pair part: its membership in ``j`` and its row in ``c``; one with ``j`` alone keeps its row in ``j``.
-        Returns the unary block (n, Σ_{c ≥ j} a_c) float64, the columns' offsets, the pair queries, their
-        memberships in ``j`` (a_j, p) and their rows in their second column (p, Σ_{c > j} a_c)."""
-        got = self._blocks.get(j)
+    def _level(self, j: int) -> _Level:
+        """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
+        with no other free column (``unary``: their memberships in ``j``) and those with a second one ``c``
+        (``pair``: their memberships in ``j`` and their rows in ``c``, laid out over the columns after ``j``),
+        the queries with any free column (the memo key) and the columns' offsets after ``j``."""
+        got = self._levels.get(j)
         if got is None:
-            widths = [self.cover[c].shape[1] for c in range(j, self.k)]
-            offsets = np.cumsum([0] + widths[:-1])
-            block = np.zeros((len(self.w), sum(widths)))
-            a = self.assigned[j].copy()
-            second = self.assigned[j + 1] if j + 1 <= self.k else np.full(len(a), self.k)
+            a = self.assigned[j]
+            second = self.assigned[j + 1]
+            unary = np.flatnonzero((a == j) & (second == self.k))
             pair = np.flatnonzero((a == j) & (second < self.k))
-            a[pair] = -1
-            pair_block = np.zeros((len(pair), sum(widths[1:])))
-            for c, off, wd in zip(range(j, self.k), offsets.tolist(), widths):
-                rows = np.flatnonzero(a == c)
-                block[rows, off : off + wd] = self.cover[c][rows]
-                if c > j:
-                    sel = np.flatnonzero(second[pair] == c)
-                    pair_block[sel, off - widths[0] : off - widths[0] + wd] = self.cover[c][pair[sel]]
-            mj_t = self.cover[j][pair].T.astype(np.float64)
-            got = self._blocks[j] = (block, offsets, pair, mj_t, pair_block)
+            widths = self.widths[j + 1 :]
+            offsets = np.cumsum([0] + widths[:-1]).astype(np.intp) if widths else np.zeros(0, dtype=np.intp)
+            pair_block = np.zeros((len(pair), sum(widths)))
+            for c, off, wd in zip(range(j + 1, self.k), offsets.tolist(), widths):
+                sel = np.flatnonzero(second[pair] == c)
+                pair_block[sel, off : off + wd] = self.cover[c][pair[sel]]
+            got = self._levels[j] = _Level(
+                unary=unary,
+                unary_tw=np.ascontiguousarray(self.cover[j][unary].T * self.w[unary]),
+                pair=pair,
+                pair_tw=np.ascontiguousarray(self.cover[j][pair].T * self.w[pair]),
+                pair_block=pair_block,
+                offsets=offsets,
+                free=np.flatnonzero(a < self.k),
+            )
         return got
+
+    def _root_rest(self) -> np.ndarray:
+        """The column sums, over the columns after the first, of the queries whose first scope column is there."""
+        a = self.assigned[0]
+        parts = []
+        for c in range(1, self.k):
+            rows = np.flatnonzero(a == c)
+            parts.append(self.w[rows] @ self.cover[c][rows].astype(np.float64))
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def frontier_upper(self) -> float:
         ub = self.best
@@ -127,56 +156,68 @@ class _Search:
     def run(self) -> None:
         # the root as a frame of one unbounded child: a timeout before its bound is known reports no bound
         self.frames.append((np.array([math.inf]), [0]))
-        self._node(0, np.ones(len(self.w), dtype=bool))
+        fixed = float(self.w[self.assigned[0] == self.k].sum())
+        self._node(0, np.ones(len(self.w), dtype=bool), fixed, self._root_rest())
         self.frames.pop()
 
-    def _node(self, j: int, alive: np.ndarray) -> bool:
-        """Search below the node fixing the first ``j`` columns; True when the target is reached (stop)."""
+    def _node(self, j: int, alive: np.ndarray, fixed: float, rest: np.ndarray) -> bool:
+        """Search below the node fixing the first ``j`` columns; True when the target is reached (stop).
+
+        ``alive``: the queries consistent with the fixed atoms; ``fixed``: the weight of the alive queries
+        whose scope is all fixed; ``rest``: over the columns after ``j``, the sums of the alive queries whose
+        first free column is there (computed by the parent: moving to a child only fixes column ``j - 1``, which
+        such queries do not constrain, so they are alive in every child and their sums are the parent's)."""
         self.nodes += 1
         if time.perf_counter() > self.deadline:
             raise SearchTimeout
-        wa = np.where(alive, self.w, 0.0)
-        fixed = float(wa @ self.done_f[j])
-        live = alive & self.free[j]
-        if j == self.k or not bool(live.any()):
+        if j == self.k:
             if fixed > self.best:
                 self.best, self.best_x = fixed, list(self.x)
             return self.best >= self.target
+        lv = self._level(j)
+        # the queries with j alone left: fixed by the child, their weight per atom of j
+        u = lv.unary_tw @ alive[lv.unary]
+        star = None
+        s0 = u
+        if self.k > j + 1:
+            # given the atom of j the free columns are independent (a star): per column c > j the pair table of
+            # the queries whose first two free columns are (j, c), plus c's sums, maximised over c's atoms
+            pair = lv.pair
+            ap = alive[pair]
+            sel = np.flatnonzero(ap)
+            if 2 * len(sel) < len(pair):
+                star = lv.pair_tw[:, sel] @ lv.pair_block[sel] + rest
+            else:
+                star = (lv.pair_tw * ap) @ lv.pair_block + rest
+            s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
+        top = float(s0.max())
+        if fixed + top <= self.best:
+            return False
+        if top <= 0.0:
+            # no live query can add (weights are positive): every completion of the row has load ``fixed``
+            self.best, self.best_x = fixed, list(self.x)
+            return self.best >= self.target
         # the same live queries with free columns below another prefix: their added load is bounded (memo)
-        key = np.packbits(live).tobytes()
+        key = np.packbits(alive[lv.free]).tobytes()
         memo = self.memo[j]
         known = memo.get(key)
         if known is not None and fixed + known <= self.best - self.slack:
             return False
-        block, offsets, pair, mj_t, pair_block = self._block(j)
-        # only live queries add: the products over their rows alone (most are dead below the first levels)
-        rows = np.flatnonzero(live)
-        sums = self.w[rows] @ block[rows] if 2 * len(rows) < len(wa) else wa @ block
-        a_j = self.cover[j].shape[1]
-        s0 = sums[:a_j]
-        if self.k > j + 1:
-            # given the atom of j the free columns are independent (a star): per column c > j the pair table of
-            # the queries whose first two free columns are (j, c), plus c's unary sums, maximised over c's atoms
-            sel = np.flatnonzero(alive[pair])
-            if 2 * len(sel) < len(pair):
-                star = (mj_t[:, sel] * self.w[pair[sel]]) @ pair_block[sel] + sums[a_j:]
-            else:
-                star = (mj_t * wa[pair]) @ pair_block + sums[a_j:]
-            s0 = s0 + np.maximum.reduceat(star, offsets[1:] - a_j, axis=1).sum(axis=1)
-        rest = fixed
-        if rest + float(s0.max()) <= self.best:
-            return False
         order = np.argsort(-s0, kind="stable")
-        bounds = s0[order] + rest
+        bounds = s0[order] + fixed
         pos = [0]
         self.frames.append((bounds, pos))
-        cover = self.cover[j]
+        cover_t = self.cover_t[j]
+        a_next = self.widths[j + 1] if self.k > j + 1 else 0
+        empty = rest[:0]
+        ul = u.tolist()
         for i, a in enumerate(order.tolist()):
             pos[0] = i
             if float(bounds[i]) <= self.best:
                 break
             self.x[j] = a
-            if self._node(j + 1, alive & cover[:, a]):
+            child_rest = star[a, a_next:] if star is not None else empty
+            if self._node(j + 1, alive & cover_t[a], fixed + ul[a], child_rest):
                 self.frames.pop()
                 return True
         self.frames.pop()
