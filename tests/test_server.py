@@ -311,7 +311,8 @@ def test_decision_query_over_http_is_charged_once_and_replayed(server: Server) -
         r = c.post("/v1/datasets/pums/query", json=body, headers={"Idempotency-Key": "decide-1"})
         assert r.status_code == 200, r.text
         answer = r.json()["answer"]
-        assert answer["denied"] is False and isinstance(answer["groups"], list) and answer["cost"] > 0
+        # Phase Two may be denied (its noise can leave groups uncertain at the budget): random, both are answers
+        assert answer["cost"] > 0 and (answer["denied"] or isinstance(answer["groups"], list))
         charged = server.audit()["entries"][before:]
         assert charged and all(e["analyst"] == "alice" for e in charged)
         quota = c.get("/v1/datasets/pums/budget").json()["quota"]
