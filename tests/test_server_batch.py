@@ -70,6 +70,10 @@ def test_kept_estimate_follow_ups_are_free_and_read_as_locally(
     assert list(many["query"]) == ["age BETWEEN 0 AND 10", "age BETWEEN 20 AND 40"]
     assert many["count"].iloc[1] == pytest.approx(answers["range 20 40"].count)  # one estimate: consistent
     assert ledgers(server, "alice") == before  # nothing charged, globally or to the quota
+    # the custodian's audit export lists the free follow-ups (not as ledger entries)
+    followups = server.audit()["followups"]
+    assert [f["analyst"] for f in followups] == ["alice"] * len(followups) and len(followups) >= 5
+    assert {f["estimate"] for f in followups} == {"ages"} and followups[0]["request"]["kind"] == "range"
     # the same lines on a local session over the same data: the same text, up to the noisy numbers
     local = dpmagic.Session(pd.read_csv(DATA / "pums.csv"), DATA / "pums.schema.json", "epsilon=1.0")
     local.batch("all_range(age)", where="sex = 1", epsilon=0.1, keep="ages")

@@ -808,11 +808,27 @@ class Custodian:
                 }
                 for e in s.accountant.entries()
             ],
+            # free follow-ups answered from kept batch estimates: no row read, nothing charged, listed for the audit
+            "followups": [
+                {"time": created, "analyst": who, "estimate": name, "request": _json_or_text(request)}
+                for who, name, request, created in self.store.execute(
+                    "SELECT analyst, name, request, created FROM followups WHERE dataset = ? ORDER BY created",
+                    (dataset,),
+                )
+            ],
         }
 
     def verify(self) -> dict[str, Any]:
         ok, problems = verify(self.ledger_path, key_from_env())
         return {"ok": ok, "problems": problems, "checked_at": time.time()}
+
+
+def _json_or_text(text: str) -> Any:
+    """A stored request: its JSON, or the text itself where it was cut at the stored length."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _crash(*args: Any, **kwargs: Any) -> Any:
