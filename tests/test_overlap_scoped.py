@@ -105,6 +105,24 @@ def test_scoped_region_with_floor(wl, region, floor) -> None:
         assert r.upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
 
 
+def _stopped_search(prob, rnd, nodes: int):  # type: ignore[no-untyped-def]
+    """The scoped search with a clock that reports the deadline passed after ``nodes`` readings."""
+    calls = [0]
+    real = scoped_mod.time.perf_counter
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            calls[0] += 1
+            return math.inf if calls[0] > nodes else real()
+
+    scoped_mod.time = _Clock  # type: ignore[assignment]
+    try:
+        return scoped_search(prob, 1e300, rnd, -1.0)
+    finally:
+        scoped_mod.time = time
+
+
 @given(workloads, st.integers(0, 40))
 @FAST
 def test_scoped_timeout_and_target_are_proven(wl, nodes) -> None:
@@ -116,21 +134,7 @@ def test_scoped_timeout_and_target_are_proven(wl, nodes) -> None:
         return
     rnd = ProblemRounding.of(prob)
     truth = brute_max(SCHEMA, bx, ws)
-    calls = [0]
-
-    real = scoped_mod.time.perf_counter
-
-    class _Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            calls[0] += 1
-            return math.inf if calls[0] > nodes else real()
-
-    scoped_mod.time = _Clock  # type: ignore[assignment]
-    try:
-        atoms, upper, exact, tag = scoped_search(prob, 1e300, rnd, -1.0)
-    finally:
-        scoped_mod.time = time
+    atoms, upper, exact, tag = _stopped_search(prob, rnd, nodes)
     assert truth <= upper
     if atoms:
         row = witness_row(store, prob, atoms)
@@ -240,20 +244,7 @@ def test_scoped_random_problems_against_brute_force(seed: int) -> None:
     atoms, upper, exact, _ = scoped_search(prob, math.inf, rnd, -1.0, target=truth)
     assert exact and truth <= upper and _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
     nodes = int(rng.integers(0, 12))
-    calls = [0]
-    real = scoped_mod.time.perf_counter
-
-    class _Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            calls[0] += 1
-            return math.inf if calls[0] > nodes else real()
-
-    scoped_mod.time = _Clock  # type: ignore[assignment]
-    try:
-        atoms, upper, exact, tag = scoped_search(prob, 1e300, rnd, -1.0)
-    finally:
-        scoped_mod.time = time
+    atoms, upper, exact, tag = _stopped_search(prob, rnd, nodes)
     assert truth <= upper
     if atoms:
         assert _row_load(prob, atoms) <= truth + 1e-12

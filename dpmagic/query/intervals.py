@@ -97,10 +97,6 @@ def _div(a: Box, b: Box) -> Box:
     )
 
 
-#: one-argument functions the evaluator knows by name that are non-decreasing on the reals (where defined)
-_MONOTONE = frozenset({"SQRT", "EXP", "LN", "LOG10", "SIGN"})
-
-
 def _constant(node: exp.Expr) -> float | None:
     """The value of a numeric constant (a literal, possibly negated or parenthesised), else None."""
     while isinstance(node, exp.Paren):
@@ -120,14 +116,12 @@ def _monotone(
     (``log``) is defined on x > 0 only: where lo ≤ 0 the lower end is −∞ (the value may be as small as any), where
     hi ≤ 0 no interval (NaN) is stated; the evaluator's SQRT is √max(x, 0), non-decreasing on all reals."""
     arg = node.args[slot]
-    if isinstance(arg, list):
-        arg = arg[0]
     lo, hi = interval_of(arg, bases, env, n)
     ends = {"__ia_lo": lo, "__ia_hi": hi}
     out = []
     for name in ends:
         moved = node.copy()
-        moved.set(slot, [exp.column(name)] if isinstance(node.args[slot], list) else exp.column(name))
+        moved.set(slot, exp.column(name))
         with np.errstate(divide="ignore", invalid="ignore"):
             out.append(np.asarray(evaluate(moved, {**env, **ends}, n, lambda c: c.name), dtype=float))
     flo, fhi = out
@@ -189,22 +183,13 @@ def interval_of(node: exp.Expr, bases: Mapping[str, Box], env: Mapping[str, np.n
         top = np.maximum(np.abs(lo), np.abs(hi))
         return np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi))), top
     if isinstance(node, (exp.Round, exp.Floor, exp.Ceil)):
-        lo, hi = interval_of(node.this, bases, env, n)
-        ends = {"__ia_lo": lo, "__ia_hi": hi}
-        out = []
-        for name in ends:
-            moved = node.copy()
-            moved.set("this", exp.column(name))
-            out.append(np.asarray(evaluate(moved, {**env, **ends}, n, lambda c: c.name), dtype=float))
-        return out[0], out[1]
+        return _monotone(node, "this", bases, env, n)
     if isinstance(node, (exp.Sqrt, exp.Exp, exp.Sign)):
         return _monotone(node, "this", bases, env, n)
     if isinstance(node, exp.Ln) or (isinstance(node, exp.Log) and node.expression is None):
         return _monotone(node, "this", bases, env, n, log=True)
     if isinstance(node, exp.Log) and (_constant(node.this) or 0.0) > 1.0:  # LOG(b, x), LOG10(x) with b > 1
         return _monotone(node, "expression", bases, env, n, log=True)
-    if isinstance(node, exp.Anonymous) and str(node.this).upper() in _MONOTONE and len(node.expressions) == 1:
-        return _monotone(node, "expressions", bases, env, n, log=str(node.this).upper() in {"LN", "LOG10"})
     if isinstance(node, exp.Pow) or (
         isinstance(node, exp.Anonymous) and str(node.this).upper() == "SQUARE" and len(node.expressions) == 1
     ):
