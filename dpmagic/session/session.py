@@ -541,6 +541,8 @@ class Session:
         Free post-processing of noisy values: reads no data, charges and records nothing."""
         from dpmagic.releases.consistency import consistent_table
 
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+            raise ConfigurationError(f"the confidence level must be a number between 0 and 1, got {level!r}")
         seen: dict[int, QueryResult] = {}
         for r in self.results:  # a cached re-run is the same release: once
             if isinstance(r, QueryResult) and r.drawn is not None and r.entry_id not in seen:
