@@ -32,6 +32,7 @@ from dpmagic.releases.consistency import (
     gram,
     log_mgf,
     null_space,
+    null_space_fractions,
 )
 
 SCHEMA = Schema.of(
@@ -129,6 +130,23 @@ def test_null_space_is_exactly_the_dependency_space_of_the_explicit_matrix(specs
     # and they span all of them: dim = (number of measurements) − rank M, the basis independent
     assert len(basis) == len(ms) - _rank(explicit)
     assert _rank(basis) == len(basis) if basis else True
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 7).flatmap(
+        lambda n: st.lists(
+            st.lists(st.fractions(min_value=-50, max_value=50, max_denominator=7), min_size=n, max_size=n),
+            min_size=1,
+            max_size=7,
+        )
+    ),
+    st.integers(0, 3),
+)
+def test_multimodular_null_space_equals_rational_elimination(rows: list[list[Fraction]], dup: int) -> None:
+    """Including rank-deficient matrices (a row repeated as a combination of others) and large entries."""
+    rows = rows + [[a * 3 - b * Fraction(5, 7) * 10**12 for a, b in zip(rows[0], rows[-1], strict=True)]] * dup
+    assert null_space(rows) == null_space_fractions(rows)
 
 
 def test_float_tolerance_would_invent_a_dependency_exact_elimination_does_not() -> None:
