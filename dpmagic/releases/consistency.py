@@ -392,19 +392,19 @@ def null_space_fractions(matrix: Sequence[Sequence[Fraction]]) -> list[list[Frac
         rows[r] = [x * inv for x in rows[r]]
         for i in range(len(rows)):
             if i != r and rows[i][col] != 0:
-                f = rows[i][col]
-                rows[i] = [a - f * b for a, b in zip(rows[i], rows[r], strict=True)]
+                fac = rows[i][col]
+                rows[i] = [a - fac * b for a, b in zip(rows[i], rows[r], strict=True)]
         pivots.append(col)
         r += 1
         if r == len(rows):
             break
     free = [c for c in range(n) if c not in set(pivots)]
     basis: list[list[Fraction]] = []
-    for f in free:
+    for fc in free:
         v = [Fraction(0)] * n
-        v[f] = Fraction(1)
+        v[fc] = Fraction(1)
         for i, pc in enumerate(pivots):
-            v[pc] = -rows[i][f]
+            v[pc] = -rows[i][fc]
         basis.append(v)
     return basis
 
@@ -603,7 +603,8 @@ def consistent_table(releases: Sequence[tuple[int, Query, Any]], schema: Schema,
         for agg in query.aggregates:
             if agg.func not in ("count", "sum", "avg"):
                 continue
-            raw_v, raw_lo, raw_hi = unit_for(agg.func).answer(agg, drawn, level)
+            unit: Any = unit_for(agg.func)
+            raw_v, raw_lo, raw_hi = unit.answer(agg, drawn, level)
             for i, (labels, _) in enumerate(cells):
                 n_i = index.get((number, "count", i))
                 row: dict[str, Any] = {"query": number, "statistic": str(agg), "group": labels or None}
