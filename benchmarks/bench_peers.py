@@ -278,6 +278,7 @@ def run_dpmagic(
     from dpmagic import Session
 
     got: dict[str, list[float]] = {}
+    released: dict[str, list[float]] = {}  # as released (the same draws), when ``consistent``
     spent = []
     t = time.perf_counter()
     for _ in range(reps):
@@ -286,8 +287,6 @@ def run_dpmagic(
         for x in expanded:
             r = s.query(to_sql(x), epsilon=eps, postprocess=postprocess)
             numbers.append(r.number)
-            if consistent:
-                continue
             out = r.df
             val = next(
                 c
@@ -298,9 +297,9 @@ def run_dpmagic(
                 col = x["group"]["col"]
                 by = dict(zip(out[col], out[val]))
                 for k, sid in zip(x["group"]["keys"], x["group"]["stat_ids"]):
-                    got.setdefault(sid, []).append(float(by[k]))
+                    (released if consistent else got).setdefault(sid, []).append(float(by[k]))
             else:
-                got.setdefault(x["stat_id"], []).append(float(out[val].iloc[0]))
+                (released if consistent else got).setdefault(x["stat_id"], []).append(float(out[val].iloc[0]))
         if consistent:
             spent_before = s.spent
             table = s.consistent()
@@ -313,7 +312,10 @@ def run_dpmagic(
                 else:
                     got.setdefault(x["stat_id"], []).append(by[(number, None)])
         spent.append(s.spent)
-    return got, {"seconds": time.perf_counter() - t, "spent_max": max(spent), "spent_min": min(spent)}
+    info = {"seconds": time.perf_counter() - t, "spent_max": max(spent), "spent_min": min(spent)}
+    if consistent:
+        info["as_released"] = released
+    return got, info
 
 
 def run_dpmagic_batch(
@@ -549,6 +551,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             post = tuple(p for p in args.postprocess.split(",") if p)
             got, info = run_dpmagic(df, seq, eps_dp, reps, post, consistent=args.consistent)
             answers["dpmagic"] = {"as_written": got}
+            if "as_released" in info:  # --consistent: the same sessions' values as released, for the gain alone
+                answers["dpmagic"]["as_released"] = info.pop("as_released")
             pre, binfo = run_dpmagic_batch(peer_df, reps)
             pr, ar = range_rmse(pre - prefix_true)
             batch["dpmagic"] = {"prefix_rmse": pr, "all_range_rmse": ar, **binfo}
@@ -631,6 +635,14 @@ def summarise(
                 row[agg] = geomean([dp[s] / r[s] for s in order if kinds[s] == agg and s in r and r[s] > 0])
             row["all"] = geomean([dp[s] / r[s] for s in order if s in r and r[s] > 0])
             ratios[key] = row
+        same = per.get("dpmagic:as_released")
+        if same:  # --consistent: consistent / as released over the same draws (the post-processing's gain alone)
+            row = {
+                agg: geomean([dp[s] / same[s] for s in order if kinds[s] == agg and same.get(s, 0) > 0])
+                for agg in ("COUNT", "SUM", "AVG")
+            }
+            row["all"] = geomean([dp[s] / same[s] for s in order if same.get(s, 0) > 0])
+            ratios["dpmagic:as released (same draws)"] = row
     return {
         "truth": truth,
         "kinds": kinds,
