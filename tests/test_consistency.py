@@ -366,3 +366,22 @@ def test_inexact_releases_are_left_out_with_the_reason() -> None:
     counts = t[t["statistic"] == "COUNT(*)"]
     assert len(counts) == 6 and t.attrs["dependencies"] == 1
     assert counts["consistent"].iloc[0] == pytest.approx(counts["consistent"].iloc[1:].sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize(("coeffs", "sigmas"), [([1, 1], [2.0, 3.0]), ([1, -2, 1, 1], [1.0, 1.5, 4.0, 0.7])])
+def test_chernoff_interval_covers_discrete_gaussian_sums_exactly(coeffs: list[int], sigmas: list[float]) -> None:
+    """The discrete Gaussian's MGF is bounded by the continuous one's (σ²-subgaussian): coverage checked on the
+    exact distribution (truncated lattice convolution; the neglected mass is < 1e-30)."""
+    noises = [Noise("discrete_gaussian", s, 1.0) for s in sigmas]
+    h = chernoff_halfwidth([float(a) for a in coeffs], noises, 0.95)
+    support = 200
+    dist = np.array([1.0])
+    k0 = np.arange(-support, support + 1)
+    for a, s in zip(coeffs, sigmas, strict=True):
+        pmf = np.exp(-(k0**2) / (2 * s * s))
+        pmf /= pmf.sum()
+        spread = np.zeros(2 * support * abs(a) + 1)
+        spread[:: abs(a)] = pmf
+        dist = np.convolve(dist, spread)
+    k = np.arange(len(dist)) - (len(dist) - 1) // 2
+    assert dist[np.abs(k) > h].sum() <= 0.05

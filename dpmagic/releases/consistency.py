@@ -37,7 +37,8 @@ error is L ŷ − L t = Σ_j (L A)_j e_j, a known combination of the independent
 **Intervals** (:func:`chernoff_halfwidth`).  For symmetric independent e_j, P(|Σ a_j e_j| ≥ t) ≤
 2·exp(−λt) Π_j E[exp(λ a_j e_j)] for every λ > 0 (Chernoff), with the exact MGFs: discrete Laplace of scale b
 (P(k) ∝ e^(−|k|/b), p = e^(−1/b)): (1 − p)² / ((1 − p e^s)(1 − p e^(−s))), |s| < 1/b; discrete Gaussian of parameter
-σ: ≤ e^(s²σ²/2) (Canonne, Kamath & Steinke, "The discrete Gaussian for differential privacy", NeurIPS 2020, Cor. 9);
+σ: ≤ e^(s²σ²/2) (Canonne, Kamath & Steinke, "The discrete Gaussian for differential privacy", NeurIPS 2020:
+σ²-subgaussian);
 continuous Laplace 1/(1 − s²b²), Gaussian e^(s²σ²/2).  Setting the bound to α gives
 t(λ) = (log(2/α) + Σ log M_j(λ a_j)) / λ; *any* λ gives a valid t, so the numerical minimisation over λ can only
 make the interval wider than optimal, and the value is then rounded outward (a relative margin for the floating-
@@ -442,7 +443,7 @@ def log_mgf(noise: Noise, s: float) -> float:
         )
     if noise.kind == "laplace":
         return math.inf if t * b >= 1.0 else -math.log1p(-((t * b) ** 2))
-    return 0.5 * (t * b) ** 2  # (discrete) Gaussian: CKS 2020 Cor. 9 bounds the discrete one by the continuous
+    return 0.5 * (t * b) ** 2  # (discrete) Gaussian: σ²-subgaussian (Canonne, Kamath & Steinke 2020)
 
 
 class _Terms:
