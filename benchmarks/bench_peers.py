@@ -263,20 +263,30 @@ def dpmagic_gamma(df: pd.DataFrame, queries: list[dict[str, Any]]) -> dict[str, 
 
 
 def run_dpmagic(
-    df: pd.DataFrame, expanded: list[dict], eps: float, reps: int, postprocess: tuple[str, ...] = ()
+    df: pd.DataFrame,
+    expanded: list[dict],
+    eps: float,
+    reps: int,
+    postprocess: tuple[str, ...] = (),
+    consistent: bool = False,
 ) -> tuple[dict[str, list[float]], dict]:
     """The as-written session through :class:`dpmagic.Session` (ε = 1, overlap accountant), ``reps`` times;
     ``postprocess``: the free post-processing options of ``Session.query`` (``nonnegative``: counts and SUMs of
-    non-negative columns clipped at 0, as diffprivlib's truncated geometric mechanism does)."""
+    non-negative columns clipped at 0, as diffprivlib's truncated geometric mechanism does).  ``consistent``:
+    every statistic is scored from ``Session.consistent()`` at the end of the session (the best linear unbiased
+    estimate given all the releases, free post-processing) instead of its value as released."""
     from dpmagic import Session
 
     got: dict[str, list[float]] = {}
+    released: dict[str, list[float]] = {}  # as released (the same draws), when ``consistent``
     spent = []
     t = time.perf_counter()
     for _ in range(reps):
         s = Session(df, ADULT_SCHEMA, "epsilon=1.0")
+        numbers: list[int] = []
         for x in expanded:
             r = s.query(to_sql(x), epsilon=eps, postprocess=postprocess)
+            numbers.append(r.number)
             out = r.df
             val = next(
                 c
@@ -287,11 +297,25 @@ def run_dpmagic(
                 col = x["group"]["col"]
                 by = dict(zip(out[col], out[val]))
                 for k, sid in zip(x["group"]["keys"], x["group"]["stat_ids"]):
-                    got.setdefault(sid, []).append(float(by[k]))
+                    (released if consistent else got).setdefault(sid, []).append(float(by[k]))
             else:
-                got.setdefault(x["stat_id"], []).append(float(out[val].iloc[0]))
+                (released if consistent else got).setdefault(x["stat_id"], []).append(float(out[val].iloc[0]))
+        if consistent:
+            spent_before = s.spent
+            table = s.consistent()
+            assert s.spent == spent_before  # free: nothing charged
+            by = {(int(q), g): float(v) for q, g, v in zip(table["query"], table["group"], table["consistent"])}
+            for x, number in zip(expanded, numbers, strict=True):
+                if x["group"]:
+                    for k, sid in zip(x["group"]["keys"], x["group"]["stat_ids"]):
+                        got.setdefault(sid, []).append(by[(number, (k,))])
+                else:
+                    got.setdefault(x["stat_id"], []).append(by[(number, None)])
         spent.append(s.spent)
-    return got, {"seconds": time.perf_counter() - t, "spent_max": max(spent), "spent_min": min(spent)}
+    info = {"seconds": time.perf_counter() - t, "spent_max": max(spent), "spent_min": min(spent)}
+    if consistent:
+        info["as_released"] = released
+    return got, info
 
 
 def run_dpmagic_batch(
@@ -449,6 +473,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="",
         help="dpmagic's free post-processing, comma-separated (nonnegative, integer); default none",
     )
+    ap.add_argument(
+        "--consistent",
+        action="store_true",
+        help="score dpmagic's statistics from Session.consistent() at the end of the session (free post-processing)",
+    )
     ap.add_argument("--render", metavar="JSON", help="only re-write the .md of an existing results JSON")
     args = ap.parse_args(argv)
     if args.render:
@@ -520,8 +549,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"[{time.strftime('%H:%M:%S')}] {tool}: {job['reps']} repetitions, submitted", flush=True)
         if "dpmagic" in tools:
             post = tuple(p for p in args.postprocess.split(",") if p)
-            got, info = run_dpmagic(df, seq, eps_dp, reps, post)
+            got, info = run_dpmagic(df, seq, eps_dp, reps, post, consistent=args.consistent)
             answers["dpmagic"] = {"as_written": got}
+            if "as_released" in info:  # --consistent: the same sessions' values as released, for the gain alone
+                answers["dpmagic"]["as_released"] = info.pop("as_released")
             pre, binfo = run_dpmagic_batch(peer_df, reps)
             pr, ar = range_rmse(pre - prefix_true)
             batch["dpmagic"] = {"prefix_rmse": pr, "all_range_rmse": ar, **binfo}
@@ -535,7 +566,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 f"as written at ε = 1/γ = {eps_dp:.5g} each (γ = {gam['gamma']:g}{' exact' if gam['exact'] else ''}); "
                 f"charged at most {info['spent_max']:.6g} of ε = 1; discrete Laplace (OpenDP samplers); "
                 "AVG = c + S/n from a centred sum S and the shared count (error-minimising split)"
-                + (f"; post-processing: {', '.join(post)} (free)" if post else ""),
+                + (f"; post-processing: {', '.join(post)} (free)" if post else "")
+                + (
+                    "; scored from Session.consistent(): the best linear unbiased estimate of every statistic given "
+                    "all the session's releases (free post-processing)"
+                    if args.consistent
+                    else ""
+                ),
                 "seconds": info["seconds"],
                 "batch": binfo,
             }
@@ -598,6 +635,14 @@ def summarise(
                 row[agg] = geomean([dp[s] / r[s] for s in order if kinds[s] == agg and s in r and r[s] > 0])
             row["all"] = geomean([dp[s] / r[s] for s in order if s in r and r[s] > 0])
             ratios[key] = row
+        same = per.get("dpmagic:as_released")
+        if same:  # --consistent: consistent / as released over the same draws (the post-processing's gain alone)
+            row = {
+                agg: geomean([dp[s] / same[s] for s in order if kinds[s] == agg and same.get(s, 0) > 0])
+                for agg in ("COUNT", "SUM", "AVG")
+            }
+            row["all"] = geomean([dp[s] / same[s] for s in order if same.get(s, 0) > 0])
+            ratios["dpmagic:as released (same draws)"] = row
     return {
         "truth": truth,
         "kinds": kinds,

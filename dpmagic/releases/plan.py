@@ -286,6 +286,7 @@ def release(query: Query, cells: Cells, plan: ReleasePlan, schema: Schema, *, le
                 out[level_column(agg.alias, "ci_low", k)], out[level_column(agg.alias, "ci_high", k)] = lo_k, hi_k
     df = pd.DataFrame(out)
     df.attrs["dp_notes"] = consistency_notes(query, drawn, df)
+    df.attrs["dp_drawn"] = drawn  # the noisy shared releases (QueryMechanism keeps them: dpmagic.releases.consistency)
     return df
 
 

@@ -75,6 +75,8 @@ class QueryMechanism(QueryBoxMechanism):
 
         cells = backend.evaluate(self.query, units_of(self.plan), extended=self.plan.extra)
         released = release(self.query, cells, self.plan, self.schema)
+        #: the noisy shared releases (noised output only), for the session's consistent estimates
+        self.drawn = released.attrs.pop("dp_drawn", None)
         df = in_region(self.query, released)  # keys the WHERE excludes: out
         df.attrs["dp_notes"] = list(released.attrs.get("dp_notes", []))  # notes on clamped AVGs (noisy values only)
         return finish(self.query, df)  # SELECT expressions, HAVING, ORDER BY, LIMIT: post-processing of noisy values

@@ -6,7 +6,8 @@ Plain values with their rendering delegated to :mod:`dpmagic.session.rendering`;
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -42,6 +43,8 @@ class QueryResult:
     threshold: QueryResult | None = None
     #: notes of the session on this answer (a scalar subquery's noisy threshold)
     extra_notes: tuple[str, ...] = ()
+    #: the noisy shared releases behind the answer (noised output only: :meth:`Session.consistent` refines them)
+    drawn: Any = field(default=None, repr=False, compare=False)
 
     @property
     def notes(self) -> list[str]:

@@ -360,6 +360,7 @@ class Session:
             budget=self.budget.total,
             number=len(self.accountant),
             default_cost=spec is None and ci is None,
+            drawn=getattr(mech, "drawn", None),
         )
         self.cache.put(key, result)
         self.results.append(result)
@@ -533,6 +534,20 @@ class Session:
         from dpmagic.session.batch import kept_estimate
 
         return kept_estimate(self.estimates, name)
+
+    def consistent(self, level: float = 0.95) -> pd.DataFrame:
+        """Every included COUNT / SUM / AVG released so far, raw and made consistent: the best linear unbiased
+        estimate given *all* the session's releases (:mod:`dpmagic.releases.consistency`), with proven intervals.
+        Free post-processing of noisy values: reads no data, charges and records nothing."""
+        from dpmagic.releases.consistency import consistent_table
+
+        if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 < level < 1.0:
+            raise ConfigurationError(f"the confidence level must be a number between 0 and 1, got {level!r}")
+        seen: dict[int, QueryResult] = {}
+        for r in self.results:  # a cached re-run is the same release: once
+            if isinstance(r, QueryResult) and r.drawn is not None and r.entry_id not in seen:
+                seen[r.entry_id] = r
+        return consistent_table([(r.number, r.query, r.drawn) for r in seen.values()], self.schema, level)
 
     def decide(
         self,

@@ -5,7 +5,7 @@ layer), one module per family:
 :mod:`.sessions`    ``%dpsession``: bind data, schema and budget (``--neighbors``, ``--privacy``, the panel)
 :mod:`.queries`     ``%%dpquery``: one query, or a decision query (``--fnr``); the option combinations
 :mod:`.batches`     ``%%dpbatch``: a workload, one charge
-:mod:`.budget`      ``%dpbudget``, ``%dpplot`` and the live panel
+:mod:`.budget`      ``%dpbudget``, ``%dpplot``, ``%dpconsistent`` and the live panel
 :mod:`.statistical` every magic on a statistical-privacy session (NOT differential privacy), chosen once by
                     :func:`.base.routed`
 :mod:`.base`        the bound session, one-line errors, the parsed call, the composition of the families

@@ -150,6 +150,17 @@ class BudgetMagics(MagicsBase):
         return None
 
     @magic_arguments()
+    @argument("--level", type=float, default=0.95, help="Confidence level of the intervals (default 0.95).")
+    @line_magic
+    @friendly
+    @routed()
+    def dpconsistent(self, call: MagicCall, session: Any) -> Any:
+        """Every COUNT / SUM / AVG released so far, as released and made consistent (the best linear unbiased
+        estimate given all the session's releases: :meth:`dpmagic.Session.consistent`), with both intervals.
+        Free post-processing: reads no data and charges nothing."""
+        return session.consistent(call.args.level)
+
+    @magic_arguments()
     @argument(
         "what",
         choices=["graph", "budget", "map"],

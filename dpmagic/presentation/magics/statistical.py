@@ -109,6 +109,13 @@ def dpbudget(magic: MagicsBase, call: MagicCall, session: Any) -> Any:
     return None
 
 
+def dpconsistent(magic: MagicsBase, call: MagicCall, session: Any) -> Any:
+    raise ConfigurationError(
+        "%dpconsistent refines differentially private releases; a statistical-privacy session's are not included",
+        hint="bind a DP session with %dpsession to use it",
+    )
+
+
 def dpplot(magic: MagicsBase, call: MagicCall, session: Any) -> Any:
     raise ConfigurationError(
         "%dpplot draws the DP overlap accounting; a statistical-privacy session has none",
