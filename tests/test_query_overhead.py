@@ -2,7 +2,8 @@
 
 Each rewrite is checked against the definition it replaces (brute force) or for the property it must keep:
 :func:`dpmagic.query.outputs.in_region` against membership in :meth:`Query.region_keys`; the progress ticker
-(:mod:`dpmagic.session.progress`) runs on one shared thread and still never ticks after its block.
+(:mod:`dpmagic.session.progress`) runs on one shared thread and still never ticks after its block;
+:func:`~dpmagic.aggregates.exactsum.exact_cell_sums` sums small values in one ``bincount``, exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpmagic.aggregates.exactsum import exact_cell_sums
 from dpmagic.domain.schema import Schema
 from dpmagic.query.outputs import in_region
 from dpmagic.query.sql import parse_query
@@ -136,3 +138,34 @@ def test_the_clock_restarts_in_a_fresh_state(monkeypatch) -> None:
     seen = threading.Event()
     with Ticker(lambda _s: seen.set(), delay=0.0, every=0.001):
         assert seen.wait(10.0)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    n=st.integers(0, 40),
+    scale=st.integers(0, 62),
+    data=st.data(),
+)
+def test_exact_cell_sums_on_both_sides_of_the_one_bincount_bound(n: int, scale: int, data: st.DataObject) -> None:
+    """Exact against Python integers whether rows × max |v| is below 2⁵³ (one ``bincount`` of the values) or not
+    (the 21-bit limbs): magnitudes up to 2^scale, so that both branches and their boundary are drawn."""
+    top = 2**scale
+    values = data.draw(st.lists(st.integers(-top, min(top, 2**63 - 1)), min_size=n, max_size=n))
+    cells = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))  # 4: the discarded bin
+    got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 4)
+    assert got == [sum(v for c, v in zip(cells, values, strict=True) if c == k) for k in range(4)]
+
+
+def test_exact_cell_sums_just_below_and_above_the_bound() -> None:
+    """At rows × max |v| = 2⁵³ − 4 (one ``bincount``) and 2⁵³ (limbs), and with −2⁶³: every sum exact."""
+    for values in (
+        [2**51 - 1] * 4,  # 4 × (2⁵¹ − 1) = 2⁵³ − 4: one bincount, its largest sum 2⁵² − 2 exact
+        [2**51 - 1, -(2**51) + 1, 2**51 - 1, 2**51 - 1],
+        [2**51] * 4,  # 4 × 2⁵¹ = 2⁵³: limbs
+        [-(2**51)] * 4,
+        [-(2**63), 2**63 - 1, 5],
+        [3, -7, 11],
+    ):
+        cells = [0, 1, 0, 1][: len(values)]
+        got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 2)
+        assert got == [sum(v for c, v in zip(cells, values, strict=True) if c == k) for k in range(2)]

@@ -276,7 +276,11 @@ def float_bins(expr: exp.Expr, col: NumericColumn, schema: Schema) -> list[tuple
 
 
 def norm_sql(node: exp.Expr) -> str:
-    return node.sql().lower()
+    """``node``'s SQL in lower case (GROUP BY keys and the expressions that refer to them are matched by it).  A
+    column is generated without sqlglot's defensive copy of the node (issue 28): the default dialect writes a column
+    of identifiers without changing it; any other node is copied first, as sqlglot does by default."""
+    plain = isinstance(node, exp.Column) and all(isinstance(p, exp.Identifier) for p in node.parts)
+    return node.sql(copy=not plain).lower()
 
 
 def _bin_hint(name: str, lower: float, upper: float) -> str:

@@ -54,6 +54,8 @@ def in_region(query: Query, df: pd.DataFrame) -> pd.DataFrame:
             dtype=bool,
             count=len(df),
         )
+    if mask.all():  # every key inside (the WHERE leaves the GROUP BY columns free): no row selection to copy
+        return df.reset_index(drop=True)
     return df.loc[mask].reset_index(drop=True)
 
 
