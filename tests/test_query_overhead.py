@@ -146,31 +146,58 @@ def test_the_clock_restarts_in_a_fresh_state(monkeypatch) -> None:
 @given(
     n=st.integers(0, 40),
     scale=st.integers(0, 62),
+    slack=st.sampled_from([None, -1, 0, 1, 2**20]),
     data=st.data(),
 )
-def test_exact_cell_sums_on_both_sides_of_the_one_bincount_bound(n: int, scale: int, data: st.DataObject) -> None:
-    """Exact against Python integers whether rows × max |v| is below 2⁵³ (one ``bincount`` of the values) or not
-    (the 21-bit limbs): magnitudes up to 2^scale, so that both branches and their boundary are drawn."""
+def test_exact_cell_sums_on_both_sides_of_the_one_bincount_bound(
+    n: int, scale: int, slack: int | None, data: st.DataObject
+) -> None:
+    """Exact against Python integers with no bound (the 21-bit limbs), a bound at or above max |v| (one
+    ``bincount`` while rows × bound < 2⁵³, limbs beyond), and a bound the values break (−1: limbs, still exact):
+    magnitudes up to 2^scale, so that both paths and their boundary are drawn."""
     top = 2**scale
     values = data.draw(st.lists(st.integers(-top, min(top, 2**63 - 1)), min_size=n, max_size=n))
     cells = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))  # 4: the discarded bin
-    got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 4)
+    bound = None if slack is None or not values else max(0, max(abs(v) for v in values) + slack)
+    got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 4, bound)
     assert got == [sum(v for c, v in zip(cells, values, strict=True) if c == k) for k in range(4)]
 
 
 def test_exact_cell_sums_just_below_and_above_the_bound() -> None:
-    """At rows × max |v| = 2⁵³ − 4 (one ``bincount``) and 2⁵³ (limbs), and with −2⁶³: every sum exact."""
-    for values in (
-        [2**51 - 1] * 4,  # 4 × (2⁵¹ − 1) = 2⁵³ − 4: one bincount, its largest sum 2⁵² − 2 exact
-        [2**51 - 1, -(2**51) + 1, 2**51 - 1, 2**51 - 1],
-        [2**51] * 4,  # 4 × 2⁵¹ = 2⁵³: limbs
-        [-(2**51)] * 4,
-        [-(2**63), 2**63 - 1, 5],
-        [3, -7, 11],
+    """At rows × bound = 2⁵³ − 4 (one ``bincount``) and 2⁵³ (limbs), and with −2⁶³: every sum exact."""
+    for values, bound in (
+        ([2**51 - 1] * 4, 2**51 - 1),  # 4 × (2⁵¹ − 1) = 2⁵³ − 4: one bincount, its largest sum 2⁵² − 2 exact
+        ([2**51 - 1, -(2**51) + 1, 2**51 - 1, 2**51 - 1], 2**51 - 1),
+        ([2**51] * 4, 2**51),  # 4 × 2⁵¹ = 2⁵³: limbs
+        ([-(2**51)] * 4, 2**51),
+        ([-(2**63), 2**63 - 1, 5], None),
+        ([3, -7, 11], 11),
+        ([3, -7, 11], 5),  # a bound the values break: limbs
     ):
         cells = [0, 1, 0, 1][: len(values)]
-        got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 2)
+        got = exact_cell_sums(np.array(cells, dtype=np.int64), np.array(values, dtype=np.int64), 2, bound)
         assert got == [sum(v for c, v in zip(cells, values, strict=True) if c == k) for k in range(2)]
+
+
+def test_the_one_bincount_path_is_chosen_from_the_bound_not_the_values(monkeypatch) -> None:
+    """The same bound and table size take the same path whatever the values (the work does not depend on the rows,
+    docs/threat-model.md); only the bound decides."""
+    calls: list[int] = []
+    real = np.bincount
+
+    def counting(*a: object, **k: object) -> np.ndarray:
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(np, "bincount", counting)
+    cells = np.array([0, 1, 0, 1], dtype=np.int64)
+    for values in ([0, 0, 0, 0], [1000, -1000, 1000, 5], [1, 2, 3, 4]):
+        calls.clear()
+        exact_cell_sums(cells, np.array(values, dtype=np.int64), 2, 1000)
+        assert len(calls) == 1
+        calls.clear()
+        exact_cell_sums(cells, np.array(values, dtype=np.int64), 2, 2**51)  # 4 × 2⁵¹ = 2⁵³: limbs
+        assert len(calls) == 3
 
 
 _NAMES = st.text(st.sampled_from("abcXYZ_09 -\"'`[]é."), min_size=1, max_size=8)
