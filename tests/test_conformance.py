@@ -76,9 +76,9 @@ def _pandas_trace(backend: Backend) -> Iterator[list]:
 
     got: list = []
     with (
-        patched(module, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
-        patched(exactsum, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
-        patched(centred, "exact_cell_sums", lambda old: lambda c, v, n: got.append(len(c)) or old(c, v, n)),
+        patched(module, "exact_cell_sums", lambda old: lambda c, v, n, *b: got.append(len(c)) or old(c, v, n, *b)),
+        patched(exactsum, "exact_cell_sums", lambda old: lambda c, v, n, *b: got.append(len(c)) or old(c, v, n, *b)),
+        patched(centred, "exact_cell_sums", lambda old: lambda c, v, n, *b: got.append(len(c)) or old(c, v, n, *b)),
     ):
         yield got
 

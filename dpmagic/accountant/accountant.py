@@ -505,7 +505,7 @@ class Accountant:
         if person is not None and padm is not None and person.which == "projection":
             w = padm.bounds.overlap.witness
             worst = None if w is None else {c: w[c] for c in person.separating if c in w}
-        neighbors = tuple(self._entry_ids[int(i)] for i in nodes)
+        neighbors = tuple(map(self._entry_ids.__getitem__, np.asarray(nodes, dtype=np.int64).tolist()))
         return Charge(
             cost=cost,
             weight=weight,

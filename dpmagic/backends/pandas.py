@@ -8,6 +8,7 @@ perturbs.  It is called only after the accountant has charged the query.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -170,12 +171,15 @@ class PandasBackend(Backend):
                 values = raw.astype(np.int64)
                 if agg.clamp is not None:
                     values = np.clip(values, np.int64(lo), np.int64(hi))
+                bound = max(abs(int(lo)), abs(int(hi)))  # validated (or clipped) values lie in [lo, hi]
             else:
                 unit = (units or {}).get(agg.sum_key)
                 if unit is None:
                     raise ValueError(f"no quantum given for the float sum {agg.sum_key!r}")
                 values = quantise(raw, unit, float(lo), float(hi))  # clamped into [lo, hi], then quantised
-            sums[agg.sum_key] = exact_cell_sums(cell, values, n_cells)
+                top = max(abs(float(lo)), abs(float(hi))) / unit  # |rint(clamped / unit)| is at most ⌈top⌉
+                bound = math.ceil(top) + 1 if math.isfinite(top) else None
+            sums[agg.sum_key] = exact_cell_sums(cell, values, n_cells, bound)
         extra: dict[str, Any] = {}
         if extended:
             from dpmagic.aggregates import exact_extended

@@ -139,8 +139,9 @@ def fold_common_filter(tree: exp.Select) -> exp.Select:
     query is rewritten so (same coverage, same sensitivity, the same release as writing it directly).  GROUP BY
     keys then are those inside the narrowed region (a key c excludes would only show a known zero).  Aggregates
     with different conditions are left as they are (and refused by the parser with its message).  Reads nothing.
+    Rewrites ``tree`` in place and returns it (the parser owns its freshly parsed tree: no defensive copy).
     """
-    moved = tree.transform(_case_as_filter, copy=True)
+    moved = tree.transform(_case_as_filter, copy=False)
     assert isinstance(moved, exp.Select)
     tree = moved
     filters = list(tree.find_all(exp.Filter))

@@ -111,7 +111,8 @@ def _combination(terms: Terms) -> exp.Expr:
 
 def distribute_linear(tree: exp.Select) -> exp.Select:
     """``tree`` with every SUM / AVG of a linear expression (two or more terms, or a multiple of one) replaced by
-    the linear combination of SUMs and COUNT(*) it equals (AVG: divided by COUNT(*) as a double).  Reads nothing."""
+    the linear combination of SUMs and COUNT(*) it equals (AVG: divided by COUNT(*) as a double).  Reads nothing.
+    Rewrites ``tree`` in place and returns it (the parser owns its freshly parsed tree: no defensive copy)."""
 
     def rewrite(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, (exp.Sum, exp.Avg)) or isinstance(node.parent, exp.Filter):
@@ -130,7 +131,7 @@ def distribute_linear(tree: exp.Select) -> exp.Select:
         out.meta["linear_avg"] = terms  # its range over the declared box bounds the answer (query.sql)
         return out
 
-    out = tree.transform(rewrite, copy=True)
+    out = tree.transform(rewrite, copy=False)
     assert isinstance(out, exp.Select)
     return out
 

@@ -41,14 +41,21 @@ def in_region(query: Query, df: pd.DataFrame) -> pd.DataFrame:
     post-processing and changes nothing of the cost.  Identity without GROUP BY."""
     if not query.groups:
         return df
-    keep = set(query.region_keys())
-    cols = list(query.group_by)
-    # the NULL group (a CASE key's rows in no branch, a LEFT JOIN's unmatched rows) is None in the region and may
-    # be None or NaN in the frame
-    mask = [
-        tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) in keep
-        for row in df[cols].itertuples(index=False)
-    ]
+    # the region's keys are every combination of its labels (:meth:`Query.region_keys`): a row's key is one of
+    # them exactly when each of its values is among its own column's region labels, so the columns are checked
+    # one by one (the same set membership, without building the product of the labels)
+    mask = np.full(len(df), not query.where.is_empty(), dtype=bool)
+    for name, labels in zip(query.group_by, query.region_labels(), strict=True):
+        keep = set(labels)
+        # the NULL group (a CASE key's rows in no branch, a LEFT JOIN's unmatched rows) is None in the region and
+        # may be None or NaN in the frame
+        mask &= np.fromiter(
+            ((None if isinstance(v, float) and math.isnan(v) else v) in keep for v in df[name].tolist()),
+            dtype=bool,
+            count=len(df),
+        )
+    if mask.all():  # every key inside (the WHERE leaves the GROUP BY columns free): no row selection to copy
+        return df.reset_index(drop=True)
     return df.loc[mask].reset_index(drop=True)
 
 

@@ -48,9 +48,10 @@ def is_temporal(col: Column) -> bool:
     return isinstance(col, NumericColumn) and col.temporal is not None
 
 
-def untyped_literals(node: exp.Expr) -> exp.Expr:
+def untyped_literals(node: exp.Expr, *, copy: bool = True) -> exp.Expr:
     """``node`` with every typed date / timestamp literal (``DATE '…'``, ``CAST('…' AS TIMESTAMP)``) replaced by
-    its string: compared with a temporal column it is read as that column's type."""
+    its string: compared with a temporal column it is read as that column's type.  ``copy=False`` rewrites ``node``
+    in place (for a caller that owns it)."""
 
     def strip(e: exp.Expr) -> exp.Expr:
         if (
@@ -63,7 +64,7 @@ def untyped_literals(node: exp.Expr) -> exp.Expr:
             return exp.Literal.string(e.this.this)
         return e
 
-    return node.transform(strip, copy=True)
+    return node.transform(strip, copy=copy)
 
 
 def temporal_call(expr: exp.Expr) -> tuple[str, str, exp.Column] | None:

@@ -99,7 +99,7 @@ def fold_constants(node: exp.Expr) -> exp.Expr:
 
     from dpmagic.query.temporal import untyped_literals
 
-    return untyped_literals(node.transform(fold, copy=True))
+    return untyped_literals(node.transform(fold, copy=True), copy=False)  # the folded copy is ours: one copy
 
 
 def where_box(node: exp.Expr, schema: Schema) -> Box:

@@ -29,7 +29,7 @@ from dpmagic.domain.schema import NumericColumn, Schema
 from dpmagic.query.derived import with_derived
 from dpmagic.query.model import Query
 
-__all__ = ["ratio_estimate", "answer_notes", "tidy", "POSTPROCESS_OPTIONS"]
+__all__ = ["ratio_estimate", "answer_notes", "check_postprocess", "tidy", "POSTPROCESS_OPTIONS"]
 
 #: The switches :func:`tidy` understands (``%config DPMagic.postprocess = "integer,nonnegative"``).
 POSTPROCESS_OPTIONS = ("integer", "nonnegative")
@@ -92,13 +92,9 @@ def answer_notes(query: Query, df: pd.DataFrame) -> list[str]:
     return notes
 
 
-def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str]) -> pd.DataFrame:
-    """Free, optional post-processing of a released answer (never touches the rows).
-
-    ``integer``: counts (and their intervals) rounded to whole numbers — the interval outwards.
-    ``nonnegative``: counts clipped at 0, SUMs of a column with a non-negative lower bound clipped at 0, and
-    every interval intersected with the same set (the true value is in it, so coverage is kept).
-    """
+def check_postprocess(options: Iterable[str]) -> set[str]:
+    """The post-processing options as a set; :class:`~dpmagic.errors.ConfigurationError` naming any unknown one
+    (a session checks them before it charges anything)."""
     opts = set(options)
     unknown = opts - set(POSTPROCESS_OPTIONS)
     if unknown:
@@ -107,6 +103,20 @@ def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str])
         raise ConfigurationError(
             f"unknown post-processing {sorted(unknown)!r}: choose from {', '.join(POSTPROCESS_OPTIONS)}"
         )
+    return opts
+
+
+def tidy(df: pd.DataFrame, query: Query, schema: Schema, options: Iterable[str]) -> pd.DataFrame:
+    """Free, optional post-processing of a released answer (never touches the rows).
+
+    ``integer``: counts (and their intervals) rounded to whole numbers — the interval outwards.
+    ``nonnegative``: counts clipped at 0, SUMs of a column with a non-negative lower bound clipped at 0, and
+    every interval intersected with the same set (the true value is in it, so coverage is kept).
+    Without options ``df`` itself is returned (nothing to do: no copy).
+    """
+    opts = check_postprocess(options)
+    if not opts:
+        return df
     out = df.copy()
     for agg in query.aggregates:
         a = agg.alias

@@ -52,7 +52,7 @@ from dpmagic.query.scalar import scalar_subquery
 from dpmagic.query.sql import parse_query
 from dpmagic.query.where import check_categories
 from dpmagic.releases import Mechanism, QueryMechanism
-from dpmagic.releases.postprocess import tidy
+from dpmagic.releases.postprocess import check_postprocess, tidy
 from dpmagic.session.admission import current_admission
 from dpmagic.session.cache import ReleaseCache, cache_key
 from dpmagic.session.costs import CostSpec, parse_cost, session_cost
@@ -323,7 +323,7 @@ class Session:
         spec = parse_cost(self.currency, cost, {"epsilon": epsilon, "rho": rho, "mu": mu})
         if q.is_public:  # GROUP BY keys alone: public, free, nothing read (a cost option is accepted and unused)
             return self.public_answer(q)
-        tidy(pd.DataFrame(), q, self.schema, postprocess)  # unknown options fail here, before any charge
+        check_postprocess(postprocess)  # unknown options fail here, before any charge
         key = cache_key(q, self.currency, spec, ci, min_rows)
         if not fresh:
             hit = self.cache.get(key, self)
