@@ -171,7 +171,7 @@ class PandasBackend(Backend):
                 values = raw.astype(np.int64)
                 if agg.clamp is not None:
                     values = np.clip(values, np.int64(lo), np.int64(hi))
-                bound = max(abs(int(lo)), abs(int(hi)))  # validated (or clipped) values lie in [lo, hi]
+                bound: int | None = max(abs(int(lo)), abs(int(hi)))  # validated (or clipped) values lie in [lo, hi]
             else:
                 unit = (units or {}).get(agg.sum_key)
                 if unit is None:

@@ -289,7 +289,7 @@ def norm_sql(node: exp.Expr) -> str:
     ):
         parts = node.parts
         if all(isinstance(p, exp.Identifier) and not p.comments for p in parts):
-            return _column_sql(tuple((p.arg_key, p.name, bool(p.quoted)) for p in parts))
+            return _column_sql(tuple((p.arg_key, p.name, bool(p.args.get("quoted"))) for p in parts))
     return node.sql().lower()
 
 
