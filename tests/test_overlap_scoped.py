@@ -250,3 +250,81 @@ def test_scoped_random_problems_against_brute_force(seed: int) -> None:
         assert _row_load(prob, atoms) <= truth + 1e-12
         if exact:
             assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+
+
+def _true_terms(prob) -> np.ndarray:
+    """Per query k (registration order = index): ``w_k`` + the maximum over k's box of the load of the queries
+    before k, by brute force (the engine's admission terms, exact)."""
+    import itertools
+
+    rows = list(itertools.product(*[range(c.a) for c in prob.columns]))
+    cov = np.ones((len(rows), prob.n), dtype=bool)
+    for r, row in enumerate(rows):
+        for c, a in zip(prob.columns, row):
+            cov[r] &= c.M[:, a]
+    out = np.zeros(prob.n)
+    for k in range(prob.n):
+        inside = cov[:, k]
+        before = cov[inside][:, :k] @ prob.weights[:k] if k else np.zeros(int(inside.sum()))
+        out[k] = prob.weights[k] + (float(before.max()) if len(before) else 0.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_scoped_with_terms_against_brute_force(seed: int) -> None:
+    """With per-query terms (proven bounds of the rows each query covers last; here the exact ones, some raised:
+    any upper bound is valid), the search prunes live sets without a hot query and never branches outside the
+    hot queries' boxes: still γ ≤ upper, the witness's load ≤ γ (= γ when above the floor), exact on completion;
+    stopped after a few nodes, still proven."""
+    rng = np.random.default_rng(1000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    # proven bounds: the float sums raised by a margin above their rounding error, some raised further
+    terms = _true_terms(prob) + 1e-12 + np.where(rng.random(prob.n) < 0.3, rng.uniform(0.0, 1.0, prob.n), 0.0)
+    for floor in (-1.0, float(rng.uniform(0.0, 1.1)) * truth, truth):
+        atoms, upper, exact, tag = scoped_search(prob, math.inf, rnd, floor, terms=terms)
+        assert exact and tag == "scoped"
+        assert truth <= upper + 1e-12  # (upper may snap to the weights' lattice: the exact sum, not the float one)
+        if truth > floor + 1e-9:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+            assert is_exact(truth, upper) or truth == 0.0
+        else:
+            assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+        if atoms:
+            assert _row_load(prob, atoms) <= truth + 1e-12
+    nodes = int(rng.integers(0, 12))
+    calls = [0]
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            calls[0] += 1
+            return math.inf if calls[0] > nodes else 0.0
+
+    scoped_mod.time = _Clock  # type: ignore[assignment]
+    try:
+        atoms, upper, exact, _ = scoped_search(prob, 1e300, rnd, -1.0, terms=terms)
+    finally:
+        scoped_mod.time = time
+    assert truth <= upper + 1e-12
+    if atoms:
+        assert _row_load(prob, atoms) <= truth + 1e-12
+        if exact:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_scoped_timeout_reports_its_frontier(seed: int) -> None:
+    """A search stopped once its root is expanded reports the frontier's bound (finite, ≥ γ), not ∞: before the
+    fix the root's own unbounded entry stayed in the frontier, so every timed-out scoped search reported ∞."""
+    rng = np.random.default_rng(5000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    for nodes in (2, 3, 5, 8):
+        atoms, upper, exact, tag = _stopped_search(prob, rnd, nodes)
+        assert truth <= upper + 1e-12
+        assert math.isfinite(upper)
+        if not exact:
+            assert tag == "scoped-timeout"

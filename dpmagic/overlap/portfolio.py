@@ -295,7 +295,7 @@ def _run_columns(s: _State, deadline: float) -> bool:
 
 
 def _run_scoped(s: _State, deadline: float) -> bool:
-    at, ub, ex, tag = scoped_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), s.target)
+    at, ub, ex, tag = scoped_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), s.target, s.terms)
     s.tags.append(tag)
     s.offer(at)
     s.bound(ub)

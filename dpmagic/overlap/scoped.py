@@ -79,7 +79,15 @@ class _Level:
 class _Search:
     """One search: the static order, the per-level tables, the incumbent, the open frames and the memo."""
 
-    def __init__(self, prob: Problem, deadline: float, best: float, target: float, slack: float) -> None:
+    def __init__(
+        self,
+        prob: Problem,
+        deadline: float,
+        best: float,
+        target: float,
+        slack: float,
+        terms: np.ndarray | None = None,
+    ) -> None:
         self.deadline = deadline
         self.best = best
         self.target = target
@@ -108,6 +116,30 @@ class _Search:
         self.memo: list[dict[bytes, float]] = [{} for _ in range(k + 1)]
         self.x = [0] * k
         self.nodes = 0
+        #: per query a proven bound of the load of every row whose last covering query it is (None: unknown)
+        self.terms = None if terms is None else np.asarray(terms, dtype=np.float64)
+        self._hot_for = math.nan
+        self._hot: np.ndarray | None = None
+        #: per branching column, 0 on its atoms some hot query covers and -inf on the others (None: no terms).  A
+        #: row beating ``best`` lies in a hot query's box, so its atoms lie in these projections: the other atoms
+        #: are never branched on (their bounds are -inf; with one hot query the search is its box's)
+        self.mask: list[np.ndarray] | None = None
+        if self.terms is not None and best >= 0.0:  # (below 0 a row no query covers, load 0, beats it)
+            hot = self.terms > best
+            self.mask = [np.where(m[hot].any(axis=0), 0.0, -math.inf) for m in self.cover]
+
+    def cold(self, alive: np.ndarray) -> bool:
+        """Whether no live query is *hot* (its term above ``best``): every row below the node is then covered
+        last by a live query whose term is at most ``best`` (or by none: load 0 ≤ best), so no row below beats
+        ``best`` and the node is pruned (issue 28, the engine's per-admission terms).  ``O(|hot|)``."""
+        terms = self.terms
+        if terms is None or self.best < 0.0:  # a row no query covers (load 0) beats a negative best
+            return False
+        if self._hot_for != self.best:  # best only grows: the hot set only shrinks
+            self._hot, self._hot_for = np.flatnonzero(terms > self.best), self.best
+        hot = self._hot
+        assert hot is not None
+        return not bool(alive[hot].any())
 
     def _level(self, j: int) -> _Level:
         """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
@@ -144,13 +176,25 @@ class _Search:
         for c in range(1, self.k):
             rows = np.flatnonzero(a == c)
             parts.append(self.w[rows] @ self.cover[c][rows].astype(np.float64))
-        return np.concatenate(parts) if parts else np.zeros(0)
+        rest = np.concatenate(parts) if parts else np.zeros(0)
+        if self.mask is not None and self.k > 1:
+            rest = rest + np.concatenate(self.mask[1:])  # children inherit it through their parent's star table
+        return rest
 
     def frontier_upper(self) -> float:
+        """A proven bound of the maximum after a timeout: ``best`` and every open frame's unexplored children.
+
+        A frame below the top is exploring its child ``pos`` (the frame above it: that child's own unexplored
+        children bound what is left of it), so it counts from ``pos + 1``; the top frame's child ``pos`` was about
+        to be entered (the timeout is checked on entering a node), so it counts from ``pos``.  (Counting every
+        frame from ``pos`` kept the root's unbounded entry in, and every timed-out search reported ∞.)
+        """
         ub = self.best
-        for bounds, pos in self.frames:
-            if pos[0] < len(bounds):
-                ub = max(ub, float(bounds[pos[0] :].max()))
+        last = len(self.frames) - 1
+        for f, (bounds, pos) in enumerate(self.frames):
+            start = pos[0] if f == last else pos[0] + 1
+            if start < len(bounds):
+                ub = max(ub, float(bounds[start:].max()))
         return ub
 
     def run(self) -> None:
@@ -170,6 +214,8 @@ class _Search:
         self.nodes += 1
         if time.perf_counter() > self.deadline:
             raise SearchTimeout
+        if self.terms is not None and self.cold(alive):
+            return False
         if j == self.k:
             if fixed > self.best:
                 self.best, self.best_x = fixed, list(self.x)
@@ -190,6 +236,8 @@ class _Search:
             else:
                 star = (lv.pair_tw * ap) @ lv.pair_block + rest
             s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
+        if self.mask is not None:
+            s0 = s0 + self.mask[j]
         top = float(s0.max())
         if fixed + top <= self.best:
             return False
@@ -229,7 +277,12 @@ class _Search:
 
 
 def scoped_search(
-    prob: Problem, deadline: float, rnd: ProblemRounding, incumbent: float, target: float = math.inf
+    prob: Problem,
+    deadline: float,
+    rnd: ProblemRounding,
+    incumbent: float,
+    target: float = math.inf,
+    terms: np.ndarray | None = None,
 ) -> tuple[dict[str, int], float, bool, str]:
     """The scoped branch and bound; returns (atoms of the best row above ``incumbent`` or {}, proven upper
     bound, exact, method tag).
@@ -237,8 +290,11 @@ def scoped_search(
     ``incumbent``: a load already achieved (or a floor: only loads above it matter); rows at or below it are
     pruned, so ``{}`` with ``exact=True`` means no row exceeds it (upper = it, rounded up).  ``target``: a
     proven upper bound of the maximum (the caller's hint); reaching it stops the search (then exact).
+    ``terms`` (per query of ``prob``, optional): a proven bound of the load of every row whose last covering
+    query (in the order of ``prob``'s queries, their registration order) is that one; nodes meeting no query
+    whose term exceeds the incumbent are pruned (:meth:`_Search.cold`).
     """
-    s = _Search(prob, deadline, incumbent, target, rnd.slack)
+    s = _Search(prob, deadline, incumbent, target, rnd.slack, terms)
     tag = "scoped"
     try:
         if s.k == 0:
