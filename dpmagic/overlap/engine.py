@@ -99,7 +99,7 @@ import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -156,6 +156,8 @@ NEAR_TIME_LIMIT = 0.9
 CHARGE_REL_SLACK = 0.0
 #: default ``retighten_seconds``: re-tightening of pending terms after each commit (seconds)
 RETIGHTEN_SECONDS = 0.015
+#: pending terms that keep their paused scoped search for :meth:`OverlapEngine.retighten` (the largest ones)
+RESUME_MAX = 4
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -218,6 +220,9 @@ class _Term:
     weight: float
     upper: float
     tries: int = 0
+    #: the encoded problem and the paused scoped search of this term's (unchanging) problem, when its last search
+    #: timed out (:func:`~.maxoverlap.solve_overlap` ``resume``): re-tightening continues it
+    resume: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -230,6 +235,8 @@ class _Admission:
     region: OverlapResult | None
     color: int
     clique: OverlapResult | None
+    #: the region search's resumable state (see :class:`_Term`)
+    resume: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -456,6 +463,7 @@ class OverlapEngine:
         if not adm.empty and adm.region is not None and adm.region.exact:
             ex = max(ex, add_up(float(weight), adm.region.upper))  # an exactly solved term, rounded up
         g2, ex, terms = _settle(g2, ex, self._pending + self._new_terms(adm, g2))
+        terms = _keep_resumes(terms)
         c2 = _clique_after(c, adm)
         rows: tuple[tuple[dict[str, Any], float], ...] = ()
         if adm.region is not None and adm.region.witness is not None and g2.witness is not None:
@@ -517,15 +525,26 @@ class OverlapEngine:
             term = max(self._pending, key=lambda t: t.upper)
             left = seconds - (time.perf_counter() - t0)
             base = self.quick_time_limit if self.quick_time_limit is not None else QUICK_TIME_LIMIT
-            limit = min(left, base * 2.0**term.tries)
+            resume = term.resume if term.resume is not None else {}
+            # a paused search repeats no work: it gets whatever time is left (a fresh one: doubling tries)
+            resuming = resume.get("search") is not None
+            limit = left if resuming else min(left, base * 2.0**term.tries)
             st = self._store
             ids = np.flatnonzero(st.alive[: term.n])
             floor = g.lower - term.weight
             hint = term.upper - term.weight if term.box is not None else term.upper
+            # the nodes before term.n keep their terms (each about its own history): they prune here too
+            vt = self._term_up if term.box is not None and math.isfinite(floor) else None
             r = solve_overlap(
-                st, ids, region=term.box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver
+                st, ids, region=term.box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
+                terms=vt, resume=resume,
+            )  # fmt: skip
+            new = replace(
+                term,
+                upper=min(term.upper, add_up(term.weight, r.upper)),
+                tries=term.tries + 1,
+                resume=resume if resume.get("search") is not None else None,
             )
-            new = replace(term, upper=min(term.upper, add_up(term.weight, r.upper)), tries=term.tries + 1)
             self._ensure_term_cap()
             if term.box is not None and term.n < st.n:  # the term of node term.n (admitted with a region search)
                 self._term_up[term.n] = min(self._term_up[term.n], new.upper)
@@ -539,8 +558,8 @@ class OverlapEngine:
                     best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
             terms = tuple(new if t is term else t for t in self._pending)
             self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
-            if limit < base * 2.0**term.tries:
-                break  # the time left did not cover this try: the next call gets it
+            if resuming or limit < base * 2.0**term.tries:
+                break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1
         return self._gamma is not None and self._gamma.exact
 
@@ -650,9 +669,16 @@ class OverlapEngine:
         return self.time_limit, self.charged == "clique"
 
     def _region(
-        self, box: Box, nb: np.ndarray, limit: float, floor: float = -math.inf, helly: bool = False
+        self,
+        box: Box,
+        nb: np.ndarray,
+        limit: float,
+        floor: float = -math.inf,
+        helly: bool = False,
+        resume: dict[str, Any] | None = None,
     ) -> OverlapResult:
-        """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first."""
+        """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first.  ``resume``:
+        the search's resumable state (a second call with it continues the first one's timed-out search)."""
         st = self._store
         if len(nb) == 0:
             row = {name: vs.some_value() for name, vs in box.constraints.items()}  # any row of the box
@@ -690,7 +716,7 @@ class OverlapEngine:
         if res is None:
             res = solve_overlap(
                 st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
-                terms=self._term_up if math.isfinite(floor) else None,
+                terms=self._term_up if math.isfinite(floor) else None, resume=resume,
             )  # fmt: skip
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
@@ -750,15 +776,16 @@ class OverlapEngine:
             # ``hard_time_limit`` instead (a second search starts from scratch and repeats the first one's work:
             # measured on the sparse generator, +40 ms on every admission needing more than the quick limit)
             quick = min(limit, max(quick, self.hard_time_limit))
-        region = self._region(box, nb, quick, floor, helly)
+        resume: dict[str, Any] = {}
+        region = self._region(box, nb, quick, floor, helly, resume)
         if not region.exact and limit > quick:
             lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)
             up = max(self._gamma.upper if self._gamma is not None else 0.0, add_up(w, region.upper))
             near = budget is not None and lo <= budget < up
             cap = min(limit, self.near_time_limit if near else self.hard_time_limit)
-            # a second search starts from scratch: only worth it with more time than the first one had
+            # a second search resumes the first one's scoped search (other steps start from scratch)
             if (near or up > (1.0 + self.charge_rel_slack) * lo) and cap > quick:
-                more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly)
+                more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly, resume)
                 region = _tighter(region, more)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
@@ -789,7 +816,7 @@ class OverlapEngine:
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
             clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
-        return _Admission(box, w, qid, False, nb, region, color, clique)
+        return _Admission(box, w, qid, False, nb, region, color, clique, resume)
 
     def _new_terms(self, adm: _Admission, g2: OverlapResult) -> tuple[_Term, ...]:
         """The pending term an admission adds when its region result is not exact (not searched: unbounded)."""
@@ -800,7 +827,8 @@ class OverlapEngine:
             return (_Term(adm.qid, adm.box, adm.weight, math.inf),)
         if res.exact:
             return ()
-        return (_Term(adm.qid, adm.box, adm.weight, add_up(adm.weight, res.upper)),)
+        resume = adm.resume if adm.resume and adm.resume.get("search") is not None else None
+        return (_Term(adm.qid, adm.box, adm.weight, add_up(adm.weight, res.upper), resume=resume),)
 
     def _cm_after(self, adm: _Admission) -> np.ndarray:
         cm = self._cm.copy()
@@ -1024,6 +1052,16 @@ def _settle(
     if upper == g.upper and exact == g.exact:
         return g, exact_up, keep
     return replace(g, upper=upper, exact=exact), exact_up, keep
+
+
+def _keep_resumes(terms: tuple[_Term, ...]) -> tuple[_Term, ...]:
+    """``terms`` with the paused searches of all but the ``RESUME_MAX`` largest dropped (memory: a paused search
+    holds its per-level tables; :meth:`OverlapEngine.retighten` works on the largest term first)."""
+    held = [t for t in terms if t.resume is not None]
+    if len(held) <= RESUME_MAX:
+        return terms
+    keep = {id(t) for t in sorted(held, key=lambda t: -t.upper)[:RESUME_MAX]}
+    return tuple(t if t.resume is None or id(t) in keep else replace(t, resume=None) for t in terms)
 
 
 def _tighter(a: OverlapResult, b: OverlapResult) -> OverlapResult:
