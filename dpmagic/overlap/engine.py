@@ -56,12 +56,17 @@ generator, the quick try cost +40 ms on every admission that needed more, and it
 admissions the graph search solves in 0.4–0.5 s).  Every node keeps its *term* (``_term_up``: a proven bound of
 ``w_k`` + the max load over ``box_k`` before k); a row's load is at most the term of its last covering node, so
 a region whose neighbours' terms are all at most the floor needs no search (:meth:`OverlapEngine._term_bound`),
-and the graph search cuts branches meeting no node with a term above its best.  γ's interval is kept as
+and the graph and scoped searches cut branches meeting no node with a term above their best.  γ's interval is kept as
 *pending terms* (:class:`_Term`): ``γ = max over admissions k of (w_k + max load over box_k before k)``
 (the last node covering a row of maximum load is some admitted k; a bulk load is one global term), so
 ``γ.upper = max(exact part, pending terms)``.  A term drops out when the witness's load passes it (later
 admissions recover exactness without solving again), and each commit spends up to ``retighten_seconds``
-re-solving the largest term's unchanging historical problem with doubling time (:meth:`retighten`).
+re-solving the largest term's unchanging historical problem (:meth:`retighten`).  A timed-out region search is
+kept with its term (the encoded problem and the paused scoped search, :func:`~.maxoverlap.solve_overlap`
+``resume``; at most ``RESUME_MAX`` terms hold one): the admission's second search and every later re-tightening
+continue it where it stopped (before session 11 each try re-encoded the problem and restarted the search, so a
+term needing more than one commit's ``retighten_seconds`` was never closed and γ stayed inexact for the rest of
+the session).
 
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
@@ -509,8 +514,9 @@ class OverlapEngine:
         return q
 
     def retighten(self, seconds: float) -> bool:
-        """Spend up to ``seconds`` re-solving the largest pending term of γ's upper bound (:class:`_Term`) with
-        twice the time of its previous try (capped by ``seconds``); returns whether γ is now exact.
+        """Spend up to ``seconds`` re-solving the largest pending term of γ's upper bound (:class:`_Term`): its
+        paused scoped search resumed with all of it when it has one, else a fresh solve with twice the time of its
+        previous try (capped by ``seconds``); returns whether γ is now exact.
 
         Only bounds change (never the nodes): a tighter term, or a better witness (its load now is a lower bound).
         Callers with idle time (between cells) may call it with a larger ``seconds``.

@@ -24,6 +24,12 @@ a product over all live queries.  Children (atoms of column ``j``) are visited b
 against the incumbent (or the caller's ``floor``); the first descent is the greedy row; the memo is consulted
 only at nodes that branch.
 
+The search runs on an explicit stack of frames (:meth:`_Search.run`), so a timed-out search keeps its state and
+:func:`scoped_search` ``state=`` resumes it later on the same problem (a pending term re-tightened commit after
+commit, issue 28).  With the engine's per-query *terms* (a proven bound of every row a query covers last), a node
+none of whose live queries has a term above the incumbent is pruned, and only atoms some such *hot* query covers
+are branched on (:meth:`_Search.cold`).
+
 Compared with :mod:`.columns` (bound: min over free columns of one column's sums of *all* live queries) the
 partitioned bound charges each query once, which is what makes it tight when each query constrains a few of
 many columns.  Exponential in the worst case (NP-hard, Smith et al. 2022 §4); the deadline is checked at
