@@ -419,3 +419,43 @@ def test_engine_pending_terms_resume_their_search(wl, per_call) -> None:
     _sound(g, bx, ws)
     scratch = max_overlap(bx, ws, SCHEMA, config=SCOPED)
     assert scratch.exact and g.lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+def test_paused_searches_held_are_bounded() -> None:
+    """Only the largest pending terms keep their paused search, within ``RESUME_MAX`` and ``RESUME_MAX_BYTES``
+    (a paused search's size is counted by :func:`~dpmagic.overlap.scoped.scoped_state_nbytes`)."""
+    import dpmagic.overlap.engine as eng_mod
+    from dpmagic.overlap.scoped import scoped_state_nbytes
+
+    rng = np.random.default_rng(3)
+    prob = _random_problem(rng)
+    while prob.n < 5 or len(prob.columns) < 2:
+        prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    states = []
+    for _ in range(eng_mod.RESUME_MAX + 3):
+        state: dict = {}
+        clock = _Budget()
+        clock.left = 1
+        scoped_mod.time = clock  # type: ignore[assignment]
+        try:
+            scoped_search(prob, 1e300, rnd, -1.0, state=state)
+        finally:
+            scoped_mod.time = time
+        if "search" in state:
+            states.append(state)
+    if not states:
+        return
+    assert all(scoped_state_nbytes(s) > 0 for s in states) and scoped_state_nbytes({}) == 0
+    terms = tuple(eng_mod._Term(i, None, 0.1, 1.0 + i, resume=s) for i, s in enumerate(states))
+    kept = eng_mod._keep_resumes(terms)
+    held = [t for t in kept if t.resume is not None]
+    assert len(held) == min(len(states), eng_mod.RESUME_MAX)
+    assert {t.n for t in held} == {t.n for t in sorted(terms, key=lambda t: -t.upper)[: len(held)]}
+    assert [t.upper for t in kept] == [t.upper for t in terms]  # only the paused searches are dropped
+    old = eng_mod.RESUME_MAX_BYTES
+    eng_mod.RESUME_MAX_BYTES = 0
+    try:
+        assert all(t.resume is None for t in eng_mod._keep_resumes(terms))
+    finally:
+        eng_mod.RESUME_MAX_BYTES = old

@@ -126,6 +126,7 @@ from dpmagic.overlap.maxoverlap import solve_overlap
 from dpmagic.overlap.portfolio import PortfolioConfig
 from dpmagic.overlap.result import OverlapResult
 from dpmagic.overlap.rounding import add_up, is_exact, sum_down, sum_up
+from dpmagic.overlap.scoped import scoped_state_nbytes
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
 
@@ -163,6 +164,8 @@ CHARGE_REL_SLACK = 0.0
 RETIGHTEN_SECONDS = 0.015
 #: pending terms that keep their paused scoped search for :meth:`OverlapEngine.retighten` (the largest ones)
 RESUME_MAX = 4
+#: the memory those paused searches may hold in all (bytes)
+RESUME_MAX_BYTES = 64 * 2**20
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -1061,12 +1064,21 @@ def _settle(
 
 
 def _keep_resumes(terms: tuple[_Term, ...]) -> tuple[_Term, ...]:
-    """``terms`` with the paused searches of all but the ``RESUME_MAX`` largest dropped (memory: a paused search
-    holds its per-level tables; :meth:`OverlapEngine.retighten` works on the largest term first)."""
+    """``terms`` with the paused searches of all but the ``RESUME_MAX`` largest dropped, and of any beyond
+    ``RESUME_MAX_BYTES`` in all (memory: a paused search holds its per-level tables, up to ≈ 100 MB on the largest
+    instances it takes; :meth:`OverlapEngine.retighten` works on the largest term first)."""
     held = [t for t in terms if t.resume is not None]
-    if len(held) <= RESUME_MAX:
+    if not held:
         return terms
-    keep = {id(t) for t in sorted(held, key=lambda t: -t.upper)[:RESUME_MAX]}
+    keep: set[int] = set()
+    used = 0
+    for t in sorted(held, key=lambda t: -t.upper)[:RESUME_MAX]:
+        size = scoped_state_nbytes(t.resume)
+        if used + size <= RESUME_MAX_BYTES:
+            keep.add(id(t))
+            used += size
+    if len(keep) == len(held):
+        return terms
     return tuple(t if t.resume is None or id(t) in keep else replace(t, resume=None) for t in terms)
 
 

@@ -52,7 +52,7 @@ from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import Problem
 from dpmagic.overlap.rounding import ProblemRounding
 
-__all__ = ["scoped_search", "scoped_fits", "SCOPED_MAX_ENTRIES"]
+__all__ = ["scoped_search", "scoped_fits", "scoped_state_nbytes", "SCOPED_MAX_ENTRIES"]
 
 #: largest ``queries × Σ_j Σ_{c ≥ j} a_c`` held as per-level membership blocks (float64 entries: ≤ 96 MB)
 SCOPED_MAX_ENTRIES = 12_000_000
@@ -209,6 +209,19 @@ class _Search:
             if start < len(fr.order):
                 ub = max(ub, max(fr.bounds[start:]))
         return ub
+
+    @property
+    def nbytes(self) -> int:
+        """The memory its tables and open frames hold (bytes; what keeping it paused costs)."""
+        total = sum(m.nbytes + t.nbytes for m, t in zip(self.cover, self.cover_t)) + self.assigned.nbytes
+        for lv in self._levels.values():
+            total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
+        for fr in self.frames:
+            total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
+        for memo in self.memo:  # packed-bit keys and their float values, ≈ 100 bytes of overhead each
+            if memo:
+                total += len(memo) * (100 + len(next(iter(memo))))
+        return total
 
     def resume(self, deadline: float, best: float, target: float) -> None:
         """Continue a paused search (it raised :class:`SearchTimeout`) on the same problem until ``deadline``.
@@ -391,3 +404,9 @@ def scoped_search(
     if s.best_x is not None:
         atoms = {prob.columns[i].name: int(s.best_x[p]) for p, i in enumerate(s.order)}
     return atoms, upper, exact, tag
+
+
+def scoped_state_nbytes(state: dict[str, Any] | None) -> int:
+    """The memory a :func:`scoped_search` ``state`` holds in its paused search (bytes; 0 without one)."""
+    paused = state.get("search") if state is not None else None
+    return paused.nbytes if isinstance(paused, _Search) else 0
