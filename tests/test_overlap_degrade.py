@@ -338,3 +338,40 @@ def test_graph_search_with_terms_is_exact(wl, slack, floor) -> None:
     assert row_load(bx, ws, res.witness) == pytest.approx(res.lower, abs=1e-12)
     if truth > floor + 1e-9:
         assert res.exact and res.lower == pytest.approx(truth, abs=1e-12) and plain.lower == res.lower
+
+
+@given(workloads, workloads, st.one_of(st.none(), st.floats(0.0, 4.0)))
+@FAST
+def test_degraded_interval_admissions_are_sound(first, rest, budget) -> None:
+    """γ's interval made wider than ``DEGRADED_REL_GAP`` (a proven but loose global term, Σw, as a bulk load can
+    leave): later admissions search only for region loads that would raise the upper end (unless near the
+    ``budget``), and after every admission γ's interval is still proven (brute force: lower ≤ γ ≤ upper, the
+    witness's load is the lower end, exact only when equal); retighten then recovers the exact γ."""
+    from dataclasses import replace
+
+    from dpmagic.overlap.engine import DEGRADED_REL_GAP, _Term
+    from dpmagic.overlap.rounding import sum_up
+
+    eng = OverlapEngine(SCHEMA, charged="exact", retighten_seconds=0.0)
+    bx = [b for b, _ in first]
+    ws = [w for _, w in first]
+    for b, w in first:
+        eng.add(b, w)
+    g = eng.overlap()
+    wide = sum_up(ws) * 2.0  # γ ≤ Σw: a proven, loose bound of every row's load
+    if g.lower <= 0.0 or not wide > (1.0 + DEGRADED_REL_GAP) * g.lower:
+        return  # (γ = 0: every box empty; its interval [0, the next float] never reads as exact, as before)
+    eng._gamma = replace(g, upper=wide, exact=False)
+    eng._pending, eng._exact_up = (_Term(eng.store.n, None, 0.0, wide),), 0.0
+    eng._term_up[: eng.store.n] = wide
+    for b, w in rest:
+        adm = eng.admit(b, w, budget=budget)
+        eng.commit(adm)
+        bx.append(b)
+        ws.append(w)
+        _sound(adm.bounds.overlap, bx, ws)
+        assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, bx, ws)
+    assert eng.retighten(30.0)
+    _sound(eng.overlap(), bx, ws)
+    scratch = max_overlap(bx, ws, SCHEMA)
+    assert eng.overlap().lower == pytest.approx(scratch.lower, abs=1e-12)

@@ -250,3 +250,212 @@ def test_scoped_random_problems_against_brute_force(seed: int) -> None:
         assert _row_load(prob, atoms) <= truth + 1e-12
         if exact:
             assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+
+
+def _true_terms(prob) -> np.ndarray:
+    """Per query k (registration order = index): ``w_k`` + the maximum over k's box of the load of the queries
+    before k, by brute force (the engine's admission terms, exact)."""
+    import itertools
+
+    rows = list(itertools.product(*[range(c.a) for c in prob.columns]))
+    cov = np.ones((len(rows), prob.n), dtype=bool)
+    for r, row in enumerate(rows):
+        for c, a in zip(prob.columns, row):
+            cov[r] &= c.M[:, a]
+    out = np.zeros(prob.n)
+    for k in range(prob.n):
+        inside = cov[:, k]
+        before = cov[inside][:, :k] @ prob.weights[:k] if k else np.zeros(int(inside.sum()))
+        out[k] = prob.weights[k] + (float(before.max()) if len(before) else 0.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_scoped_with_terms_against_brute_force(seed: int) -> None:
+    """With per-query terms (proven bounds of the rows each query covers last; here the exact ones, some raised:
+    any upper bound is valid), the search prunes live sets without a hot query and never branches outside the
+    hot queries' boxes: still γ ≤ upper, the witness's load ≤ γ (= γ when above the floor), exact on completion;
+    stopped after a few nodes, still proven."""
+    rng = np.random.default_rng(1000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    # proven bounds: the float sums raised by a margin above their rounding error, some raised further
+    terms = _true_terms(prob) + 1e-12 + np.where(rng.random(prob.n) < 0.3, rng.uniform(0.0, 1.0, prob.n), 0.0)
+    for floor in (-1.0, float(rng.uniform(0.0, 1.1)) * truth, truth):
+        atoms, upper, exact, tag = scoped_search(prob, math.inf, rnd, floor, terms=terms)
+        assert exact and tag == "scoped"
+        assert truth <= upper + 1e-12  # (upper may snap to the weights' lattice: the exact sum, not the float one)
+        if truth > floor + 1e-9:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+            assert is_exact(truth, upper) or truth == 0.0
+        else:
+            assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+        if atoms:
+            assert _row_load(prob, atoms) <= truth + 1e-12
+    nodes = int(rng.integers(0, 12))
+    calls = [0]
+
+    class _Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            calls[0] += 1
+            return math.inf if calls[0] > nodes else 0.0
+
+    scoped_mod.time = _Clock  # type: ignore[assignment]
+    try:
+        atoms, upper, exact, _ = scoped_search(prob, 1e300, rnd, -1.0, terms=terms)
+    finally:
+        scoped_mod.time = time
+    assert truth <= upper + 1e-12
+    if atoms:
+        assert _row_load(prob, atoms) <= truth + 1e-12
+        if exact:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_scoped_timeout_reports_its_frontier(seed: int) -> None:
+    """A search stopped once its root is expanded reports the frontier's bound (finite, ≥ γ), not ∞: before the
+    fix the root's own unbounded entry stayed in the frontier, so every timed-out scoped search reported ∞."""
+    rng = np.random.default_rng(5000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    for nodes in (2, 3, 5, 8):
+        atoms, upper, exact, tag = _stopped_search(prob, rnd, nodes)
+        assert truth <= upper + 1e-12
+        assert math.isfinite(upper)
+        if not exact:
+            assert tag == "scoped-timeout"
+
+
+class _Budget:
+    """A clock for the scoped search that reports the deadline passed after ``n`` readings (then reset)."""
+
+    def __init__(self) -> None:
+        self.left = 0
+
+    def perf_counter(self) -> float:
+        self.left -= 1
+        return math.inf if self.left < 0 else 0.0
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_scoped_resumed_equals_uninterrupted(seed: int) -> None:
+    """A search paused every few nodes and resumed (``state``), with the floor raised between slices, ends with
+    the uninterrupted search's answer: exact, γ ≤ upper, the witness's load = γ when above the floor; every
+    intermediate upper bound is proven (≥ γ) and the node count is the uninterrupted one's (no work repeated)."""
+    rng = np.random.default_rng(9000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    terms = (_true_terms(prob) + 1e-12) if rng.random() < 0.5 else None
+    floor = -1.0 if rng.random() < 0.5 else float(rng.uniform(0.0, 0.9)) * truth
+    whole = scoped_mod._Search(prob, math.inf, floor, math.inf, rnd.slack, terms)
+    whole.run()
+    clock = _Budget()
+    state: dict = {}
+    kept, slices, raised = None, 0, False
+    scoped_mod.time = clock  # type: ignore[assignment]
+    try:
+        for _ in range(10_000):
+            clock.left = int(rng.integers(0, 4))
+            slices += 1
+            atoms, upper, exact, tag = scoped_search(prob, 1e300, rnd, floor, terms=terms, state=state)
+            kept = state.get("search", kept)
+            assert truth <= upper + 1e-12
+            if atoms:
+                assert _row_load(prob, atoms) <= truth + 1e-12
+            if exact:
+                break
+            assert "search" in state and tag.endswith("-timeout")
+            if rng.random() < 0.2:  # a floor known later (e.g. the engine's γ grew): only rows above it matter
+                new = max(floor, float(rng.uniform(0.0, 1.0)) * truth)
+                raised = raised or new > floor
+                floor = new
+    finally:
+        scoped_mod.time = time
+    assert exact and "search" not in state
+    assert truth <= upper + 1e-12
+    if kept is not None and not raised:  # each slice re-enters at most the node it stopped on
+        assert kept.nodes <= whole.nodes + slices
+    if truth > floor + 1e-9:
+        assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+    else:
+        assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+
+
+@given(st.lists(st.tuples(boxes(), decimal_weights), min_size=2, max_size=9), st.integers(1, 4))
+@FAST
+def test_engine_pending_terms_resume_their_search(wl, per_call) -> None:
+    """Admissions whose scoped search stops after ``per_call`` nodes leave pending terms holding the paused
+    search; after every admission γ's interval is proven (brute force: lower ≤ γ ≤ upper, the witness's load is
+    the lower end, exact only when equal); ``retighten`` slices of ``per_call`` nodes each then finish those
+    searches (no slice repeats another's work) and recover the exact γ, equal to a from-scratch solve.  (Before
+    the searches were resumable, each slice restarted from scratch and never finished.)"""
+    clock = _Budget()
+    eng = OverlapEngine(SCHEMA, charged="exact", solver=SCOPED, retighten_seconds=0.0)
+    bx: list[Box] = []
+    ws: list[float] = []
+    scoped_mod.time = clock  # type: ignore[assignment]
+    try:
+        for b, x in wl:
+            clock.left = per_call
+            eng.commit(eng.admit(b, x))
+            bx.append(b)
+            ws.append(x)
+            _sound(eng.bounds().overlap, bx, ws)
+        for _ in range(2000):
+            if eng.overlap().exact:
+                break
+            clock.left = per_call
+            eng.retighten(30.0)
+            _sound(eng.overlap(), bx, ws)
+    finally:
+        scoped_mod.time = time
+    g = eng.overlap()
+    assert g.exact
+    _sound(g, bx, ws)
+    scratch = max_overlap(bx, ws, SCHEMA, config=SCOPED)
+    assert scratch.exact and g.lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+def test_paused_searches_held_are_bounded() -> None:
+    """Only the largest pending terms keep their paused search, within ``RESUME_MAX`` and ``RESUME_MAX_BYTES``
+    (a paused search's size is counted by :func:`~dpmagic.overlap.scoped.scoped_state_nbytes`)."""
+    import dpmagic.overlap.engine as eng_mod
+    from dpmagic.overlap.scoped import scoped_state_nbytes
+
+    rng = np.random.default_rng(3)
+    prob = _random_problem(rng)
+    while prob.n < 5 or len(prob.columns) < 2:
+        prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    states = []
+    for _ in range(eng_mod.RESUME_MAX + 3):
+        state: dict = {}
+        clock = _Budget()
+        clock.left = 1
+        scoped_mod.time = clock  # type: ignore[assignment]
+        try:
+            scoped_search(prob, 1e300, rnd, -1.0, state=state)
+        finally:
+            scoped_mod.time = time
+        if "search" in state:
+            states.append(state)
+    if not states:
+        return
+    assert all(scoped_state_nbytes(s) > 0 for s in states) and scoped_state_nbytes({}) == 0
+    terms = tuple(eng_mod._Term(i, None, 0.1, 1.0 + i, resume=s) for i, s in enumerate(states))
+    kept = eng_mod._keep_resumes(terms)
+    held = [t for t in kept if t.resume is not None]
+    assert len(held) == min(len(states), eng_mod.RESUME_MAX)
+    assert {t.n for t in held} == {t.n for t in sorted(terms, key=lambda t: -t.upper)[: len(held)]}
+    assert [t.upper for t in kept] == [t.upper for t in terms]  # only the paused searches are dropped
+    old = eng_mod.RESUME_MAX_BYTES
+    eng_mod.RESUME_MAX_BYTES = 0
+    try:
+        assert all(t.resume is None for t in eng_mod._keep_resumes(terms))
+    finally:
+        eng_mod.RESUME_MAX_BYTES = old

@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,6 +72,7 @@ def solve_overlap(
     floor: float = -math.inf,
     config: PortfolioConfig | None = None,
     terms: np.ndarray | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> OverlapResult:
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
@@ -89,24 +91,32 @@ def solve_overlap(
     ``config``: the portfolio's configuration (default :class:`~.portfolio.PortfolioConfig`), restricted to
     the steps of ``method``.  ``terms`` (indexed by node id, optional): per node a proven bound of the load of
     every row whose last covering node it is (the engine's admission terms); the graph search cuts branches
-    that meet no node with a term above its best (:func:`~.gsearch.graph_search`).
+    that meet no node with a term above its best (:func:`~.gsearch.graph_search`) and the scoped search prunes
+    live sets without one.  ``resume`` (optional, the caller's, one per problem: the same ``store`` nodes ``ids``
+    and ``region`` at every call): the encoded problem and a timed-out scoped search are kept there, and the next
+    call resumes that search instead of encoding and searching again (issue 28: re-tightening a pending term).
     """
     cfg = (config or PortfolioConfig()).with_method(method)
     t0 = time.perf_counter()
     deadline = t0 + time_limit
-    if ids is None:
-        ids = np.flatnonzero(store.alive[: store.n])
-    ids = np.asarray(ids, dtype=np.int64)
-    if region is not None:
-        if region.is_empty():
-            return OverlapResult(0.0, 0.0, True, None, (), "empty-region", time.perf_counter() - t0)
-        ids = ids[store.overlap_mask(region)[ids]]
+    if region is not None and region.is_empty():
+        return OverlapResult(0.0, 0.0, True, None, (), "empty-region", time.perf_counter() - t0)
+    if resume is not None and "prob" in resume:
+        ids, prob = resume["ids"], resume["prob"]
     else:
-        ids = ids[store.alive[ids]]
-    # many constrained columns: graph-search territory, where merging indistinguishable values (one sort per
-    # column) costs more than it saves
-    used_cols = sum(1 for st in store.cols.values() if len(ids) and bool(st.constrained[ids].any()))
-    prob = build_problem(store, ids, region, dedupe=used_cols <= DEDUPE_MAX_COLUMNS)
+        if ids is None:
+            ids = np.flatnonzero(store.alive[: store.n])
+        ids = np.asarray(ids, dtype=np.int64)
+        if region is not None:
+            ids = ids[store.overlap_mask(region)[ids]]
+        else:
+            ids = ids[store.alive[ids]]
+        # many constrained columns: graph-search territory, where merging indistinguishable values (one sort per
+        # column) costs more than it saves
+        used_cols = sum(1 for st in store.cols.values() if len(ids) and bool(st.constrained[ids].any()))
+        prob = build_problem(store, ids, region, dedupe=used_cols <= DEDUPE_MAX_COLUMNS)
+        if resume is not None:
+            resume["ids"], resume["prob"] = ids, prob
     rnd = ProblemRounding.of(prob)
     atoms: dict[str, int] = {}
     upper = math.inf
@@ -115,7 +125,7 @@ def solve_overlap(
         grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
         inst = Instance.of(store, prob, ids)
         vterms = None if terms is None else np.asarray(terms, dtype=np.float64)[ids]
-        atoms, upper, _, used = run_portfolio(inst, deadline, rnd, cfg, grace, floor, upper_hint, vterms)
+        atoms, upper, _, used = run_portfolio(inst, deadline, rnd, cfg, grace, floor, upper_hint, vterms, resume)
     else:
         upper = 0.0
     witness = witness_row(store, prob, atoms)

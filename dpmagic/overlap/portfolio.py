@@ -240,6 +240,7 @@ class _State:
     milp_upper: float | None = None
     probing: bool = False
     terms: np.ndarray | None = None
+    resume: dict[str, Any] | None = None
 
     def offer(self, atoms: dict[str, int]) -> None:
         if not atoms and self.best_atoms:
@@ -295,7 +296,7 @@ def _run_columns(s: _State, deadline: float) -> bool:
 
 
 def _run_scoped(s: _State, deadline: float) -> bool:
-    at, ub, ex, tag = scoped_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), s.target)
+    at, ub, ex, tag = scoped_search(s.inst.prob, deadline, s.rnd, max(s.best_val, s.floor), s.target, s.terms, s.resume)
     s.tags.append(tag)
     s.offer(at)
     s.bound(ub)
@@ -412,18 +413,22 @@ def run_portfolio(
     floor: float = -math.inf,
     target: float = math.inf,
     terms: np.ndarray | None = None,
+    resume: dict[str, Any] | None = None,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of ``inst`` within ``deadline``: (atoms of the best witness, proven upper bound, exact, tag).
 
     ``grace``: seconds a tensor step may run past the deadline (skipped when its estimate exceeds the time left
     plus ``grace``).  ``floor``: only loads above it matter (the searches prune against it); ``target``: a
-    proven bound at which a search may stop.
+    proven bound at which a search may stop.  ``resume``: the caller's state for this problem (see
+    :func:`~.scoped.scoped_search`); a paused scoped search there is resumed with all the time (it is closest to
+    finishing: the other steps would start from scratch).
     """
     steps = plan(inst, cfg)
     if [s.name for s, _ in steps] == ["tensor"]:
         value, named = tensor_max(inst.prob)
         return named, rnd.up(value), True, "tensor"
-    s = _State(inst, rnd, floor, target, terms=terms)
+    s = _State(inst, rnd, floor, target, terms=terms, resume=resume)
+    resuming = resume is not None and resume.get("search") is not None
     s.offer(_first_witness(inst.prob))
     exact = False
     for k, (step, cap) in enumerate(steps):
@@ -446,7 +451,7 @@ def run_portfolio(
         else:
             share = left * cfg.first_share
         if step.name == "scoped" and rest:
-            share = left * cfg.scoped_share
+            share = left if resuming else left * cfg.scoped_share
         elif step.name == "graph" and cap is None and "columns" in rest:
             share = left * cfg.graph_first_share  # graph first: sparse query graphs, where it is what finishes
         s.probing = cap is not None

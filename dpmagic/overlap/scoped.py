@@ -24,6 +24,12 @@ a product over all live queries.  Children (atoms of column ``j``) are visited b
 against the incumbent (or the caller's ``floor``); the first descent is the greedy row; the memo is consulted
 only at nodes that branch.
 
+The search runs on an explicit stack of frames (:meth:`_Search.run`), so a timed-out search keeps its state and
+:func:`scoped_search` ``state=`` resumes it later on the same problem (a pending term re-tightened commit after
+commit, issue 28).  With the engine's per-query *terms* (a proven bound of every row a query covers last), a node
+none of whose live queries has a term above the incumbent is pruned, and only atoms some such *hot* query covers
+are branched on (:meth:`_Search.cold`).
+
 Compared with :mod:`.columns` (bound: min over free columns of one column's sums of *all* live queries) the
 partitioned bound charges each query once, which is what makes it tight when each query constrains a few of
 many columns.  Exponential in the worst case (NP-hard, Smith et al. 2022 §4); the deadline is checked at
@@ -38,6 +44,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +52,7 @@ from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import Problem
 from dpmagic.overlap.rounding import ProblemRounding
 
-__all__ = ["scoped_search", "scoped_fits", "SCOPED_MAX_ENTRIES"]
+__all__ = ["scoped_search", "scoped_fits", "scoped_state_nbytes", "SCOPED_MAX_ENTRIES"]
 
 #: largest ``queries × Σ_j Σ_{c ≥ j} a_c`` held as per-level membership blocks (float64 entries: ≤ 96 MB)
 SCOPED_MAX_ENTRIES = 12_000_000
@@ -79,7 +86,15 @@ class _Level:
 class _Search:
     """One search: the static order, the per-level tables, the incumbent, the open frames and the memo."""
 
-    def __init__(self, prob: Problem, deadline: float, best: float, target: float, slack: float) -> None:
+    def __init__(
+        self,
+        prob: Problem,
+        deadline: float,
+        best: float,
+        target: float,
+        slack: float,
+        terms: np.ndarray | None = None,
+    ) -> None:
         self.deadline = deadline
         self.best = best
         self.target = target
@@ -103,11 +118,38 @@ class _Search:
         for j in range(k - 1, -1, -1):
             self.assigned[j] = np.where(cons[self.order[j]], j, self.assigned[j + 1])
         self._levels: dict[int, _Level] = {}
-        self.frames: list[tuple[np.ndarray, list[int]]] = []  # (child bounds in visiting order, [next index])
+        self.frames: list[_Frame] = []  # the open branching nodes, root first
+        self.started = False  # the root was entered
+        self.done = False  # the search completed (or stopped on the target)
+        self.stopped = False  # it stopped on reaching the target
         #: per level: the live queries with free columns (packed bits) → a bound on the load they can add
         self.memo: list[dict[bytes, float]] = [{} for _ in range(k + 1)]
         self.x = [0] * k
         self.nodes = 0
+        #: per query a proven bound of the load of every row whose last covering query it is (None: unknown)
+        self.terms = None if terms is None else np.asarray(terms, dtype=np.float64)
+        self._hot_for = math.nan
+        self._hot: np.ndarray | None = None
+        #: per branching column, 0 on its atoms some hot query covers and -inf on the others (None: no terms).  A
+        #: row beating ``best`` lies in a hot query's box, so its atoms lie in these projections: the other atoms
+        #: are never branched on (their bounds are -inf; with one hot query the search is its box's)
+        self.mask: list[np.ndarray] | None = None
+        if self.terms is not None and best >= 0.0:  # (below 0 a row no query covers, load 0, beats it)
+            hot = self.terms > best
+            self.mask = [np.where(m[hot].any(axis=0), 0.0, -math.inf) for m in self.cover]
+
+    def cold(self, alive: np.ndarray) -> bool:
+        """Whether no live query is *hot* (its term above ``best``): every row below the node is then covered
+        last by a live query whose term is at most ``best`` (or by none: load 0 ≤ best), so no row below beats
+        ``best`` and the node is pruned (issue 28, the engine's per-admission terms).  ``O(|hot|)``."""
+        terms = self.terms
+        if terms is None or self.best < 0.0:  # a row no query covers (load 0) beats a negative best
+            return False
+        if self._hot_for != self.best:  # best only grows: the hot set only shrinks
+            self._hot, self._hot_for = np.flatnonzero(terms > self.best), self.best
+        hot = self._hot
+        assert hot is not None
+        return not bool(alive[hot].any())
 
     def _level(self, j: int) -> _Level:
         """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
@@ -144,32 +186,107 @@ class _Search:
         for c in range(1, self.k):
             rows = np.flatnonzero(a == c)
             parts.append(self.w[rows] @ self.cover[c][rows].astype(np.float64))
-        return np.concatenate(parts) if parts else np.zeros(0)
+        rest = np.concatenate(parts) if parts else np.zeros(0)
+        if self.mask is not None and self.k > 1:
+            rest = rest + np.concatenate(self.mask[1:])  # children inherit it through their parent's star table
+        return rest
 
     def frontier_upper(self) -> float:
+        """A proven bound of the maximum after a timeout: ``best`` and every open frame's unexplored children
+        (∞ before the root's bound is known).
+
+        A frame below the top is exploring its child ``pos`` (the frame above it: that child's own unexplored
+        children bound what is left of it), so it counts from ``pos + 1``; the top frame's child ``pos`` was about
+        to be entered (the timeout is checked on entering a node), so it counts from ``pos``.  (Counting every
+        frame from ``pos`` kept the root's unbounded entry in, and every timed-out search reported ∞.)
+        """
+        if not self.started:
+            return math.inf
         ub = self.best
-        for bounds, pos in self.frames:
-            if pos[0] < len(bounds):
-                ub = max(ub, float(bounds[pos[0] :].max()))
+        last = len(self.frames) - 1
+        for f, fr in enumerate(self.frames):
+            start = fr.pos if f == last else fr.pos + 1
+            if start < len(fr.order):
+                ub = max(ub, max(fr.bounds[start:]))
         return ub
 
-    def run(self) -> None:
-        # the root as a frame of one unbounded child: a timeout before its bound is known reports no bound
-        self.frames.append((np.array([math.inf]), [0]))
-        fixed = float(self.w[self.assigned[0] == self.k].sum())
-        self._node(0, np.ones(len(self.w), dtype=bool), fixed, self._root_rest())
-        self.frames.pop()
+    @property
+    def nbytes(self) -> int:
+        """The memory its tables and open frames hold (bytes; what keeping it paused costs)."""
+        total = sum(m.nbytes + t.nbytes for m, t in zip(self.cover, self.cover_t)) + self.assigned.nbytes
+        for lv in self._levels.values():
+            total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
+        for fr in self.frames:
+            total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
+        for memo in self.memo:  # packed-bit keys and their float values, ≈ 100 bytes of overhead each
+            if memo:
+                total += len(memo) * (100 + len(next(iter(memo))))
+        return total
 
-    def _node(self, j: int, alive: np.ndarray, fixed: float, rest: np.ndarray) -> bool:
-        """Search below the node fixing the first ``j`` columns; True when the target is reached (stop).
+    def resume(self, deadline: float, best: float, target: float) -> None:
+        """Continue a paused search (it raised :class:`SearchTimeout`) on the same problem until ``deadline``.
+
+        ``best``: a floor known now (only rows above it matter; raising the incumbent keeps every bound and memo
+        entry valid: they all claim "nothing below beats best"); ``target``: a proven bound of the maximum."""
+        self.deadline = deadline
+        if best > self.best:
+            self.best, self.best_x = best, None
+        self.target = min(self.target, target)
+        self.run()
+
+    def run(self) -> None:
+        """Search until done (``done``) or the target is reached (``stopped``); raises :class:`SearchTimeout` at
+        the deadline with the state kept (open frames, memo, incumbent): :meth:`resume` continues it.
+
+        Depth first with an explicit stack of frames (one per branching node): a frame's children are visited
+        by decreasing bound and cut against the incumbent; a closed frame records its memo entry."""
+        if self.done:
+            return
+        if not self.started:
+            self.nodes += 1
+            if time.perf_counter() > self.deadline:
+                raise SearchTimeout
+            self.started = True
+            fixed = float(self.w[self.assigned[0] == self.k].sum())
+            if self._enter(0, np.ones(len(self.w), dtype=bool), fixed, self._root_rest()):
+                self.done = self.stopped = True
+                return
+        frames = self.frames
+        while frames:
+            fr = frames[-1]
+            if fr.pos >= len(fr.order) or fr.bounds[fr.pos] <= self.best:
+                frames.pop()
+                # every row below has load ≤ best (searched or cut against it): the live queries add ≤ best − fixed
+                if self.best > -math.inf:
+                    add = self.best - fr.fixed + self.slack
+                    self.memo[fr.j][fr.key] = add if fr.known is None else min(fr.known, add)
+                if frames:
+                    frames[-1].pos += 1
+                continue
+            self.nodes += 1
+            if time.perf_counter() > self.deadline:
+                raise SearchTimeout
+            a = fr.order[fr.pos]
+            self.x[fr.j] = a
+            child_rest = fr.star[a, fr.a_next :] if fr.star is not None else fr.empty
+            got = self._enter(fr.j + 1, fr.alive & self.cover_t[fr.j][a], fr.fixed + fr.ul[a], child_rest)
+            if got:
+                self.done = self.stopped = True
+                return
+            if got is not None:  # closed at once (a leaf, cut, or known from the memo)
+                fr.pos += 1
+        self.done = True
+
+    def _enter(self, j: int, alive: np.ndarray, fixed: float, rest: np.ndarray) -> bool | None:
+        """The node fixing the first ``j`` columns: True when the target is reached (stop), False when nothing
+        below needs searching (a leaf, or cut), None when it branches (its frame is pushed).
 
         ``alive``: the queries consistent with the fixed atoms; ``fixed``: the weight of the alive queries
         whose scope is all fixed; ``rest``: over the columns after ``j``, the sums of the alive queries whose
         first free column is there (computed by the parent: moving to a child only fixes column ``j - 1``, which
         such queries do not constrain, so they are alive in every child and their sums are the parent's)."""
-        self.nodes += 1
-        if time.perf_counter() > self.deadline:
-            raise SearchTimeout
+        if self.terms is not None and self.cold(alive):
+            return False
         if j == self.k:
             if fixed > self.best:
                 self.best, self.best_x = fixed, list(self.x)
@@ -190,6 +307,8 @@ class _Search:
             else:
                 star = (lv.pair_tw * ap) @ lv.pair_block + rest
             s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
+        if self.mask is not None:
+            s0 = s0 + self.mask[j]
         top = float(s0.max())
         if fixed + top <= self.best:
             return False
@@ -199,37 +318,45 @@ class _Search:
             return self.best >= self.target
         # the same live queries with free columns below another prefix: their added load is bounded (memo)
         key = np.packbits(alive[lv.free]).tobytes()
-        memo = self.memo[j]
-        known = memo.get(key)
+        known = self.memo[j].get(key)
         if known is not None and fixed + known <= self.best - self.slack:
             return False
         order = np.argsort(-s0, kind="stable")
-        bounds = s0[order] + fixed
-        pos = [0]
-        self.frames.append((bounds, pos))
-        cover_t = self.cover_t[j]
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
-        empty = rest[:0]
-        ul = u.tolist()
-        for i, a in enumerate(order.tolist()):
-            pos[0] = i
-            if float(bounds[i]) <= self.best:
-                break
-            self.x[j] = a
-            child_rest = star[a, a_next:] if star is not None else empty
-            if self._node(j + 1, alive & cover_t[a], fixed + ul[a], child_rest):
-                self.frames.pop()
-                return True
-        self.frames.pop()
-        # every row below has load ≤ best (searched or cut against it): the live queries add ≤ best − fixed
-        if self.best > -math.inf:
-            add = self.best - fixed + self.slack
-            memo[key] = add if known is None else min(known, add)
-        return False
+        self.frames.append(
+            _Frame(j, alive, fixed, star, order.tolist(), (s0[order] + fixed).tolist(), key, known, u.tolist(),
+                   a_next, rest[:0])
+        )  # fmt: skip
+        return None
+
+
+@dataclass
+class _Frame:
+    """One open branching node of :meth:`_Search.run`: its children (atoms of column ``j``) in visiting order
+    with their bounds, the next one to visit (``pos``), and what its children and its memo entry need."""
+
+    j: int
+    alive: np.ndarray
+    fixed: float
+    star: np.ndarray | None
+    order: list[int]
+    bounds: list[float]
+    key: bytes
+    known: float | None
+    ul: list[float]
+    a_next: int
+    empty: np.ndarray
+    pos: int = 0
 
 
 def scoped_search(
-    prob: Problem, deadline: float, rnd: ProblemRounding, incumbent: float, target: float = math.inf
+    prob: Problem,
+    deadline: float,
+    rnd: ProblemRounding,
+    incumbent: float,
+    target: float = math.inf,
+    terms: np.ndarray | None = None,
+    state: dict[str, Any] | None = None,
 ) -> tuple[dict[str, int], float, bool, str]:
     """The scoped branch and bound; returns (atoms of the best row above ``incumbent`` or {}, proven upper
     bound, exact, method tag).
@@ -237,24 +364,49 @@ def scoped_search(
     ``incumbent``: a load already achieved (or a floor: only loads above it matter); rows at or below it are
     pruned, so ``{}`` with ``exact=True`` means no row exceeds it (upper = it, rounded up).  ``target``: a
     proven upper bound of the maximum (the caller's hint); reaching it stops the search (then exact).
+    ``terms`` (per query of ``prob``, optional): a proven bound of the load of every row whose last covering
+    query (in the order of ``prob``'s queries, their registration order) is that one; nodes meeting no query
+    whose term exceeds the incumbent are pruned (:meth:`_Search.cold`).
+
+    ``state`` (optional, the caller's, for one problem): a search that times out is kept there (``"search"``)
+    and the next call with the same ``state`` *resumes* it instead of starting again (issue 28: a hard region's
+    problem is the same every time its pending term is re-tightened; before, each try repeated the last one's
+    work from scratch and timed out again).  The caller guarantees that ``prob`` is the same problem.
     """
-    s = _Search(prob, deadline, incumbent, target, rnd.slack)
+    paused = state.get("search") if state is not None else None
     tag = "scoped"
+    if isinstance(paused, _Search) and not paused.done:
+        s = paused
+        tag = "scoped-resumed"
+        run = lambda: s.resume(deadline, incumbent, target)  # noqa: E731
+    else:
+        s = _Search(prob, deadline, incumbent, target, rnd.slack, terms)
+        run = s.run
     try:
         if s.k == 0:
             total = float(s.w.sum())
             if total > s.best:
                 s.best, s.best_x = total, []
         else:
-            s.run()
+            run()
         # completed, or stopped on a row reaching the proven ``target`` (then best ≥ target ≥ the maximum)
         upper = rnd.up(s.best)
         exact = True
+        if state is not None:
+            state.pop("search", None)
     except SearchTimeout:
         upper = rnd.up(s.frontier_upper())
         exact = False
         tag += "-timeout"
+        if state is not None:
+            state["search"] = s
     atoms: dict[str, int] = {}
     if s.best_x is not None:
         atoms = {prob.columns[i].name: int(s.best_x[p]) for p, i in enumerate(s.order)}
     return atoms, upper, exact, tag
+
+
+def scoped_state_nbytes(state: dict[str, Any] | None) -> int:
+    """The memory a :func:`scoped_search` ``state`` holds in its paused search (bytes; 0 without one)."""
+    paused = state.get("search") if state is not None else None
+    return paused.nbytes if isinstance(paused, _Search) else 0
