@@ -554,8 +554,10 @@ class Consistent:
 
     @property
     def covariance(self) -> np.ndarray:
-        """Cov ŷ = A D (data-independent)."""
-        return self.a * np.array([m.variance for m in self.measurements])[None, :]
+        """Cov ŷ = A D Aᵀ (data-independent; = A D for the BLUE, but exact also when :func:`blue` floored a
+        variance that underflowed)."""
+        d = np.array([m.variance for m in self.measurements])
+        return self.a @ (d[:, None] * self.a.T)
 
     def value(self, weights: dict[int, float]) -> float:
         """The refined value of the linear output Σ w_i ŷ_i (``weights`` by measurement index)."""
