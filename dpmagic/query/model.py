@@ -25,6 +25,15 @@ __all__ = ["Aggregate", "AggregateFunction", "Filter", "GroupKey", "Output", "Qu
 AggregateFunction = Literal["count", "sum", "avg", "count_distinct", "var", "stddev", "quantile"]
 
 
+def _bound(x: float) -> str:
+    """A clamp bound as text: ``:g`` when that names it exactly, else its shortest exact repr (two different
+    clamps must never share a name: :attr:`Aggregate.sum_key` keys the shared releases)."""
+    short = f"{x:g}"
+    if float(short) == float(x):
+        return short
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 @dataclass(frozen=True)
 class Aggregate:
     """One base aggregate (a noisy release), with its output name.
@@ -56,7 +65,7 @@ class Aggregate:
         if self.clamp is None or self.column is None:
             return str(self.column)
         lo, hi = self.clamp
-        return f"{self.column}[{lo:g}:{hi:g}]"
+        return f"{self.column}[{_bound(lo)}:{_bound(hi)}]"
 
     def identity(self) -> tuple[Any, ...]:
         return (self.func, self.column, self.clamp, self.param)
@@ -64,7 +73,7 @@ class Aggregate:
     def __str__(self) -> str:
         inner = "*" if self.column is None else f'"{self.column}"'
         if self.clamp is not None:
-            inner = f"CLAMP({inner}, {self.clamp[0]:g}, {self.clamp[1]:g})"
+            inner = f"CLAMP({inner}, {_bound(self.clamp[0])}, {_bound(self.clamp[1])})"
         if self.func == "count_distinct":
             return f"COUNT(DISTINCT {inner})"
         if self.func == "quantile":

@@ -76,6 +76,8 @@ __all__ = [
 
 #: relative margin added to a refined interval for the floating-point arithmetic of the estimate and the bound
 FLOAT_MARGIN = 1e-9
+#: the smallest relative weight of a measurement in the estimate (:func:`blue`)
+VARIANCE_FLOOR = 1e-30
 
 
 @dataclass(frozen=True)
@@ -411,11 +413,18 @@ def null_space_fractions(matrix: Sequence[Sequence[Fraction]]) -> list[list[Frac
 
 
 def blue(y: np.ndarray, variances: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(ŷ, A) with ŷ = A y, A = I − D N (NᵀDN)⁻¹ Nᵀ (``basis``: N, one column per dependency)."""
+    """(ŷ, A) with ŷ = A y, A = I − D N (NᵀDN)⁻¹ Nᵀ (``basis``: N, one column per dependency).
+
+    D is taken relative to its largest entry and floored at :data:`VARIANCE_FLOOR` of it: a variance that underflows
+    to 0 (a discrete Laplace of scale ≲ 1/745 at a large ε) would make NᵀDN singular.  Any positive weights keep
+    A t = t (the estimate stays unbiased, as Nᵀt = 0) and every interval is computed from the A actually used, so
+    the floor costs nothing but a negligible loss of efficiency."""
     n = len(y)
     if basis.size == 0:
         return np.asarray(y, dtype=float).copy(), np.eye(n)
     d = np.asarray(variances, dtype=float)
+    top = float(d.max()) if d.size else 0.0
+    d = np.maximum(d / top, VARIANCE_FLOOR) if top > 0.0 and math.isfinite(top) else np.ones_like(d)
     dn = d[:, None] * basis
     a = np.eye(n) - dn @ np.linalg.solve(basis.T @ dn, basis.T)
     return a @ y, a
@@ -545,8 +554,10 @@ class Consistent:
 
     @property
     def covariance(self) -> np.ndarray:
-        """Cov ŷ = A D (data-independent)."""
-        return self.a * np.array([m.variance for m in self.measurements])[None, :]
+        """Cov ŷ = A D Aᵀ (data-independent; = A D for the BLUE, but exact also when :func:`blue` floored a
+        variance that underflowed)."""
+        d = np.array([m.variance for m in self.measurements])
+        return self.a @ (d[:, None] * self.a.T)
 
     def value(self, weights: dict[int, float]) -> float:
         """The refined value of the linear output Σ w_i ŷ_i (``weights`` by measurement index)."""
