@@ -335,6 +335,8 @@ class _Search:
         total = sum(m.nbytes + t.nbytes for m, t in zip(self.cover, self.cover_t)) + self.assigned.nbytes
         for lv in self._levels.values():
             total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
+        total += self._cons.nbytes + (self._cat.nbytes if self._cat is not None else 0)
+        total += self._lam.nbytes if self._lam is not None else 0
         for fr in self.frames:
             total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
         for memo in self.memo:  # packed-bit keys and their float values, ≈ 100 bytes of overhead each
