@@ -140,7 +140,9 @@ def split_bound(
     pad = np.full((m, int(pos.max()) + 1), -math.inf)
     best = math.inf
     for it in range(steps + 1):
-        pad[col, pos] = ((lam * w[:, None]).T @ cover)[col, np.arange(width)]  # T_c[b], one row per column c
+        # T_c[b] (one row of ``pad`` per column c); elementwise, not a matrix product: BLAS's threads on a loaded
+        # machine made one small product take 10–20 ms
+        pad[col, pos] = np.einsum("qb,qb->b", (lam * w[:, None])[:, col], cover)
         if it == steps:
             best = min(best, float(pad.max(axis=1).sum()))
             break
