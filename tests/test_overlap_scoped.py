@@ -459,3 +459,89 @@ def test_paused_searches_held_are_bounded() -> None:
         assert all(t.resume is None for t in eng_mod._keep_resumes(terms))
     finally:
         eng_mod.RESUME_MAX_BYTES = old
+
+
+@st.composite
+def _split_instances(draw):  # type: ignore[no-untyped-def]
+    """A random small instance for :func:`~dpmagic.overlap.scoped.split_bound`: 1–4 columns of 1–4 atoms, 0–8
+    queries each constraining any subset of the columns (nonempty rows there, all ones elsewhere), weights, a
+    starting split (or None) and a number of steps."""
+    m = draw(st.integers(1, 4))
+    widths = [draw(st.integers(1, 4)) for _ in range(m)]
+    n = draw(st.integers(0, 8))
+    cons = np.zeros((n, m), dtype=bool)
+    cover = np.ones((n, sum(widths)))
+    offsets = np.cumsum([0] + widths[:-1]).astype(np.intp)
+    for q in range(n):
+        for c in range(m):
+            if draw(st.booleans()):
+                row = np.array(draw(st.lists(st.booleans(), min_size=widths[c], max_size=widths[c])), dtype=float)
+                row[draw(st.integers(0, widths[c] - 1))] = 1.0  # nonempty
+                cover[q, offsets[c] : offsets[c] + widths[c]] = row
+                cons[q, c] = not row.all()  # a full row constrains nothing
+    w = np.array(draw(st.lists(any_weights, min_size=n, max_size=n)), dtype=np.float64)
+    lam = None
+    if draw(st.booleans()):
+        lam = np.array(draw(st.lists(st.floats(0.0, 5.0), min_size=n * m, max_size=n * m))).reshape(n, m)
+    return cover, cons, offsets, widths, w, lam, draw(st.integers(0, 6))
+
+
+@given(_split_instances())
+@FAST
+def test_split_bound_is_above_brute_force(inst) -> None:
+    """The weight-splitting bound (issue 28, :func:`~dpmagic.overlap.scoped.split_bound`), from any starting split
+    and after any number of steps, is at least every row's load (brute force over the product of the atoms), and
+    its returned split is a split (non-negative, on each query's constrained columns, summing to 1)."""
+    import itertools
+
+    cover, cons, offsets, widths, w, lam, steps = inst
+    ub, split = scoped_mod.split_bound(cover, cons, offsets, w, lam, steps)
+    truth = 0.0
+    for row in itertools.product(*[range(a) for a in widths]):
+        alive = np.ones(len(w), dtype=bool)
+        for c, a in enumerate(row):
+            alive &= cover[:, offsets[c] + a] > 0
+        truth = max(truth, float(w[alive].sum()))
+    assert truth <= ub
+    assert (split >= 0.0).all() and (split[~cons] == 0.0).all()
+    live = cons.any(axis=1)
+    assert np.allclose(split[live].sum(axis=1), 1.0)
+
+
+def test_split_bound_is_tighter_than_one_column() -> None:
+    """Two unit queries ``q0 = {a0} × {b0}`` and ``q1 = {a0} × {b1}`` (maximum load 1): the search's static
+    assignment (each query's whole weight on its first column, A) bounds it by 2; splitting the weights gives 1.5
+    at once, and the steps never lose that (the least bound over the steps is kept)."""
+    cover = np.array([[1, 0, 1, 0], [1, 0, 0, 1]], dtype=np.float64)
+    cons = np.ones((2, 2), dtype=bool)
+    offsets = np.array([0, 2], dtype=np.intp)
+    static, _ = scoped_mod.split_bound(cover, cons, offsets, np.ones(2), np.array([[1.0, 0.0], [1.0, 0.0]]), 0)
+    assert static == pytest.approx(2.0)
+    for steps in (0, 1, 10):
+        ub, _ = scoped_mod.split_bound(cover, cons, offsets, np.ones(2), None, steps)
+        assert 1.0 <= ub <= 1.5 * (1 + 1e-8)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_scoped_with_split_cuts_against_brute_force(seed: int) -> None:
+    """The search with the weight-splitting cut at every branching node of every depth (from the first node, at
+    any gap): exact, the witness's load = γ, with and without a floor and terms, as in the tests above."""
+    rng = np.random.default_rng(5000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    saved = scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO
+    scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = 99, 0, math.inf
+    try:
+        terms = _true_terms(prob) + 1e-12 if seed % 2 else None
+        for floor in (-1.0, float(rng.uniform(0.0, 1.1)) * truth):
+            atoms, upper, exact, tag = scoped_search(prob, math.inf, rnd, floor, terms=terms)
+            assert exact and tag == "scoped"
+            assert truth <= upper + 1e-12
+            if truth > floor + 1e-9:
+                assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+                assert is_exact(truth, upper) or truth == 0.0
+            else:
+                assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
+    finally:
+        scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = saved
