@@ -385,3 +385,12 @@ def test_chernoff_interval_covers_discrete_gaussian_sums_exactly(coeffs: list[in
         dist = np.convolve(dist, spread)
     k = np.arange(len(dist)) - (len(dist) - 1) // 2
     assert dist[np.abs(k) > h].sum() <= 0.05
+
+
+def test_the_value_shown_is_inside_its_interval() -> None:
+    """The raw interval, when it is the narrower, is widened to hold the consistent value shown beside it."""
+    from dpmagic.releases.consistency import _pick
+
+    assert _pick((10.0, 9.0, 11.0), (12.0, 5.0)) == (9.0, 12.0, "raw")
+    assert _pick((10.0, 9.0, 11.0), (8.5, 5.0)) == (8.5, 11.0, "raw")
+    assert _pick((10.0, 9.0, 11.0), (10.5, 0.5)) == (10.0, 11.0, "consistent")

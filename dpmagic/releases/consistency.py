@@ -577,11 +577,13 @@ class Consistent:
 
 def _pick(raw: tuple[float, float, float], refined: tuple[float, float]) -> tuple[float, float, str]:
     """The narrower of the raw interval (value, low, high) and the refined one (value, half-width): both widths
-    are public, so the choice is data-independent."""
+    are public, so the choice is data-independent.  When the raw interval is the narrower, it is widened just
+    enough to hold the consistent value shown beside it (a superset of a valid interval keeps its coverage), so a
+    value is never shown outside its own interval."""
     v, h = refined
     if 2.0 * h <= raw[2] - raw[1]:
         return v - h, v + h, "consistent"
-    return raw[1], raw[2], "raw"
+    return min(raw[1], v), max(raw[2], v), "raw"
 
 
 def consistent_table(releases: Sequence[tuple[int, Query, Any]], schema: Schema, level: float = 0.95) -> Any:
@@ -644,7 +646,12 @@ def consistent_table(releases: Sequence[tuple[int, Query, Any]], schema: Schema,
                     n_v, hn = (n_hat, hn_ref) if hn_ref <= hn_raw else (n_raw.value, hn_raw)
                     value = ratio_estimate(np.array([s_hat]), hs_ref, np.array([n_hat]), hn_ref, lo_c, hi_c)[0]
                     _, low, high = ratio_estimate(np.array([s_v]), hs, np.array([n_v]), hn, lo_c, hi_c)
-                    row.update(consistent=float(value[0]) + c, ci_low=float(low[0]) + c, ci_high=float(high[0]) + c)
+                    shown = float(value[0]) + c  # the interval holds the value shown (a superset keeps coverage)
+                    row.update(
+                        consistent=shown,
+                        ci_low=min(float(low[0]) + c, shown),
+                        ci_high=max(float(high[0]) + c, shown),
+                    )
                     row["interval"] = "consistent" if (hs, hn) == (hs_ref, hn_ref) else "mixed"
                     rows.append(row)
                     continue
