@@ -198,10 +198,28 @@ def _atoms(sets: Sequence[ValueSet], full: ValueSet) -> list[ValueSet]:
     return atoms
 
 
-def gram(ms: Sequence[Measurement], schema: Schema) -> list[list[Fraction]]:
-    """G_ij = ⟨coeff_i, coeff_j⟩ · Π_columns |atoms(R_i) ∩ atoms(R_j)| on the compressed domain (exact)."""
+#: integer arithmetic in int64 only below this bound on every |entry| and partial sum (else Python integers)
+_INT64_SAFE = 2**62
+#: float64 sums of integers are exact (in any order, with or without FMA) while Σ|terms| stays below this
+_FLOAT_EXACT = 2**53
+
+
+def _gram_int(ms: Sequence[Measurement], schema: Schema) -> tuple[np.ndarray, int]:
+    """(H, d) with the Gram matrix G = H / d (:func:`gram`), H integral: int64 when no entry can overflow (a bound
+    checked in Python integers), else an object array of Python integers.
+
+    Vectorised over pairs: with the coefficients scaled to integers C (d = lcm of their denominators, squared),
+    H = (C Cᵀ) ∘ Π_columns (B_c B_cᵀ), B_c the 0/1 membership matrix of measurements × atoms of column c; each
+    B_c B_cᵀ is a float64 product of 0/1 entries, exact as its sums are at most the number of atoms (< 2⁵³)."""
+    n = len(ms)
+    keys = sorted({k for m in ms for k in m.coeffs})
+    den = math.lcm(*(v.denominator for m in ms for v in m.coeffs.values())) if keys else 1
+    coef = [[int(m.coeffs.get(k, 0) * den) for k in keys] for m in ms]
+    cmax = max((abs(x) for row in coef for x in row), default=0)
     columns = sorted({c for m in ms for c in m.region})
-    member: list[dict[str, frozenset[int]]] = [{} for _ in ms]
+    live = np.array([not m.region.is_empty() for m in ms], dtype=bool)
+    size: np.ndarray = np.ones((n, n), dtype=np.int64)
+    size_bound = 1
     for c in columns:
         full = full_set(schema[c])
         distinct: list[ValueSet] = []
@@ -210,24 +228,37 @@ def gram(ms: Sequence[Measurement], schema: Schema) -> list[list[Fraction]]:
             if s is not None and s not in distinct:
                 distinct.append(s)
         atoms = _atoms(distinct, full)
-        every = frozenset(range(len(atoms)))
+        member = np.ones((n, len(atoms)), dtype=np.float64)
+        rows_of: dict[int, np.ndarray] = {}
         for k, m in enumerate(ms):
             s = m.region.get(c)
-            member[k][c] = every if s is None else frozenset(i for i, a in enumerate(atoms) if a.overlaps(s))
-    n = len(ms)
-    g = [[Fraction(0)] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i, n):
-            inner = sum((v * ms[j].coeffs.get(k, 0) for k, v in ms[i].coeffs.items()), Fraction(0))
-            if inner == 0 or ms[i].region.is_empty() or ms[j].region.is_empty():
+            if s is None:
                 continue
-            size = 1
-            for c in columns:
-                size *= len(member[i][c] & member[j][c])
-                if size == 0:
-                    break
-            g[i][j] = g[j][i] = inner * size
-    return g
+            at = distinct.index(s)
+            if at not in rows_of:
+                rows_of[at] = np.array([a.overlaps(s) for a in atoms], dtype=np.float64)
+            member[k] = rows_of[at]
+        counts = np.rint(member @ member.T).astype(np.int64)
+        size_bound *= len(atoms)
+        if size_bound < _INT64_SAFE:
+            size = size * counts
+        else:  # Python integers from here on (exact, slower)
+            size = size.astype(object) * counts.astype(object)
+    inner_bound = len(keys) * cmax * cmax
+    exact_int64 = inner_bound < _INT64_SAFE and size_bound * inner_bound < _INT64_SAFE
+    cm = np.array(coef, dtype=np.int64 if exact_int64 else object).reshape(n, len(keys))
+    inner = cm @ cm.T
+    h = inner * (size if exact_int64 else size.astype(object))
+    h[~live, :] = 0
+    h[:, ~live] = 0
+    return h, den * den
+
+
+def gram(ms: Sequence[Measurement], schema: Schema) -> list[list[Fraction]]:
+    """G_ij = ⟨coeff_i, coeff_j⟩ · Π_columns |atoms(R_i) ∩ atoms(R_j)| on the compressed domain (exact; computed
+    by :func:`_gram_int`)."""
+    h, d = _gram_int(ms, schema)
+    return [[Fraction(int(x), d) for x in row] for row in h.tolist()]
 
 
 def null_space(matrix: Sequence[Sequence[Fraction]]) -> list[list[Fraction]]:
@@ -243,18 +274,28 @@ def null_space(matrix: Sequence[Sequence[Fraction]]) -> list[list[Fraction]]:
     rows = [list(r) for r in matrix]
     if not rows:
         return []
-    n = len(rows[0])
     ints: list[list[int]] = []
     for r in rows:
         den = math.lcm(*(x.denominator for x in r)) if r else 1
         ints.append([int(x * den) for x in r])
+    return _null_space_int(np.array(ints, dtype=object).reshape(len(rows), len(rows[0])))
+
+
+def _null_space_int(ints: np.ndarray) -> list[list[Fraction]]:
+    """:func:`null_space` of an integer matrix (int64, or an object array of Python integers)."""
+    nrows, n = ints.shape
+    if nrows == 0:
+        return []
+    big = max((abs(int(x)) for x in (ints.max(), ints.min())), default=0) if ints.size else 0
+    small = ints.astype(np.int64) if big < _INT64_SAFE else None
     best: tuple[int, ...] | None = None
     residues: list[list[int]] = []
     modulus = 1
     for k, p in enumerate(_primes()):
         if k >= 60:
             break
-        red, pivots = _rref_mod(np.array([[x % p for x in r] for r in ints], dtype=np.int64), p)
+        reduced = small % p if small is not None else (ints % p).astype(np.int64)
+        red, pivots = _rref_mod(reduced, p)
         key = tuple(pivots)
         if best is not None and key != best:
             if len(key) > len(best) or (len(key) == len(best) and key < best):
@@ -278,9 +319,9 @@ def null_space(matrix: Sequence[Sequence[Fraction]]) -> list[list[Fraction]]:
             ]
             modulus *= p
         cand = _reconstruct(residues, modulus)
-        if cand is not None and all(_is_null(ints, v) for v in cand):
+        if cand is not None and _all_null(ints, big, cand):
             return cand
-    return null_space_fractions(matrix)
+    return null_space_fractions([[Fraction(int(x)) for x in r] for r in ints.tolist()])
 
 
 def _primes() -> Any:
@@ -360,16 +401,46 @@ def _ratrec(u: int, m: int) -> Fraction | None:
 
 
 def _reconstruct(residues: list[list[int]], m: int) -> list[list[Fraction]] | None:
+    bound = math.isqrt(m // 2)
+    small: dict[int, Fraction] = {}
     out = []
     for v in residues:
         w = []
         for u in v:
+            # the cases _ratrec settles at once (u or u − m at most the bound: the integer itself), shared
+            if u <= bound or m - u <= bound:
+                k = u if u <= bound else u - m
+                f = small.get(k)
+                if f is None:
+                    f = small[k] = Fraction(k)
+                w.append(f)
+                continue
             f = _ratrec(u, m)
             if f is None:
                 return None
             w.append(f)
         out.append(w)
     return out
+
+
+def _all_null(ints: np.ndarray, big: int, cand: list[list[Fraction]]) -> bool:
+    """Whether ints · v = 0 exactly for every v in ``cand``: each v scaled to integers w, and ints · w computed in
+    float64 when big · Σ|w| < 2⁵³ (then every partial sum is an integer below 2⁵³: exact in any order), else in
+    Python integers (:func:`_is_null`)."""
+    fast: list[list[int]] = []
+    slow: list[list[int]] = []
+    for v in cand:
+        den = math.lcm(*(x.denominator for x in v))
+        w = [x.numerator * (den // x.denominator) for x in v]
+        (fast if big * sum(abs(x) for x in w) < _FLOAT_EXACT else slow).append(w)
+    if slow:
+        rows = ints.tolist()
+        if not all(_is_null(rows, [Fraction(x) for x in w]) for w in slow):
+            return False
+    if not fast:
+        return True
+    prod = ints.astype(np.float64) @ np.array(fast, dtype=np.float64).T
+    return not bool(np.any(prod))
 
 
 def _is_null(ints: list[list[int]], v: list[Fraction]) -> bool:
@@ -540,7 +611,7 @@ class Consistent:
     def __post_init__(self) -> None:
         ms = self.measurements
         if ms:
-            exact = null_space(gram(ms, self.schema))
+            exact = _null_space_int(_gram_int(ms, self.schema)[0])  # G = H / d: the same null space
             self.basis = np.array([[float(x) for x in v] for v in exact], dtype=float).T.reshape(len(ms), len(exact))
         else:
             self.basis = np.zeros((0, 0))
