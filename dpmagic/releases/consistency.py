@@ -370,12 +370,15 @@ def _rref_mod(a: np.ndarray, p: int) -> tuple[np.ndarray, list[int]]:
         if i != r:
             m[[r, i]] = m[[i, r]]
         inv = pow(int(m[r, col]), p - 2, p)
-        m[r] = (m[r] * inv) % p
+        # row r is zero left of col (earlier pivot columns were cleared, earlier free columns are zero from row r
+        # down): the update touches columns col.. only
+        m[r, col:] = (m[r, col:] * inv) % p
         f = m[:, col].copy()
         f[r] = 0
         hit = np.flatnonzero(f)
         if hit.size:
-            m[hit] = (m[hit] - (f[hit, None] * m[r][None, :]) % p) % p
+            # |f·x| < p² < 2⁶², so m − f·x stays inside int64: one reduction suffices
+            m[hit, col:] = (m[hit, col:] - f[hit, None] * m[r, col:][None, :]) % p
         pivots.append(col)
         r += 1
     return m, pivots
@@ -526,20 +529,30 @@ def log_mgf(noise: Noise, s: float) -> float:
     return 0.5 * (t * b) ** 2  # (discrete) Gaussian: σ²-subgaussian (Canonne, Kamath & Steinke 2020)
 
 
+class _Noises:
+    """The noise laws of a sequence of releases as arrays (built once, used for every combination of them): the
+    family (0 discrete Laplace, 1 Laplace, 2 (discrete) Gaussian), granularity and scale."""
+
+    def __init__(self, noises: Sequence[Noise]) -> None:
+        fams = {"discrete_laplace": 0, "laplace": 1}
+        self.family = np.array([fams.get(nz.kind, 2) for nz in noises], dtype=np.int8)
+        self.granularity = np.array([nz.granularity for nz in noises], dtype=float)
+        self.scale = np.array([nz.scale for nz in noises], dtype=float)
+
+
 class _Terms:
     """The noises of a linear combination, by family, as arrays (|a_j|·granularity and the scale)."""
 
-    def __init__(self, coeffs: Sequence[float], noises: Sequence[Noise]) -> None:
-        by: dict[str, tuple[list[float], list[float]]] = {"dl": ([], []), "cl": ([], []), "g": ([], [])}
-        for a, nz in zip(coeffs, noises, strict=True):
-            if a == 0.0:
-                continue
-            fam = {"discrete_laplace": "dl", "laplace": "cl"}.get(nz.kind, "g")
-            by[fam][0].append(abs(float(a)) * nz.granularity)
-            by[fam][1].append(nz.scale)
-        self.dl_t, self.dl_b = (np.array(x, dtype=float) for x in by["dl"])
-        self.cl_t, self.cl_b = (np.array(x, dtype=float) for x in by["cl"])
-        g_t, g_s = (np.array(x, dtype=float) for x in by["g"])
+    def __init__(self, coeffs: Sequence[float] | np.ndarray, noises: Sequence[Noise] | _Noises) -> None:
+        laws = noises if isinstance(noises, _Noises) else _Noises(noises)
+        a = np.asarray(coeffs, dtype=float)
+        if a.shape != laws.scale.shape:
+            raise ValueError(f"{a.size} coefficients for {laws.scale.size} noises")
+        t = np.abs(a) * laws.granularity
+        live = a != 0.0
+        (self.dl_t, self.dl_b), (self.cl_t, self.cl_b), (g_t, g_s) = (
+            (t[live & (laws.family == k)], laws.scale[live & (laws.family == k)]) for k in range(3)
+        )
         self.g_var = float(np.sum((g_t * g_s) ** 2))
         self.dl_const = float(np.sum(2.0 * np.log(-np.expm1(-1.0 / self.dl_b)))) if self.dl_b.size else 0.0
         lap = np.concatenate([self.dl_t * self.dl_b, self.cl_t * self.cl_b])
@@ -562,7 +575,9 @@ class _Terms:
         return total
 
 
-def chernoff_halfwidth(coeffs: Sequence[float], noises: Sequence[Noise], level: float = 0.95) -> float:
+def chernoff_halfwidth(
+    coeffs: Sequence[float] | np.ndarray, noises: Sequence[Noise] | _Noises, level: float = 0.95
+) -> float:
     """A half-width h with P(|Σ a_j e_j| ≥ h) ≤ 1 − level for independent noises e_j (module docstring): the
     Chernoff bound at a numerically chosen λ (any λ is valid), rounded outward."""
     terms = _Terms(coeffs, noises)
@@ -607,9 +622,11 @@ class Consistent:
     basis: np.ndarray = field(init=False)
     estimate: np.ndarray = field(init=False)
     a: np.ndarray = field(init=False)
+    _noises: _Noises = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         ms = self.measurements
+        self._noises = _Noises([m.noise for m in ms])
         if ms:
             exact = _null_space_int(_gram_int(ms, self.schema)[0])  # G = H / d: the same null space
             self.basis = np.array([[float(x) for x in v] for v in exact], dtype=float).T.reshape(len(ms), len(exact))
@@ -640,7 +657,7 @@ class Consistent:
         row = np.zeros(len(self.measurements))
         for i, w in weights.items():
             row += w * self.a[i]
-        h = chernoff_halfwidth(row.tolist(), [m.noise for m in self.measurements], level)
+        h = chernoff_halfwidth(row, self._noises, level)
         y = np.array([m.value for m in self.measurements])
         slack = FLOAT_MARGIN * (float(np.abs(row) @ np.abs(y)) + abs(self.value(weights)))
         return math.nextafter(h + slack, math.inf)
