@@ -1,12 +1,13 @@
 """Time of ``Session.consistent()`` on a large session: 40 two-column GROUP BY queries on Adult (COUNT, SUM, AVG),
 well over 1,000 measurements — the exact Gram matrix and its null space grow with the square of their number.
 
-    python benchmarks/bench_consistency_large.py
+    python benchmarks/bench_consistency_large.py [number of queries, default 40]
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 
 import dpmagic
@@ -43,4 +44,4 @@ def main(n: int = 40) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 40)
