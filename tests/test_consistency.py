@@ -19,11 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from IPython.core.interactiveshell import InteractiveShell
+from tests_support import TINY_SCHEMA as SCHEMA
+from tests_support import linear_coeffs as _coeffs
 from tests_support import run_cell as run
+from tests_support import tiny_box as _box
 
 import dpmagic
-from dpmagic.domain.schema import Schema
-from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.noise.calibration import Noise
 from dpmagic.releases.consistency import (
     Consistent,
@@ -35,45 +36,13 @@ from dpmagic.releases.consistency import (
     null_space_fractions,
 )
 
-SCHEMA = Schema.of(
-    {
-        "dataset": "tiny",
-        "table": "t",
-        "columns": {
-            "a": {"type": "categorical", "values": ["x", "y", "z"]},
-            "b": {"type": "categorical", "values": ["u", "v"]},
-            "v": {"type": "int", "lower": 0, "upper": 3},
-        },
-    }
-)
 A_VALUES, B_VALUES, V_VALUES = ["x", "y", "z"], ["u", "v"], [0, 1, 2, 3]
 CELLS = list(itertools.product(A_VALUES, B_VALUES, V_VALUES))
 COMPONENTS = ["n", "sum:v", "sumsq:v"]
 
 
-def _box(a: list[str] | None, b: list[str] | None, v: tuple[int, int] | None) -> Box:
-    cons = {}
-    if a is not None:
-        cons["a"] = CategorySet.of_values(SCHEMA["a"], a)
-    if b is not None:
-        cons["b"] = CategorySet.of_values(SCHEMA["b"], b)
-    if v is not None:
-        cons["v"] = IntervalSet.of(SCHEMA["v"], [Interval(v[0], v[1])])
-    return Box(cons)
-
-
 def _noise(b: float) -> Noise:
     return Noise("discrete_laplace", b, 1.0)
-
-
-def _coeffs(kind: str, c: int) -> dict[str, Fraction]:
-    """count, raw sum, centred sum (c), centred sum of squares (c)."""
-    return {
-        "count": {"n": Fraction(1)},
-        "sum": {"sum:v": Fraction(1)},
-        "s": {"sum:v": Fraction(1), "n": Fraction(-c)},
-        "q": {"sumsq:v": Fraction(1), "sum:v": Fraction(-2 * c), "n": Fraction(c * c)},
-    }[kind]
 
 
 def _explicit_row(m: Measurement) -> list[Fraction]:

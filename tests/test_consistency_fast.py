@@ -11,9 +11,11 @@ from fractions import Fraction
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests_support import TINY_SCHEMA as SCHEMA
+from tests_support import linear_coeffs as _coeffs
+from tests_support import tiny_box as _box
 
-from dpmagic.domain.schema import Schema
-from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet, full_set
+from dpmagic.domain.sets import full_set
 from dpmagic.noise.calibration import Noise
 from dpmagic.releases.consistency import (
     Measurement,
@@ -24,43 +26,6 @@ from dpmagic.releases.consistency import (
     null_space,
     null_space_fractions,
 )
-
-SCHEMA = Schema.of(
-    {
-        "dataset": "tiny",
-        "table": "t",
-        "columns": {
-            "a": {"type": "categorical", "values": ["x", "y", "z"]},
-            "b": {"type": "categorical", "values": ["u", "v"]},
-            "v": {"type": "int", "lower": 0, "upper": 3},
-        },
-    }
-)
-
-
-def _box(a: list[str] | None, b: list[str] | None, v: tuple[int, int] | None, empty: bool) -> Box:
-    cons = {}
-    if a is not None:
-        cons["a"] = CategorySet.of_values(SCHEMA["a"], a)
-    if b is not None:
-        cons["b"] = CategorySet.of_values(SCHEMA["b"], b)
-    if v is not None:
-        cons["v"] = IntervalSet.of(SCHEMA["v"], [Interval(v[0], v[1])])
-    box = Box(cons)
-    if empty:  # a region no row can be in
-        box = box.intersect(Box({"a": CategorySet.of_values(SCHEMA["a"], ["x"])}))
-        box = box.intersect(Box({"a": CategorySet.of_values(SCHEMA["a"], ["y"])}))
-    return box
-
-
-def _coeffs(kind: str, c: int) -> dict[str, Fraction]:
-    return {
-        "count": {"n": Fraction(1)},
-        "sum": {"sum:v": Fraction(1)},
-        "s": {"sum:v": Fraction(1), "n": Fraction(-c)},
-        "q": {"sumsq:v": Fraction(1), "sum:v": Fraction(-2 * c), "n": Fraction(c * c)},
-        "half": {"sum:v": Fraction(1, 2), "n": Fraction(c, 3)},
-    }[kind]
 
 
 def _gram_pairwise(ms: list[Measurement]) -> list[list[Fraction]]:

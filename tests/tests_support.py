@@ -215,3 +215,47 @@ def bounded_persons(schema: Schema, rows: Sequence[dict[str, Any]]) -> list[tupl
                 continue
             out.append(p)
     return out
+
+
+#: the small domain of the consistency tests (3 × 2 × 4 cells): ``tiny_box`` regions and ``linear_coeffs`` over it
+TINY_SCHEMA = Schema.of(
+    {
+        "dataset": "tiny",
+        "table": "t",
+        "columns": {
+            "a": {"type": "categorical", "values": ["x", "y", "z"]},
+            "b": {"type": "categorical", "values": ["u", "v"]},
+            "v": {"type": "int", "lower": 0, "upper": 3},
+        },
+    }
+)
+
+
+def tiny_box(a: list[str] | None, b: list[str] | None, v: tuple[int, int] | None, empty: bool = False) -> Box:
+    """A box of :data:`TINY_SCHEMA` (``None``: the column unconstrained; ``empty``: a region no row can be in)."""
+    from dpmagic.domain.sets import Interval
+
+    cons = {}
+    if a is not None:
+        cons["a"] = CategorySet.of_values(TINY_SCHEMA["a"], a)
+    if b is not None:
+        cons["b"] = CategorySet.of_values(TINY_SCHEMA["b"], b)
+    if v is not None:
+        cons["v"] = IntervalSet.of(TINY_SCHEMA["v"], [Interval(v[0], v[1])])
+    box = Box(cons)
+    if empty:
+        box = box.intersect(Box({"a": CategorySet.of_values(TINY_SCHEMA["a"], ["x"])}))
+        box = box.intersect(Box({"a": CategorySet.of_values(TINY_SCHEMA["a"], ["y"])}))
+    return box
+
+
+def linear_coeffs(kind: str, c: int) -> dict[str, Fraction]:
+    """A measurement's coefficients on (n, sum:v, sumsq:v): count, raw sum, centred sum (centre c), centred sum of
+    squares (c), and ``half`` (fractional coefficients)."""
+    return {
+        "count": {"n": Fraction(1)},
+        "sum": {"sum:v": Fraction(1)},
+        "s": {"sum:v": Fraction(1), "n": Fraction(-c)},
+        "q": {"sumsq:v": Fraction(1), "sum:v": Fraction(-2 * c), "n": Fraction(c * c)},
+        "half": {"sum:v": Fraction(1, 2), "n": Fraction(c, 3)},
+    }[kind]
