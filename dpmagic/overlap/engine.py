@@ -580,6 +580,9 @@ class OverlapEngine:
                     best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
             terms = tuple(new if t is term else t for t in self._pending)
             self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
+            # a fresh search that timed out keeps its paused state: the held ones stay within RESUME_MAX and
+            # RESUME_MAX_BYTES here too, not only after the next admission (red team 12)
+            self._pending = _keep_resumes(self._pending)
             if resuming or limit < base * 2.0**term.tries:
                 break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1
