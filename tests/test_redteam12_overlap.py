@@ -108,12 +108,15 @@ def _view(bd) -> tuple:
 
 @st.composite
 def _sessions(draw):  # type: ignore[no-untyped-def]
+    bulk = draw(st.lists(st.tuples(boxes(), decimal_weights), min_size=0, max_size=10))  # loaded at once first
     wl = draw(st.lists(st.tuples(boxes(), decimal_weights), min_size=2, max_size=9))
     steps = draw(st.lists(st.integers(0, 6), min_size=len(wl), max_size=len(wl)))  # scoped nodes per call
     budget = draw(st.one_of(st.none(), st.sampled_from([0.05, 0.1, 0.2, 0.3, 0.5, 1.0])))
     probes = draw(st.lists(st.tuples(boxes(), decimal_weights), min_size=len(wl), max_size=len(wl)))
     slack = draw(st.sampled_from([0.0, 1e-6]))
-    return wl, steps, budget, probes, slack
+    stale = draw(st.lists(st.booleans(), min_size=len(wl), max_size=len(wl)))  # re-tighten between admit and commit
+    split = draw(st.booleans())  # the weight-splitting cut at every branching node from the first
+    return bulk, wl, steps, budget, probes, slack, stale, split
 
 
 @given(_sessions())
@@ -125,16 +128,25 @@ def test_starved_session_charges_proven_bounds_and_refusals_change_nothing(sessi
     exact γ after it, every interval holds γ, exact only when it is.  A twin engine given the same calls but never
     asked the refused queries nor the extra probes (admissions computed and dropped) is in exactly the same state
     after every commit: a dropped admission changes nothing — not γ, the pending terms, their paused searches'
-    progress, the node terms nor the pool."""
-    wl, steps, budget, probes, slack = session
-    truth = _Truth([b for b, _ in wl] + [b for b, _ in probes])
+    progress, the node terms nor the pool.  Some admissions are committed after a re-tightening changed the
+    engine (then recomputed), and some sessions cut with the weight-splitting bound at every branching node."""
+    bulk, wl, steps, budget, probes, slack, stale, split = session
+    saved = scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO
+    if split:
+        scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = 99, 0, math.inf
+    truth = _Truth([b for b, _ in bulk + wl + probes])
     clock = _Clock()
     a, b = _engine(slack), _engine(slack)
-    bx: list[Box] = []
-    ws: list[float] = []
+    bx: list[Box] = [b for b, _ in bulk]
+    ws: list[float] = [w for _, w in bulk]
     scoped_mod.time = clock  # type: ignore[assignment]
     try:
-        for (box, w), k, (pbox, pw) in zip(wl, steps, probes):
+        if bulk:  # γ of a bulk load is solved from scratch on the next request: starved, a wide interval
+            for eng in (a, b):
+                eng.extend(bx, ws)
+                clock.left = steps[0]
+                _proven(eng.overlap(), truth.gamma(bx, ws))
+        for (box, w), k, (pbox, pw), late in zip(wl, steps, probes, stale):
             clock.left = k
             probe = a.admit(pbox, pw, budget=budget)  # asked, never committed (a preview, or a refused query)
             _proven(probe.bounds.overlap, truth.gamma(bx + [pbox], ws + [pw]))
@@ -151,6 +163,9 @@ def test_starved_session_charges_proven_bounds_and_refusals_change_nothing(sessi
             if budget is not None and admitted[0].bounds.charge("exact")[0] > budget:
                 continue  # refused: nothing is committed
             for eng, adm in zip((a, b), admitted):
+                if late:  # the engine changes between the admission and its commit: the commit recomputes it
+                    clock.left = k
+                    eng.retighten(1000.0)
                 clock.left = k
                 eng.commit(adm)
             bx.append(box)
@@ -166,6 +181,7 @@ def test_starved_session_charges_proven_bounds_and_refusals_change_nothing(sessi
             _proven(a.overlap(), truth.gamma(bx, ws))
     finally:
         scoped_mod.time = time
+        scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = saved
     g = a.overlap()
     assert g.exact
     _proven(g, truth.gamma(bx, ws))
