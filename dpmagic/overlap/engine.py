@@ -441,15 +441,17 @@ class OverlapEngine:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
         return self._current_gamma()
 
-    def bounds(self) -> Bounds:
+    def bounds(self, *, refine: bool = True) -> Bounds:
         """All four bounds, consistently ordered (see the module docstring).
 
         When a ``charged`` bound lets the display-only bounds lag behind (intervals), they are refined here,
         from scratch, within ``display_time_limit`` each (once per engine state; ω only for t ≤
-        ``DISPLAY_CLIQUE_MAX``): for display, never on an admission's path.
+        ``DISPLAY_CLIQUE_MAX``): for display, never on an admission's path.  The refinement tightens γ's interval
+        (and the pending and node terms) in place; ``refine=False`` reads the bounds as they are, changing nothing
+        (what a refusal's message computes: a refused query changes nothing, red team 12).
         """
         self._sync_coloring()
-        if self.charged is not None and self._refined != self.state:
+        if refine and self.charged is not None and self._refined != self.state:
             self._refine_display()
         g = self._current_gamma()
         c = self._current_clique()
