@@ -185,3 +185,46 @@ def test_starved_session_charges_proven_bounds_and_refusals_change_nothing(sessi
     g = a.overlap()
     assert g.exact
     _proven(g, truth.gamma(bx, ws))
+
+
+@given(_sessions())
+@FAST
+def test_starved_accountant_and_its_reload_charge_proven_bounds(session) -> None:
+    """The accountant (row level, exact bound) on the starved engine of the test above: every charge recorded is ≥
+    the exact γ after it, a refused query records nothing, and an accountant re-built from the ledger (the charges
+    replayed one by one, with fresh searches) charges a proven bound of the same γ."""
+    from dpmagic.accountant.accountant import Accountant
+    from dpmagic.accountant.currency import parse_budget
+    from dpmagic.accountant.ledger import Ledger
+    from dpmagic.errors import BudgetExceededError
+
+    bulk, wl, steps, budget, probes, slack, stale, split = session
+    truth = _Truth([b for b, _ in wl])
+    clock = _Clock()
+    saved = Accountant._new_engine
+    Accountant._new_engine = lambda self: _engine(slack)  # type: ignore[method-assign]
+    scoped_mod.time = clock  # type: ignore[assignment]
+    try:
+        ledger = Ledger()
+        acc = Accountant(parse_budget(f"epsilon={budget if budget is not None else 100.0}"), SCHEMA, ledger=ledger)
+        bx: list[Box] = []
+        ws: list[float] = []
+        for (box, w), k in zip(wl, steps):
+            clock.left = k
+            n = len(ledger.events(acc.key))
+            try:
+                acc.charge(box, w, sql="q", canonical="q")
+            except BudgetExceededError:
+                assert len(ledger.events(acc.key)) == n  # nothing recorded
+                continue
+            bx.append(box)
+            ws.append(w)
+            assert Fraction(acc.charged_weight) >= truth.gamma(bx, ws)
+        clock.left = 0
+        again = Accountant(acc.budget, SCHEMA, ledger=ledger)
+        assert len(again) == len(bx)
+        assert Fraction(again.charged_weight) >= truth.gamma(bx, ws)
+        _proven(again.engine.overlap(), truth.gamma(bx, ws))
+    finally:
+        scoped_mod.time = time
+        Accountant._new_engine = saved  # type: ignore[method-assign]
