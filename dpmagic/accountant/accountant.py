@@ -719,7 +719,8 @@ class Accountant:
         assert self.unit is not None and self.person_engine is not None
         budget = self.budget.total_weight
         k = self.unit.kept_rows
-        pb, fb = self.person_engine.bounds(), self.engine.bounds()
+        # read as they are: no display refinement (it would tighten γ in place, and a refusal must change nothing)
+        pb, fb = self.person_engine.bounds(refine=False), self.engine.bounds(refine=False)
         pv, _ = self._unit_value(self.person_engine, pb, None)
         fv, _ = self._unit_value(self.engine, fb, None)
         allow = [budget - fb.sequential]

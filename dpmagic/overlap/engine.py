@@ -441,15 +441,17 @@ class OverlapEngine:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
         return self._current_gamma()
 
-    def bounds(self) -> Bounds:
+    def bounds(self, *, refine: bool = True) -> Bounds:
         """All four bounds, consistently ordered (see the module docstring).
 
         When a ``charged`` bound lets the display-only bounds lag behind (intervals), they are refined here,
         from scratch, within ``display_time_limit`` each (once per engine state; ω only for t ≤
-        ``DISPLAY_CLIQUE_MAX``): for display, never on an admission's path.
+        ``DISPLAY_CLIQUE_MAX``): for display, never on an admission's path.  The refinement tightens γ's interval
+        (and the pending and node terms) in place; ``refine=False`` reads the bounds as they are, changing nothing
+        (what a refusal's message computes: a refused query changes nothing, red team 12).
         """
         self._sync_coloring()
-        if self.charged is not None and self._refined != self.state:
+        if refine and self.charged is not None and self._refined != self.state:
             self._refine_display()
         g = self._current_gamma()
         c = self._current_clique()
@@ -580,6 +582,9 @@ class OverlapEngine:
                     best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
             terms = tuple(new if t is term else t for t in self._pending)
             self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
+            # a fresh search that timed out keeps its paused state: the held ones stay within RESUME_MAX and
+            # RESUME_MAX_BYTES here too, not only after the next admission (red team 12)
+            self._pending = _keep_resumes(self._pending)
             if resuming or limit < base * 2.0**term.tries:
                 break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1

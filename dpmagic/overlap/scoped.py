@@ -68,6 +68,9 @@ SPLIT_STEPS = 1
 #: relative margin added to :func:`split_bound`'s float sums (a split's Σ_c λ_{q,c} is 1 up to rounding; sums of at
 #: most 10^6 products of numbers ≤ 1 carry a relative error below 10^6·2^-52 ≈ 2·10^-10)
 SPLIT_MARGIN = 1e-8
+#: the smallest subnormal float64: a product ``λ·w`` below the normal range has an absolute error up to η/2, which no
+#: relative margin covers (``η·½`` rounds to 0), so :func:`split_bound` adds η per product (red team 12)
+_ETA = 2.0**-1074
 
 #: largest ``queries × Σ_j Σ_{c ≥ j} a_c`` held as per-level membership blocks (float64 entries: ≤ 96 MB)
 SCOPED_MAX_ENTRIES = 12_000_000
@@ -114,14 +117,17 @@ def split_bound(
     2011).  A step's components sum to 0 over the query's columns and clipping at 0 only raises them, so the
     split sums to at least 1 before it is renormalised; the float sums are raised by :data:`SPLIT_MARGIN`.  The
     static assignment of :class:`_Search` (a query's whole weight on its first free column) is one split.
+    Products ``λ·w`` in the subnormal range have an *absolute* error up to η/2 (η = 2⁻¹⁰⁷⁴; ``η·½`` rounds to 0),
+    so ``n·m + 2`` times η is added too (each row's bound sums at most one product per query and column).
     ``O(steps · n · Σ_c a_c)``."""
+    underflow = (cons.shape[0] * cons.shape[1] + 2) * _ETA
     nf = cons.sum(axis=1)
     live = nf > 0
     total = 0.0
     if not live.all():
         total = float(w[~live].sum())
         if not live.any():
-            return total * (1.0 + SPLIT_MARGIN), np.zeros(cons.shape)
+            return total * (1.0 + SPLIT_MARGIN) + underflow, np.zeros(cons.shape)
         cover, cons, nf, w = cover[live], cons[live], nf[live], w[live]
         lam = lam[live] if lam is not None else None
     consf = cons.astype(np.float64)
@@ -155,7 +161,7 @@ def split_bound(
         out = np.zeros((len(live), cons.shape[1]))
         out[live] = lam
         lam = out
-    return (total + best) * (1.0 + SPLIT_MARGIN), lam
+    return (total + best) * (1.0 + SPLIT_MARGIN) + underflow, lam
 
 
 @dataclass(frozen=True)
