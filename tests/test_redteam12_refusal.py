@@ -9,11 +9,16 @@ from a different engine than if the query had never been asked (here: γ's inter
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
-from test_people_accountant import accountant_for, charge_all, strictly_tighter_case
+from test_people_accountant import COLUMNS, accountant_for, charge_all, strictly_tighter_case
 
+from dpmagic.accountant.accountant import Accountant
+from dpmagic.accountant.currency import parse_budget
+from dpmagic.accountant.ledger import Ledger
+from dpmagic.domain.schema import Schema
 from dpmagic.errors import BudgetExceededError
 from dpmagic.overlap.engine import OverlapEngine, _Term
 from dpmagic.overlap.rounding import sum_up
@@ -59,3 +64,31 @@ def test_a_refused_person_level_query_changes_no_engine() -> None:
             y.overlap.upper,
             y.overlap.exact,
         )
+
+
+@pytest.mark.parametrize("person", [False, True])
+def test_a_refusal_message_searches_no_longer_than_an_admission(monkeypatch, person) -> None:
+    """A refusal's "what is left on this region" is a load search like an admission's: it gets the engine's
+    ``near_time_limit`` (below 1 s), not the engine's ``time_limit`` (10 s by default, which a hard region would
+    spend on the refused cell).  The bound stays proven (only its tightness depends on the time)."""
+    import dpmagic.overlap.engine as engine_module
+
+    schema, work = strictly_tighter_case()
+    if person:
+        acc = accountant_for(schema, "add-remove", budget="epsilon=5")
+    else:
+        row_level = Schema(dict(COLUMNS), table="t")  # the same columns, one row per person
+        acc = Accountant(parse_budget("epsilon=5"), row_level, ledger=Ledger())
+        assert acc.unit is None
+    charge_all(acc, work)
+    limits: list[float] = []
+    real = engine_module.solve_overlap
+
+    def spy(*args, **kwargs):
+        limits.append(kwargs.get("time_limit", math.inf))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "solve_overlap", spy)
+    with pytest.raises(BudgetExceededError):
+        acc.charge(work[0][0], 10.0, sql="refused", canonical="refused")
+    assert limits and max(limits) <= acc.engine.near_time_limit < 1.0

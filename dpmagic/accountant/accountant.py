@@ -658,7 +658,8 @@ class Accountant:
         """The refusal of an inadmissible charge: what it costs, what it would raise the loss to, and what is left
         on its region (nothing left: say so, rather than suggest a lower cost)."""
         cur = self.currency
-        left = self.affordable(box)
+        # capped like an admission (below 1 s): the message's "what is left" is a proven lower estimate either way
+        left = self.affordable(box, time_limit=self.engine.near_time_limit)
         if left <= 1e-9 * self.budget.total:  # float crumbs of a spent budget are nothing left
             left = 0.0
             if self.bound != "exact" or self.neighbors == "replace":  # every query is charged against all of it
@@ -687,25 +688,28 @@ class Accountant:
         )
 
     @_locked
-    def affordable(self, box: Box) -> float:
+    def affordable(self, box: Box, *, time_limit: float | None = None) -> float:
         """The largest cost a query on ``box`` could be given now (budget minus max current load on it).
+
+        ``time_limit`` caps each load search (default: the engine's ``time_limit``); a capped search's upper end is
+        still proven, so the answer stays a safe lower estimate, only less tight.
 
         Under the ``exact`` bound this is budget − max_{x ∈ box} load(x): queries on fresh regions can get the
         full budget.  Under the other bounds it is the budget minus the charged bound (a safe lower estimate).
         """
         self._sync()
         if self.unit is not None and len(self.engine):
-            return self.currency.cost(max(0.0, self._person_left(box)))
+            return self.currency.cost(max(0.0, self._person_left(box, time_limit)))
         if self.bound != "exact" or self.neighbors == "replace" or len(self.engine) == 0:
             left = self.budget.total_weight - self.charged_weight
         elif not self._fits(self.charged_weight):
             left = 0.0
         else:
             # the new maximum is max(γ_old, w + max load on the box): only the box's own load matters
-            left = self.budget.total_weight - max(self.engine.max_load_over(box).upper, 0.0)
+            left = self.budget.total_weight - max(self.engine.max_load_over(box, time_limit=time_limit).upper, 0.0)
         return self.currency.cost(max(0.0, left))
 
-    def _person_left(self, box: Box) -> float:
+    def _person_left(self, box: Box, time_limit: float | None = None) -> float:
         """Person level: the largest additive weight a query on ``box`` can have so that the minimum of the three
         bounds after it stays within the budget.  The minimum is within the budget iff one of the bounds is, and
         each grows monotonically with the weight, so the answer is the largest of the three allowances:
@@ -726,9 +730,10 @@ class Accountant:
         allow = [budget - fb.sequential]
         if self.bound == "exact" and self.neighbors == "add-remove":
             if self._fits(pv):
-                allow.append(budget - max(self.person_engine.max_load_over(self._project(box)).upper, 0.0))
+                proj = self.person_engine.max_load_over(self._project(box), time_limit=time_limit)
+                allow.append(budget - max(proj.upper, 0.0))
             if self._fits(sum_up([fv] * k)):
-                allow.append(budget / k - max(self.engine.max_load_over(box).upper, 0.0))
+                allow.append(budget / k - max(self.engine.max_load_over(box, time_limit=time_limit).upper, 0.0))
         else:
             allow += [budget - pv, budget / k - fv]
         if self.person_exact and self._exact is not None and self._fits(self._exact):

@@ -429,13 +429,15 @@ class OverlapEngine:
         return self._current_gamma().members
 
     # -- queries ------------------------------------------------------------------------------------------
-    def max_load_over(self, box: Box) -> OverlapResult:
+    def max_load_over(self, box: Box, *, time_limit: float | None = None) -> OverlapResult:
         """``max over x in box`` of the current load, with ``[lower, upper]``, exactness and a witness in the box.
 
         Only the neighbours of ``box`` matter, each restricted to it (docs/design.md §2, incremental admission).
+        ``time_limit`` (default the engine's ``time_limit``) caps the search; the upper end stays proven.
         """
         hint = self._gamma.upper if self._gamma is not None else math.inf
-        return solve_overlap(self._store, region=box, time_limit=self.time_limit, upper_hint=hint, config=self.solver)
+        limit = self.time_limit if time_limit is None else min(float(time_limit), self.time_limit)
+        return solve_overlap(self._store, region=box, time_limit=limit, upper_hint=hint, config=self.solver)
 
     def overlap(self) -> OverlapResult:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
