@@ -19,6 +19,10 @@ Sections (each runs in its own subprocess, so that its peak RSS is its own):
   variant (:data:`DENSE_RUNS`); per query the latency and whether the charged bound is exact, and the
   *frontier*: the first query that is not answered exactly within 50 ms;
 * ``heldout`` — the same for the held-out variant (parameters fixed before any tuning; measured at the end);
+* ``heldout2`` — the same for a second held-out family written after the first was tuned on:
+  :func:`workloads.dense_drilldown_log` (drill-down sessions, non-round cut points, wide IN / NOT IN,
+  two-column GROUP BY; two Adult variants and one on the PUMS sample; :data:`HELDOUT2_RUNS`, all parameters
+  fixed before the first measurement);
 * ``dense_prefilled`` — ``prefilled`` on the dense generator (10,000 registered, ``k`` more answered).
 
     python benchmarks/bench_session.py --mode quick      # minutes; results/bench_session_quick.{md,json}
@@ -48,19 +52,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import machine_info, md_table, percentile, write_results  # noqa: E402
 from workloads import (  # noqa: E402
+    DRILLDOWN_VARIANTS,
     census_schema,
     census_workload,
     dense_analyst_log,
+    dense_drilldown_log,
     mixed_analyst_log,
+    pums_data,
     uniform_schema,
     uniform_workload,
 )
 
 pc = time.perf_counter
-SECTIONS = ("sequential", "prefilled", "rows3m", "cli", "uniform", "dense", "heldout", "dense_prefilled")
+SECTIONS = ("sequential", "prefilled", "rows3m", "cli", "uniform", "dense", "heldout", "heldout2", "dense_prefilled")
 #: (variant, seed) of the dense sessions; the held-out one is its own section
 DENSE_RUNS = (("dense", 1), ("dense", 2), ("dense-complements", 3), ("dense-narrow", 4))
 HELDOUT_RUNS = (("heldout", 5),)
+#: (variant, seed) of the second held-out family (:func:`workloads.dense_drilldown_log`), fixed before measuring
+HELDOUT2_RUNS = (("drilldown", 11), ("drilldown-wide", 12), ("drilldown-pums", 13))
 #: an admission is "on the frontier" while it is answered exactly within this many seconds
 FRONTIER_SECONDS = 0.05
 SIZES = {
@@ -183,14 +192,32 @@ def _dense_engine(eng: Any) -> str:
     return "dense plan (milp_dense_vars=1500, quick 0.05 s, hard 0.6 s)"
 
 
-def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[str, Any]:
-    """Dense analyst sessions (issue 28), one fresh session per (variant, seed); ``max_s`` caps each."""
-    df, schema = _adult()
-    warm = _session(df, schema)
-    for sql, eps in dense_analyst_log(5, seed=999, schema=schema, variant=runs[0][0]):
-        warm.query(sql, epsilon=eps, fresh=True)  # imports and first-call costs, outside the timed runs
+def _drilldown_data(variant: str) -> tuple[Any, Any]:
+    """The rows and declared schema of a drill-down variant (Adult or the PUMS sample)."""
+    return pums_data() if DRILLDOWN_VARIANTS[variant]["table"] == "pums" else _adult()
+
+
+def run_dense(
+    n: int,
+    runs: tuple[tuple[str, int], ...],
+    max_s: float,
+    log: Any = dense_analyst_log,
+    data: Any = None,
+) -> dict[str, Any]:
+    """Dense analyst sessions (issue 28), one fresh session per (variant, seed); ``max_s`` caps each.
+
+    ``log(n, seed=, schema=, variant=)`` generates the (statement, ε) pairs; ``data(variant)`` gives the rows
+    and schema of a variant (default: Adult for all).  Each dataset gets one untimed warm-up session first."""
+    data = data or (lambda _variant: _adult())
+    warmed: set[tuple[int, tuple[str, ...]]] = set()
     out: dict[str, Any] = {}
     for variant, seed in runs:
+        df, schema = data(variant)
+        if (len(df), tuple(df.columns)) not in warmed:
+            warmed.add((len(df), tuple(df.columns)))
+            warm = _session(df, schema)
+            for sql, eps in log(5, seed=999, schema=schema, variant=variant):
+                warm.query(sql, epsilon=eps, fresh=True)  # imports and first-call costs, outside the timed runs
         s = _session(df, schema)
         eng = s.accountant.engine
         config = _dense_engine(eng)
@@ -212,7 +239,7 @@ def run_dense(n: int, runs: tuple[tuple[str, int], ...], max_s: float) -> dict[s
         cpu: list[float] = []
         ratios: list[float] = []
         t_end = pc() + max_s
-        for sql, eps in dense_analyst_log(n, seed=seed, schema=schema, variant=variant):
+        for sql, eps in log(n, seed=seed, schema=schema, variant=variant):
             spent[0] = 0.0
             t0, c0 = pc(), time.process_time()
             r = s.query(sql, epsilon=eps, fresh=True)
@@ -471,6 +498,8 @@ def _child(section: str, mode: str, max_s: float) -> dict[str, Any]:
         return run_dense(z["dense"], DENSE_RUNS, max_s)
     if section == "heldout":
         return run_dense(z["dense"], HELDOUT_RUNS, max_s)
+    if section == "heldout2":
+        return run_dense(z["dense"], HELDOUT2_RUNS, max_s, log=dense_drilldown_log, data=_drilldown_data)
     if section == "dense_prefilled":
         return run_dense_prefilled(z["prefilled"], z["prefilled_k"], max_s)
     raise ValueError(section)
@@ -608,7 +637,7 @@ def _markdown(mode: str, data: dict[str, Any]) -> str:
             f"{d.get('loadavg_after')}.",
             "",
         ]
-    for sec in ("dense", "heldout"):
+    for sec in ("dense", "heldout", "heldout2"):
         if sec not in data:
             continue
         runs = {k: v for k, v in data[sec].items() if isinstance(v, dict)}

@@ -1,6 +1,7 @@
 """Capture the scoped searches of a dense analyst session (issue 28) for replay: ``python benchmarks/capture_scoped.py
-VARIANT SEED N OUT.pkl [MIN_MS]``.  Each search taking more than ``MIN_MS`` (default 3) ms is pickled with its
-arguments (problem, incumbent, target, terms, rounding) and its deadline budget; :func:`replay` runs them again."""
+VARIANT SEED N OUT.pkl [MIN_MS]`` (VARIANT: one of ``DENSE_VARIANTS`` or ``DRILLDOWN_VARIANTS``).  Each search
+taking more than ``MIN_MS`` (default 3) ms is pickled with its arguments (problem, incumbent, target, terms,
+rounding) and its deadline budget; :func:`replay` runs them again."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 
 
 def capture(variant: str, seed: int, n: int, out: str, min_ms: float = 3.0) -> None:
-    from workloads import dense_analyst_log
+    from workloads import DRILLDOWN_VARIANTS, dense_analyst_log, dense_drilldown_log, pums_data
 
     import dpmagic.overlap.portfolio as pf
     from dpmagic import Session, load_adult
@@ -34,9 +35,11 @@ def capture(variant: str, seed: int, n: int, out: str, min_ms: float = 3.0) -> N
         return r
 
     pf.scoped_search = wrapped
-    df, schema = load_adult()
+    drill = variant in DRILLDOWN_VARIANTS  # the second held-out family (Adult or PUMS)
+    df, schema = pums_data() if drill and DRILLDOWN_VARIANTS[variant]["table"] == "pums" else load_adult()
+    log = dense_drilldown_log if drill else dense_analyst_log
     s = Session(df, schema, "epsilon=100000", default_cost=1.0)
-    for _i, (sql, eps) in enumerate(dense_analyst_log(n, seed=seed, schema=schema, variant=variant)):
+    for _i, (sql, eps) in enumerate(log(n, seed=seed, schema=schema, variant=variant)):
         s.query(sql, epsilon=eps, fresh=True)
     with open(out, "wb") as f:
         pickle.dump(rec, f)

@@ -24,6 +24,7 @@ workload can be written as a ``.sql`` file for ``dpmagic overlap`` (:func:`write
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -487,10 +488,10 @@ def _select(rng: np.random.Generator, group: str | None, allow_measures: bool = 
     return f"{group}, {agg}" if group else agg
 
 
-def _statement(select: str, preds: Sequence[str], group: str | None) -> str:
+def _statement(select: str, preds: Sequence[str], group: str | None, table: str = "adult") -> str:
     where = f" WHERE {' AND '.join(preds)}" if preds else ""
     gb = f" GROUP BY {group}" if group else ""
-    return f"SELECT {select} FROM adult{where}{gb}"
+    return f"SELECT {select} FROM {table}{where}{gb}"
 
 
 def adult_query_log(n: int = 300, seed: int = 0, *, counts_only: bool = False) -> list[str]:
@@ -832,6 +833,248 @@ def dense_analyst_log(
         select = f"{group}, {agg}" if group else agg
         eps = round(float(rng.uniform(0.01, 0.1)), 3)
         out.append((_statement(select, preds, group or None), eps))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# held-out dense family 2 (issue 28): drill-down sessions with non-round cut points, fixed before measuring
+
+#: The drill-down variants.  ALL parameters (and the seeds of ``bench_session.py`` ``heldout2``) were fixed
+#: before the first measurement and have not been changed after it: this family is measured, never tuned on.
+#: ``table``: the dataset (``adult``: the shipped schema; ``pums``: ``pums.schema.json``, 1,000 rows);
+#: ``cats`` / ``nums``: the few columns the analyst keeps slicing; ``log_cuts``: numeric columns whose cut points
+#: are log-uniform (heavy-tailed money columns) instead of uniform over the declared bounds;
+#: ``cat_ops``: P(=, wide IN, !=, NOT IN, same-column OR of =); ``num_ops``: P(BETWEEN, <, >, c < a OR c > b,
+#: OR of two BETWEEN ranges); ``in_size`` / ``not_in_size``: the IN / NOT IN list lengths (uniform, inclusive);
+#: ``deeper``: P(add one predicate) while the path is shorter than ``max_depth``; ``restart``: P(a new root);
+#: ``complement``: P(a sibling is the complement of the predicate it replaces: ``!=`` / ``NOT IN`` / the other
+#: side of a cut); ``group``: P(GROUP BY 0, 1, 2 columns), drawn from ``cats`` *including* filtered ones.
+DRILLDOWN_VARIANTS: dict[str, dict[str, Any]] = {
+    "drilldown": {
+        "table": "adult",
+        "cats": ("education", "occupation", '"marital-status"', "relationship", "sex", "race"),
+        "nums": ("age", '"hours-per-week"', '"capital-gain"'),
+        "log_cuts": ('"capital-gain"',),
+        "cat_ops": (0.35, 0.25, 0.10, 0.15, 0.15),
+        "num_ops": (0.35, 0.20, 0.20, 0.10, 0.15),
+        "in_size": (2, 12),
+        "not_in_size": (1, 6),
+        "max_depth": 4,
+        "deeper": 0.6,
+        "restart": 0.08,
+        "complement": 0.3,
+        "group": (0.50, 0.30, 0.20),
+    },
+    "drilldown-wide": {
+        "table": "adult",
+        "cats": ("education", "occupation", "workclass", "relationship"),
+        "nums": ("age", '"hours-per-week"', '"capital-gain"', '"capital-loss"'),
+        "log_cuts": ('"capital-gain"', '"capital-loss"'),
+        "cat_ops": (0.15, 0.35, 0.10, 0.30, 0.10),
+        "num_ops": (0.30, 0.15, 0.15, 0.20, 0.20),
+        "in_size": (4, 13),
+        "not_in_size": (2, 7),
+        "max_depth": 4,
+        "deeper": 0.55,
+        "restart": 0.05,
+        "complement": 0.4,
+        "group": (0.20, 0.30, 0.50),
+    },
+    "drilldown-pums": {
+        "table": "pums",
+        "cats": ("educ", "race", "sex", "married"),
+        "nums": ("age", "income"),
+        "log_cuts": ("income",),
+        "cat_ops": (0.30, 0.30, 0.10, 0.15, 0.15),
+        "num_ops": (0.35, 0.20, 0.20, 0.10, 0.15),
+        "in_size": (2, 10),
+        "not_in_size": (1, 5),
+        "max_depth": 4,
+        "deeper": 0.6,
+        "restart": 0.08,
+        "complement": 0.3,
+        "group": (0.40, 0.35, 0.25),
+    },
+}
+
+#: where the PUMS variant's schema and rows live (``/work/shared/data`` unless ``DPMAGIC_PUMS_DIR`` says otherwise)
+PUMS_DIR = Path("/work/shared/data")
+
+
+def pums_data() -> tuple[Any, Schema]:
+    """The 1,000-row PUMS sample and its declared schema (``pums.csv``, ``pums.schema.json``)."""
+    import os
+
+    import pandas as pd
+
+    d = Path(os.environ.get("DPMAGIC_PUMS_DIR", str(PUMS_DIR)))
+    return pd.read_csv(d / "pums.csv"), Schema.from_json(str(d / "pums.schema.json"))
+
+
+def drilldown_schema(variant: str) -> Schema:
+    """The declared schema a drill-down variant is written against."""
+    if DRILLDOWN_VARIANTS[variant]["table"] == "pums":
+        return pums_data()[1]
+    from importlib.resources import files
+
+    return Schema.from_json(str(files("dpmagic") / "data" / "adult.schema.json"))
+
+
+def dense_drilldown_log(
+    n: int, seed: int = 0, schema: Schema | None = None, *, variant: str = "drilldown"
+) -> list[tuple[str, float]]:
+    """``n`` (statement, ε) pairs of one analyst *drilling down* on a few columns: a held-out dense family (issue 28).
+
+    Written after :func:`dense_analyst_log` had been tuned on, to cover shapes it lacks; the parameters
+    (:data:`DRILLDOWN_VARIANTS`, and the seeds 11, 12, 13 of ``bench_session.py`` ``heldout2``) were fixed
+    before the first measurement and never changed after it.  The session is a walk over a *path* of 1–4
+    predicates on distinct columns (``max_depth``):
+
+    * **drill-down**: with P = ``deeper`` (while the path is shorter than ``max_depth``) the next statement
+      adds one predicate, on a column not yet on the path (column i of each kind has weight ``1/(i+1)``), to
+      the previous statement's WHERE;
+    * **back out and drill into a sibling**: otherwise one level (P = 0.7) or two are removed and the
+      shallowest removed predicate is replaced by a *sibling* on the same column: its complement (P =
+      ``complement``: ``= v`` → ``!= v``, ``IN S`` → ``NOT IN S``, ``< a`` → ``>= a``, ``BETWEEN a AND b`` →
+      ``c < a OR c > b``) or the next bin (``BETWEEN a AND b`` → ``BETWEEN b+1 AND 2b−a+1``), else a fresh
+      predicate on that column; with P = ``restart`` the path restarts from one fresh predicate;
+    * **non-round cut points**: every numeric endpoint is a fresh draw, uniform over the declared bounds
+      (``log_cuts`` columns: log-uniform over [10, upper]), e.g. ``age < 37``, ``"capital-gain" > 5178``, so
+      each statement adds new elementary intervals;
+    * **wide lists**: categorical predicates are ``= v``, ``IN`` (``in_size`` values: up to 12–13 of the
+      15/16-value columns), ``!= v``, ``NOT IN`` (``not_in_size`` values), ``(c = a OR c = b)`` (P =
+      ``cat_ops``); numeric ones ``BETWEEN``, ``<`` / ``<=``, ``>`` / ``>=``, ``(c < a OR c > b)``,
+      ``(c BETWEEN a AND b OR c BETWEEN d AND e)`` (P = ``num_ops``);
+    * **GROUP BY** 0, 1 or 2 of the variant's categorical columns (P = ``group``), which may also be filtered
+      (a two-column breakdown of the slice being drilled);
+    * the SELECT is ``COUNT(*)`` (60%), ``AVG`` (20%) or ``SUM`` (20%) of one of the variant's numeric columns;
+      each statement's ε is uniform in [0.01, 0.1] (3 decimals).
+
+    Variants: ``drilldown`` (Adult: 6 categorical, 3 numeric columns), ``drilldown-wide`` (Adult: the 16- and
+    15-value education / occupation with wide IN / NOT IN, 4 numeric columns, mostly two-column GROUP BY) and
+    ``drilldown-pums`` (the PUMS sample, table ``pums``: 4 categorical and 2 numeric columns).  ``schema``
+    (default: :func:`drilldown_schema`) supplies the declared values and bounds: the domain, never the rows.
+    Same arguments → same statements.
+    """
+    spec = DRILLDOWN_VARIANTS[variant]
+    if schema is None:
+        schema = drilldown_schema(variant)
+    rng = np.random.default_rng(seed)
+    cats, nums = list(spec["cats"]), list(spec["nums"])
+    cols = cats + nums
+    wts = np.array([1.0 / (i + 1) for i in range(len(cats))] + [1.0 / (i + 1) for i in range(len(nums))])
+
+    def lit(v: Any) -> str:
+        return _q(v) if isinstance(v, str) else str(v)
+
+    def values(col: str) -> list[Any]:
+        c = schema[col.strip('"')]
+        assert isinstance(c, CategoricalColumn)
+        return list(c.values)
+
+    def cut(col: str) -> int:
+        c = schema[col.strip('"')]
+        assert isinstance(c, NumericColumn)
+        lo, hi = int(math.ceil(float(c.lower))), int(math.floor(float(c.upper)))
+        if col in spec["log_cuts"]:
+            return int(round(math.exp(rng.uniform(math.log(10), math.log(hi)))))
+        return int(rng.integers(lo + 1, hi))
+
+    def cuts(col: str, k: int) -> list[int]:
+        return sorted(cut(col) for _ in range(k))
+
+    def cat_pred(col: str) -> tuple[str, Any]:
+        vals = values(col)
+        op = int(rng.choice(5, p=spec["cat_ops"]))
+        if len(vals) < 3:  # sex, married: = or !=
+            v = vals[int(rng.integers(len(vals)))]
+            return (f"{col} != {lit(v)}", ("ne", v)) if op in (2, 3) else (f"{col} = {lit(v)}", ("eq", v))
+        if op == 0:
+            v = vals[int(rng.integers(len(vals)))]
+            return f"{col} = {lit(v)}", ("eq", v)
+        if op == 2:
+            v = vals[int(rng.integers(len(vals)))]
+            return f"{col} {'!=' if rng.random() < 0.5 else '<>'} {lit(v)}", ("ne", v)
+        if op == 4:
+            a, b = (vals[i] for i in rng.choice(len(vals), size=2, replace=False))
+            return f"({col} = {lit(a)} OR {col} = {lit(b)})", ("in", (a, b))
+        lo, hi = spec["in_size"] if op == 1 else spec["not_in_size"]
+        k = int(rng.integers(lo, min(hi, len(vals) - 1) + 1))
+        pick = tuple(vals[i] for i in sorted(rng.choice(len(vals), size=k, replace=False)))
+        body = ", ".join(lit(v) for v in pick)
+        return (f"{col} IN ({body})", ("in", pick)) if op == 1 else (f"{col} NOT IN ({body})", ("nin", pick))
+
+    def num_pred(col: str) -> tuple[str, Any]:
+        op = int(rng.choice(5, p=spec["num_ops"]))
+        if op == 0:
+            a, b = cuts(col, 2)
+            return f"{col} BETWEEN {a} AND {b}", ("between", a, b)
+        if op == 1:
+            a = cut(col)
+            return f"{col} {'<' if rng.random() < 0.5 else '<='} {a}", ("lt", a)
+        if op == 2:
+            a = cut(col)
+            return f"{col} {'>' if rng.random() < 0.5 else '>='} {a}", ("gt", a)
+        if op == 3:
+            a, b = cuts(col, 2)
+            return f"({col} < {a} OR {col} > {b})", ("out", a, b)
+        a, b, c, d = cuts(col, 4)
+        return f"({col} BETWEEN {a} AND {b} OR {col} BETWEEN {c} AND {d})", ("two", a, b, c, d)
+
+    def fresh(col: str) -> tuple[str, str, Any]:
+        text, form = cat_pred(col) if col in cats else num_pred(col)
+        return col, text, form
+
+    def sibling(col: str, form: Any) -> tuple[str, str, Any]:
+        if rng.random() < spec["complement"]:
+            kind = form[0]
+            if kind == "eq":
+                return col, f"{col} != {lit(form[1])}", ("ne", form[1])
+            if kind == "ne":
+                return col, f"{col} = {lit(form[1])}", ("eq", form[1])
+            if kind in ("in", "nin") and len(form[1]) > 0:
+                body = ", ".join(lit(v) for v in form[1])
+                neg = kind == "in"
+                return col, f"{col} {'NOT IN' if neg else 'IN'} ({body})", ("nin" if neg else "in", form[1])
+            if kind == "lt":
+                return col, f"{col} >= {form[1]}", ("gt", form[1])
+            if kind == "gt":
+                return col, f"{col} < {form[1]}", ("lt", form[1])
+            if kind == "between":
+                return col, f"({col} < {form[1]} OR {col} > {form[2]})", ("out", form[1], form[2])
+        if form[0] == "between":  # the next bin
+            a, b = form[1], form[2]
+            c = schema[col.strip('"')]
+            assert isinstance(c, NumericColumn)
+            hi = int(math.floor(float(c.upper)))
+            if b + 1 < hi:
+                nb = min(hi, 2 * b - a + 1)
+                return col, f"{col} BETWEEN {b + 1} AND {nb}", ("between", b + 1, nb)
+        return fresh(col)
+
+    path: list[tuple[str, str, Any]] = []
+    out: list[tuple[str, float]] = []
+    for _ in range(n):
+        if not path or rng.random() < spec["restart"]:
+            col = cols[int(rng.choice(len(cols), p=wts / wts.sum()))]
+            path = [fresh(col)]
+        elif len(path) < spec["max_depth"] and rng.random() < spec["deeper"]:
+            used = {c for c, _, _ in path}
+            free = [i for i, c in enumerate(cols) if c not in used]
+            p = wts[free] / wts[free].sum()
+            path.append(fresh(cols[free[int(rng.choice(len(free), p=p))]]))
+        else:
+            back = min(len(path), 1 if rng.random() < 0.7 else 2)
+            col, _, form = path[len(path) - back]
+            path = path[: len(path) - back] + [sibling(col, form)]
+        g = int(rng.choice(3, p=spec["group"]))
+        group = ", ".join(cats[i] for i in sorted(rng.choice(len(cats), size=g, replace=False)))
+        r = rng.random()
+        measure = nums[int(rng.integers(len(nums)))]
+        agg = "COUNT(*)" if r < 0.6 else (f"AVG({measure})" if r < 0.8 else f"SUM({measure})")
+        select = f"{group}, {agg}" if group else agg
+        eps = round(float(rng.uniform(0.01, 0.1)), 3)
+        out.append((_statement(select, [t for _, t, _ in path], group or None, table=spec["table"]), eps))
     return out
 
 
