@@ -67,9 +67,11 @@ SPLIT_ROOT_STEPS = 30
 SPLIT_STEPS = 1
 #: a branching node computes its children's entry bounds (and tables) at once (:meth:`_Search._children_tops`) ...
 LOOKAHEAD = True
+#: ... once the search has visited this many nodes (easy searches, done after a few descents, never pay for it) ...
+LOOKAHEAD_AFTER = 200
 #: ... when that product has at most this many multiplications (measured on the captured held-out and complements
 #: searches: nodes ÷ 2–4; above ≈ 10^7, at the first levels, one product costs more than the children it saves) ...
-LOOKAHEAD_MAX = 10_000_000
+LOOKAHEAD_MAX = 1_000_000
 #: ... and its tables at most this many float64 entries (8 MB)
 LOOKAHEAD_MAX_ENTRIES = 1_000_000
 #: relative margin added to :func:`split_bound`'s float sums (a split's Σ_c λ_{q,c} is 1 up to rounding; sums of at
@@ -121,79 +123,48 @@ def split_bound(
     2011).  A step's components sum to 0 over the query's columns and clipping at 0 only raises them, so the
     split sums to at least 1 before it is renormalised; the float sums are raised by :data:`SPLIT_MARGIN`.  The
     static assignment of :class:`_Search` (a query's whole weight on its first free column) is one split.
-    ``O(steps · n · m · Σ_c a_c)`` (one matrix product per step, :func:`_split_steps`)."""
+    ``O(steps · n · Σ_c a_c)``."""
     nf = cons.sum(axis=1)
     live = nf > 0
-    total = float(w[~live].sum()) if not live.all() else 0.0
-    if not live.any():
-        return total * (1.0 + SPLIT_MARGIN), np.zeros(cons.shape)
+    total = 0.0
+    if not live.all():
+        total = float(w[~live].sum())
+        if not live.any():
+            return total * (1.0 + SPLIT_MARGIN), np.zeros(cons.shape)
+        cover, cons, nf, w = cover[live], cons[live], nf[live], w[live]
+        lam = lam[live] if lam is not None else None
     consf = cons.astype(np.float64)
-    if lam is None:
-        lam = consf / np.maximum(nf, 1)[:, None]
-    wa = np.where(live, np.asarray(w, dtype=np.float64), 0.0)
-    best, lam = _split_steps(
-        np.asarray(cover, dtype=np.float64), consf, wa, lam, _SplitLayout.of(offsets, cover.shape[1]), steps
-    )
-    return (total + best) * (1.0 + SPLIT_MARGIN), lam
-
-
-@dataclass(frozen=True)
-class _SplitLayout:
-    """Where each atom of a split's columns lies: its column (``col``), its position in the column (``pos``); the
-    columns' ``offsets`` and a (columns, widest) table of -inf to lay each column's sums out in one row."""
-
-    offsets: np.ndarray
-    col: np.ndarray
-    pos: np.ndarray
-    atoms: np.ndarray
-    pad: np.ndarray
-
-    @staticmethod
-    def of(offsets: np.ndarray, width: int) -> _SplitLayout:
-        offsets = np.asarray(offsets, dtype=np.intp)
-        m = len(offsets)
-        col = np.repeat(np.arange(m), np.diff(np.append(offsets, width)))
-        pos = np.arange(width) - offsets[col]
-        pad = np.full((m, int(pos.max()) + 1 if width else 1), -math.inf)
-        return _SplitLayout(offsets, col, pos, np.arange(width), pad)
-
-
-def _split_steps(
-    cover: np.ndarray, consf: np.ndarray, wa: np.ndarray, lam: np.ndarray, lay: _SplitLayout, steps: int
-) -> tuple[float, np.ndarray]:
-    """The core of :func:`split_bound` (its proof), without the margin: ``min`` over ``steps + 1`` splits of
-    ``Σ_c max_b T_c[b]``, and the last split.  Every row with ``wa > 0`` must constrain some column; rows with
-    ``wa = 0`` add nothing (their split is carried along: a warm start only).  ``cover`` (n, Σ a_c) float64 may be
-    a column slice; ``consf`` (n, m) 0/1 float64; ``lam`` (n, m) ≥ 0 (only its shape over each row's constrained
-    columns is used: it is renormalised there; a row with none left there starts even).
-
-    ``T`` for all columns at once is one matrix product ``(λ·w)ᵀ cover`` (m × Σ a_c) of which column ``c``'s own
-    block is kept: ``m`` times the arithmetic of the elementwise sums, but no (n × Σ a_c) temporaries (measured
-    on the captured held-out searches: 24 µs against 60 µs for the elementwise sums).  All terms are
-    non-negative, so any summation order keeps the relative error within :data:`SPLIT_MARGIN`."""
-    lam = lam * consf
-    sums = lam.sum(axis=1)
-    empty = sums <= 0.0
-    if empty.any():
-        lam[empty] = consf[empty]
+    if lam is not None:
+        lam = lam * consf
         sums = lam.sum(axis=1)
-    np.divide(lam, sums[:, None], out=lam, where=sums[:, None] > 0.0)
-    nf = np.maximum(consf.sum(axis=1), 1.0)
-    m = len(lay.offsets)
-    rows = np.arange(m)
-    pad = lay.pad.copy()
+        if not (sums > 0.0).all():
+            lam[sums <= 0.0] = consf[sums <= 0.0]
+            sums = lam.sum(axis=1)
+        lam /= sums[:, None]
+    else:
+        lam = consf / nf[:, None]
+    m, width = len(offsets), cover.shape[1]
+    col = np.repeat(np.arange(m), np.diff(np.append(offsets, width)))
+    pos = np.arange(width) - offsets[col]
+    pad = np.full((m, int(pos.max()) + 1), -math.inf)
     best = math.inf
     for it in range(steps + 1):
-        pad[lay.col, lay.pos] = ((lam * wa[:, None]).T @ cover)[lay.col, lay.atoms]
-        am = pad.argmax(axis=1)
-        best = min(best, float(pad[rows, am].sum()))
+        # T_c[b] (one row of ``pad`` per column c); elementwise, not a matrix product: BLAS's threads on a loaded
+        # machine made one small product take 10–20 ms
+        pad[col, pos] = np.einsum("qb,qb->b", (lam * w[:, None])[:, col], cover)
         if it == steps:
+            best = min(best, float(pad.max(axis=1).sum()))
             break
-        g = cover[:, lay.offsets + am] * consf  # [q covers column c's maximising atom]
+        am = pad.argmax(axis=1)
+        best = min(best, float(pad[np.arange(m), am].sum()))
+        g = cover[:, offsets + am] * consf  # [q covers column c's maximising atom]
         lam = np.maximum(lam - (0.5 / (1 + it)) * (g - (g.sum(axis=1) / nf)[:, None]) * consf, 0.0)
-        sums = lam.sum(axis=1)
-        np.divide(lam, sums[:, None], out=lam, where=sums[:, None] > 0.0)
-    return best, lam
+        lam /= lam.sum(axis=1)[:, None]
+    if not live.all():
+        out = np.zeros((len(live), cons.shape[1]))
+        out[live] = lam
+        lam = out
+    return (total + best) * (1.0 + SPLIT_MARGIN), lam
 
 
 @dataclass(frozen=True)
@@ -245,8 +216,6 @@ class _Search:
         self._cat_offsets = np.cumsum([0] + self.widths).astype(np.intp)
         self._cons = np.stack([cons[i] for i in self.order], axis=1) if k else np.zeros((n, 0), dtype=bool)
         self._lam: np.ndarray | None = None
-        self._consf: np.ndarray | None = None
-        self._layouts: dict[int, _SplitLayout] = {}
         self.split_calls = 0
         self.split_cuts = 0
         # assigned[j][q]: the first column of q's scope at position ≥ j (k: none left, the query is fixed)
@@ -290,39 +259,27 @@ class _Search:
     def _split_cut(self, j: int, alive: np.ndarray, fixed: float) -> bool:
         """Whether :func:`split_bound` over the live queries with free columns (from ``j`` on) proves that no row
         below the node beats ``best`` (then the node is cut).  The first call solves the root's split with
-        :data:`SPLIT_ROOT_STEPS` steps; every call warm-starts from the splits found so far.  The other queries
-        (dead, or with no free column left: their weight is in ``fixed``) get weight 0 rather than being copied
-        out (:func:`_split_steps`)."""
+        :data:`SPLIT_ROOT_STEPS` steps; every call warm-starts from the splits found so far."""
         if self._cat is None:
             self._cat = np.concatenate([m.astype(np.float64) for m in self.cover], axis=1)
-            self._consf = self._cons.astype(np.float64)
-            free0 = self.assigned[0] < self.k
-            _, self._lam = _split_steps(
-                self._cat, self._consf, np.where(free0, self.w, 0.0), self._consf, self._layout(0), SPLIT_ROOT_STEPS
-            )
-        assert self._lam is not None and self._consf is not None
-        sel = alive & (self.assigned[j] < self.k)
-        if not sel.any():
+            free0 = np.flatnonzero(self.assigned[0] < self.k)
+            _, lam = split_bound(self._cat[free0], self._cons[free0], self._cat_offsets[:-1], self.w[free0])
+            self._lam = np.zeros(self._cons.shape)
+            self._lam[free0] = lam
+        assert self._lam is not None
+        idx = np.flatnonzero(alive & (self.assigned[j] < self.k))
+        if len(idx) == 0:
             return False
-        off = int(self._cat_offsets[j])
-        ub, lam = _split_steps(
-            self._cat[:, off:], self._consf[:, j:], np.where(sel, self.w, 0.0), self._lam[:, j:], self._layout(j),
-            SPLIT_STEPS,
-        )  # fmt: skip
-        self._lam[sel, j:] = lam[sel]
+        off = self._cat_offsets[j:-1]
+        ub, lam = split_bound(
+            self._cat[idx, off[0] :], self._cons[idx, j:], off - off[0], self.w[idx], self._lam[idx, j:], SPLIT_STEPS
+        )
+        self._lam[idx, j:] = lam
         self.split_calls += 1
-        if fixed + ub * (1.0 + SPLIT_MARGIN) <= self.best:
+        if fixed + ub <= self.best:
             self.split_cuts += 1
             return True
         return False
-
-    def _layout(self, j: int) -> _SplitLayout:
-        """The split layout of the columns from ``j`` on (built once per level)."""
-        got = self._layouts.get(j)
-        if got is None:
-            off = self._cat_offsets[j:-1]
-            got = self._layouts[j] = _SplitLayout.of(off - off[0], int(self._cat_offsets[-1] - off[0]))
-        return got
 
     def _level(self, j: int) -> _Level:
         """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
@@ -391,7 +348,6 @@ class _Search:
             total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
         total += self._cons.nbytes + (self._cat.nbytes if self._cat is not None else 0)
         total += self._lam.nbytes if self._lam is not None else 0
-        total += self._consf.nbytes if self._consf is not None else 0
         for fr in self.frames:
             total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
             for u1, star1, s1 in (fr.pre or {}).values():
@@ -504,13 +460,12 @@ class _Search:
             return False
         bounds = s0 + fixed
         pre = None
-        if LOOKAHEAD and self.k > j + 1:
+        if LOOKAHEAD and self.k > j + 1 and self.nodes > LOOKAHEAD_AFTER:
             assert star is not None
             cand = np.flatnonzero(bounds > self.best)
-            lv1 = self._level(j + 1)
-            block = len(cand) * self.widths[j + 1] * max(len(lv1.pair), lv1.pair_block.shape[1])
-            if len(cand) and block <= LOOKAHEAD_MAX_ENTRIES and block * lv1.pair_block.shape[1] <= LOOKAHEAD_MAX:
-                tops, pre = self._children_tops(j, alive, fixed, u, star, cand)
+            got = self._children_tops(j, alive, fixed, u, star, cand) if len(cand) else None
+            if got is not None:
+                tops, pre = got
                 bounds[cand] = np.minimum(bounds[cand], tops)
         order = np.argsort(-bounds, kind="stable")
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
@@ -548,7 +503,7 @@ class _Search:
 
     def _children_tops(
         self, j: int, alive: np.ndarray, fixed: float, u: np.ndarray, star: np.ndarray, cand: np.ndarray
-    ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]]]:
+    ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]]] | None:
         """The bounds that the children ``cand`` (atoms of column ``j < k − 1``) of the node would compute on entry
         (``fixed + u[a]`` plus the largest partitioned bound over the atoms of column ``j + 1``, :meth:`_enter`),
         all at once, and each child's tables (:meth:`_tables`, handed to it on entry): one matrix product for all
@@ -559,20 +514,27 @@ class _Search:
         and column ``j``'s memberships: every atom for a query not constraining it); its fixed weight is
         ``fixed + u[a]`` and its column sums after ``j + 1`` are the parent's star row ``a`` (as in :meth:`run`).
         The same sums as the child's own, in another order: the bounds are raised by a relative
-        :data:`SPLIT_MARGIN` (non-negative terms: the float error is far below it).
-        ``O(|cand| · a_{j+1} · (|unary| + |pair| · Σ_{c > j+1} a_c))``."""
+        :data:`SPLIT_MARGIN` (non-negative terms: the float error is far below it).  Only the queries live at
+        the node take part.  None (nothing computed) when the product would exceed :data:`LOOKAHEAD_MAX`
+        multiplications or :data:`LOOKAHEAD_MAX_ENTRIES` entries.
+        ``O(|cand| · a_{j+1} · (|unary| + |pair| · Σ_{c > j+1} a_c))`` over the live queries."""
         lv = self._level(j + 1)
+        a1, width = self.widths[j + 1], lv.pair_block.shape[1]
+        psel = np.flatnonzero(alive[lv.pair]) if self.k > j + 2 else lv.pair[:0]
+        block = len(cand) * a1 * max(len(psel), width)
+        if block > LOOKAHEAD_MAX_ENTRIES or block * width > LOOKAHEAD_MAX:
+            return None
         cj = self.cover[j]
-        ua = alive[lv.unary][:, None] & cj[lv.unary][:, cand]  # (|unary|, |cand|): live in child a
-        u1 = np.ascontiguousarray((lv.unary_tw @ ua).T)  # (|cand|, a_{j+1})
+        ulive = np.flatnonzero(alive[lv.unary])
+        ua = cj[lv.unary[ulive]][:, cand]  # (|unary live|, |cand|): live in child a
+        u1 = np.ascontiguousarray((lv.unary_tw[:, ulive] @ ua).T)  # (|cand|, a_{j+1})
         s1 = u1
         star1 = None
         if self.k > j + 2:
-            pa = (alive[lv.pair][:, None] & cj[lv.pair][:, cand]).T  # (|cand|, |pair|)
-            a1, width = lv.pair_tw.shape[0], lv.pair_block.shape[1]
-            rest1 = star[cand, self.widths[j + 1] :]  # the children's column sums after j + 1
-            lhs = (pa[:, None, :] * lv.pair_tw[None, :, :]).reshape(len(cand) * a1, -1)
-            star1 = (lhs @ lv.pair_block).reshape(len(cand), a1, width) + rest1[:, None, :]
+            pa = cj[lv.pair[psel]][:, cand].T  # (|cand|, |pair live|)
+            rest1 = star[cand, a1:]  # the children's column sums after j + 1
+            lhs = (pa[:, None, :] * lv.pair_tw[None, :, psel]).reshape(len(cand) * a1, -1)
+            star1 = (lhs @ lv.pair_block[psel]).reshape(len(cand), a1, width) + rest1[:, None, :]
             s1 = s1 + np.maximum.reduceat(star1, lv.offsets, axis=2).sum(axis=2)
         if self.mask is not None:
             s1 = s1 + self.mask[j + 1]
