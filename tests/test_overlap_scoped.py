@@ -610,13 +610,13 @@ def test_lookahead_on_and_off_agree(seed: int) -> None:
     terms = _true_terms(prob) + 1e-12 if seed % 2 else None
     floor = -1.0 if seed % 3 else float(rng.uniform(0.0, 1.1)) * truth
     got = []
-    saved = scoped_mod.LOOKAHEAD
+    saved = scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER
     try:
         for on in (True, False):
-            scoped_mod.LOOKAHEAD = on
+            scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER = on, 0  # from the first node (off by default)
             got.append(scoped_search(prob, math.inf, rnd, floor, terms=terms))
     finally:
-        scoped_mod.LOOKAHEAD = saved
+        scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER = saved
     for atoms, upper, exact, _tag in got:
         assert exact and truth <= upper + 1e-12
         if truth > floor + 1e-9:

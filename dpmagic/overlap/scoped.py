@@ -66,7 +66,11 @@ SPLIT_RATIO = 1.2
 SPLIT_ROOT_STEPS = 30
 SPLIT_STEPS = 1
 #: a branching node computes its children's entry bounds (and tables) at once (:meth:`_Search._children_tops`) ...
-LOOKAHEAD = True
+#: OFF by default (issue 28, session 12): on, the held-out session's CPU p99 / max fell 411 / 819 → 326 / 537 ms (same
+#: time, load ≈ 2) and it stayed exact, but with 10,000 registered the bulk γ came out far tighter (upper/lower 1.25 →
+#: 1.003–1.007) and every later admission then searched to its cap: p50 / p99 207 / 327 → 645–800 / 860–956 ms and
+#: peak RSS 570 → 1,283–1,449 MB (over the 600 MB target).  Turn on once the engine caps that regime.
+LOOKAHEAD = False
 #: ... once the search has visited this many nodes (easy searches, done after a few descents, never pay for it) ...
 LOOKAHEAD_AFTER = 50
 #: ... when that product has at most this many multiplications (nodes ÷ 2–4 on the captured held-out and complements
