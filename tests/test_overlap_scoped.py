@@ -545,3 +545,80 @@ def test_scoped_with_split_cuts_against_brute_force(seed: int) -> None:
                 assert upper <= max(truth, floor) * (1 + 1e-9) + 1e-12
     finally:
         scoped_mod.SPLIT_DEPTH, scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = saved
+
+
+def _max_below(prob, order: list[int], prefix: list[int]) -> float:
+    """The largest load of a row whose first ``len(prefix)`` columns in ``order`` are the atoms ``prefix`` (brute
+    force over the rest)."""
+    import itertools
+
+    fixed = {order[p]: a for p, a in enumerate(prefix)}
+    best = 0.0
+    for row in itertools.product(*[[fixed[i]] if i in fixed else range(c.a) for i, c in enumerate(prob.columns)]):
+        alive = np.ones(prob.n, dtype=bool)
+        for c, a in zip(prob.columns, row):
+            alive &= c.M[:, a]
+        best = max(best, float(prob.weights[alive].sum()))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_lookahead_children_bounds_against_brute_force(seed: int) -> None:
+    """The children's entry bounds computed at once by their parent (:meth:`~dpmagic.overlap.scoped._Search.
+    _children_tops`, issue 28): at every node of the first two levels, for every child, (i) the handed-down
+    tables equal the child's own (:meth:`_tables`, up to float reordering), (ii) the bound is at least the true
+    maximum load below the child (brute force), and the bound is at most the parent's partitioned bound of
+    that child (with the margin)."""
+    rng = np.random.default_rng(9000 + seed)
+    prob = _random_problem(rng)
+    s = scoped_mod._Search(prob, math.inf, -1.0, math.inf, 0.0)
+    if s.k < 2:
+        return
+    nodes = [([], np.ones(prob.n, dtype=bool), float(s.w[s.assigned[0] == s.k].sum()), s._root_rest())]
+    for _depth in range(2):
+        nxt = []
+        for prefix, alive, fixed, rest in nodes:
+            j = len(prefix)
+            if j + 1 >= s.k:
+                continue
+            lv = s._level(j)
+            u, star, s0 = s._tables(j, lv, alive, rest)
+            cand = np.arange(s.widths[j])
+            tops, pre = s._children_tops(j, alive, fixed, u, star, cand)
+            assert (tops <= (s0 + fixed) * (1 + 1e-8) + 1e-12).all()
+            for a in cand.tolist():
+                child_alive = alive & s.cover_t[j][a]
+                child_rest = star[a, s.widths[j + 1] :]
+                own = s._tables(j + 1, s._level(j + 1), child_alive, child_rest)
+                for got, want in zip(pre[a], own):
+                    assert (got is None) == (want is None)
+                    if want is not None:
+                        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+                assert _max_below(prob, s.order[: j + 1], prefix + [a]) <= tops[a] + 1e-12
+                nxt.append((prefix + [a], child_alive, fixed + float(u[a]), child_rest))
+        nodes = nxt
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_lookahead_on_and_off_agree(seed: int) -> None:
+    """The search with and without the look-ahead (:data:`~dpmagic.overlap.scoped.LOOKAHEAD`): both exact, the same
+    maximum (up to float reordering) and witnesses of that load, from nothing, with a floor and with terms."""
+    rng = np.random.default_rng(12000 + seed)
+    prob = _random_problem(rng)
+    rnd = ProblemRounding.of(prob)
+    truth = float(_loads(prob).max())
+    terms = _true_terms(prob) + 1e-12 if seed % 2 else None
+    floor = -1.0 if seed % 3 else float(rng.uniform(0.0, 1.1)) * truth
+    got = []
+    saved = scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER
+    try:
+        for on in (True, False):
+            scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER = on, 0  # from the first node (off by default)
+            got.append(scoped_search(prob, math.inf, rnd, floor, terms=terms))
+    finally:
+        scoped_mod.LOOKAHEAD, scoped_mod.LOOKAHEAD_AFTER = saved
+    for atoms, upper, exact, _tag in got:
+        assert exact and truth <= upper + 1e-12
+        if truth > floor + 1e-9:
+            assert _row_load(prob, atoms) == pytest.approx(truth, abs=1e-12)
+    assert got[0][1] == pytest.approx(got[1][1], rel=1e-12)

@@ -65,6 +65,23 @@ SPLIT_RATIO = 1.2
 #: subgradient steps of the first split (the root's; it then warm-starts every later one) and of the later ones
 SPLIT_ROOT_STEPS = 30
 SPLIT_STEPS = 1
+#: a branching node computes its children's entry bounds (and tables) at once (:meth:`_Search._children_tops`) ...
+#: OFF by default (issue 28, session 12): on, the held-out session's CPU p99 / max fell 411 / 819 → 326 / 537 ms (same
+#: time, load ≈ 2) and it stayed exact, but with 10,000 registered the bulk γ came out far tighter (upper/lower 1.25 →
+#: 1.003–1.007) and every later admission then searched to its cap: p50 / p99 207 / 327 → 645–800 / 860–956 ms and
+#: peak RSS 570 → 1,283–1,449 MB (over the 600 MB target).  Turn on once the engine caps that regime.
+LOOKAHEAD = False
+#: ... once the search has visited this many nodes (easy searches, done after a few descents, never pay for it) ...
+LOOKAHEAD_AFTER = 50
+#: ... when that product has at most this many multiplications (nodes ÷ 2–4 on the captured held-out and complements
+#: searches; at 10^7 the large products of 1,000-query sessions ran on BLAS's threads and doubled the CPU time:
+#: held-out CPU p99 829 against 347 ms) ...
+LOOKAHEAD_MAX = 1_000_000
+#: ... and its tables at most this many float64 entries (1.6 MB) ...
+LOOKAHEAD_MAX_ENTRIES = 200_000
+#: ... on problems of at most this many queries (with 10,000 registered queries, regions of thousands: the look-ahead
+#: made p50 / p99 226 / 346 → 326 / 916 ms and the peak RSS 599 → 1,283 MB)
+LOOKAHEAD_MAX_QUERIES = 2_000
 #: relative margin added to :func:`split_bound`'s float sums (a split's Σ_c λ_{q,c} is 1 up to rounding; sums of at
 #: most 10^6 products of numbers ≤ 1 carry a relative error below 10^6·2^-52 ≈ 2·10^-10)
 SPLIT_MARGIN = 1e-8
@@ -347,6 +364,8 @@ class _Search:
         total += self._lam.nbytes if self._lam is not None else 0
         for fr in self.frames:
             total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
+            for u1, star1, s1 in (fr.pre or {}).values():
+                total += u1.nbytes + s1.nbytes + (star1.nbytes if star1 is not None else 0)
         for memo in self.memo:  # packed-bit keys and their float values, ≈ 100 bytes of overhead each
             if memo:
                 total += len(memo) * (100 + len(next(iter(memo))))
@@ -398,7 +417,8 @@ class _Search:
             a = fr.order[fr.pos]
             self.x[fr.j] = a
             child_rest = fr.star[a, fr.a_next :] if fr.star is not None else fr.empty
-            got = self._enter(fr.j + 1, fr.alive & self.cover_t[fr.j][a], fr.fixed + fr.ul[a], child_rest)
+            pre = fr.pre.get(a) if fr.pre is not None else None
+            got = self._enter(fr.j + 1, fr.alive & self.cover_t[fr.j][a], fr.fixed + fr.ul[a], child_rest, pre)
             if got:
                 self.done = self.stopped = True
                 return
@@ -406,14 +426,22 @@ class _Search:
                 fr.pos += 1
         self.done = True
 
-    def _enter(self, j: int, alive: np.ndarray, fixed: float, rest: np.ndarray) -> bool | None:
+    def _enter(
+        self,
+        j: int,
+        alive: np.ndarray,
+        fixed: float,
+        rest: np.ndarray,
+        pre: tuple[np.ndarray, np.ndarray | None, np.ndarray] | None = None,
+    ) -> bool | None:
         """The node fixing the first ``j`` columns: True when the target is reached (stop), False when nothing
         below needs searching (a leaf, or cut), None when it branches (its frame is pushed).
 
         ``alive``: the queries consistent with the fixed atoms; ``fixed``: the weight of the alive queries
         whose scope is all fixed; ``rest``: over the columns after ``j``, the sums of the alive queries whose
         first free column is there (computed by the parent: moving to a child only fixes column ``j - 1``, which
-        such queries do not constrain, so they are alive in every child and their sums are the parent's)."""
+        such queries do not constrain, so they are alive in every child and their sums are the parent's);
+        ``pre``: the node's ``(u, star, s0)`` as its parent computed them (:meth:`_children_tops`)."""
         if self.terms is not None and self.cold(alive):
             return False
         if j == self.k:
@@ -421,23 +449,10 @@ class _Search:
                 self.best, self.best_x = fixed, list(self.x)
             return self.best >= self.target
         lv = self._level(j)
-        # the queries with j alone left: fixed by the child, their weight per atom of j
-        u = lv.unary_tw @ alive[lv.unary]
-        star = None
-        s0 = u
-        if self.k > j + 1:
-            # given the atom of j the free columns are independent (a star): per column c > j the pair table of
-            # the queries whose first two free columns are (j, c), plus c's sums, maximised over c's atoms
-            pair = lv.pair
-            ap = alive[pair]
-            sel = np.flatnonzero(ap)
-            if 2 * len(sel) < len(pair):
-                star = lv.pair_tw[:, sel] @ lv.pair_block[sel] + rest
-            else:
-                star = (lv.pair_tw * ap) @ lv.pair_block + rest
-            s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
-        if self.mask is not None:
-            s0 = s0 + self.mask[j]
+        if pre is not None:
+            u, star, s0 = pre
+        else:
+            u, star, s0 = self._tables(j, lv, alive, rest)
         top = float(s0.max())
         if fixed + top <= self.best:
             return False
@@ -457,13 +472,89 @@ class _Search:
             and self._split_cut(j, alive, fixed)
         ):
             return False
-        order = np.argsort(-s0, kind="stable")
+        bounds = s0 + fixed
+        pre = None
+        if LOOKAHEAD and self.k > j + 1 and self.nodes > LOOKAHEAD_AFTER and len(self.w) <= LOOKAHEAD_MAX_QUERIES:
+            assert star is not None
+            cand = np.flatnonzero(bounds > self.best)
+            got = self._children_tops(j, alive, fixed, u, star, cand) if len(cand) else None
+            if got is not None:
+                tops, pre = got
+                bounds[cand] = np.minimum(bounds[cand], tops)
+        order = np.argsort(-bounds, kind="stable")
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
         self.frames.append(
-            _Frame(j, alive, fixed, star, order.tolist(), (s0[order] + fixed).tolist(), key, known, u.tolist(),
-                   a_next, rest[:0])
+            _Frame(j, alive, fixed, star, order.tolist(), bounds[order].tolist(), key, known, u.tolist(),
+                   a_next, rest[:0], pre)
         )  # fmt: skip
         return None
+
+    def _tables(
+        self, j: int, lv: _Level, alive: np.ndarray, rest: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """The node's tables (:meth:`_enter`): ``u`` (per atom of ``j``, the weight of the live queries whose only
+        free column is ``j``), ``star`` (per atom of ``j``, the column sums after ``j``; None at the last column)
+        and ``s0`` (per atom of ``j``, the partitioned bound of the load the live queries add, -inf on atoms no
+        hot query covers)."""
+        # the queries with j alone left: fixed by the child, their weight per atom of j
+        u = lv.unary_tw @ alive[lv.unary]
+        star = None
+        s0 = u
+        if self.k > j + 1:
+            # given the atom of j the free columns are independent (a star): per column c > j the pair table of
+            # the queries whose first two free columns are (j, c), plus c's sums, maximised over c's atoms
+            pair = lv.pair
+            ap = alive[pair]
+            sel = np.flatnonzero(ap)
+            if 2 * len(sel) < len(pair):
+                star = lv.pair_tw[:, sel] @ lv.pair_block[sel] + rest
+            else:
+                star = (lv.pair_tw * ap) @ lv.pair_block + rest
+            s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
+        if self.mask is not None:
+            s0 = s0 + self.mask[j]
+        return u, star, s0
+
+    def _children_tops(
+        self, j: int, alive: np.ndarray, fixed: float, u: np.ndarray, star: np.ndarray, cand: np.ndarray
+    ) -> tuple[np.ndarray, dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]]] | None:
+        """The bounds that the children ``cand`` (atoms of column ``j < k − 1``) of the node would compute on entry
+        (``fixed + u[a]`` plus the largest partitioned bound over the atoms of column ``j + 1``, :meth:`_enter`),
+        all at once, and each child's tables (:meth:`_tables`, handed to it on entry): one matrix product for all
+        of them instead of one :meth:`_enter` per child (most children of a deep node are cut right there).  The
+        parent then sorts and cuts its children by these bounds.
+
+        Child ``a`` keeps the live queries that do not constrain ``j`` or cover ``a`` (the parent's ``alive``
+        and column ``j``'s memberships: every atom for a query not constraining it); its fixed weight is
+        ``fixed + u[a]`` and its column sums after ``j + 1`` are the parent's star row ``a`` (as in :meth:`run`).
+        The same sums as the child's own, in another order: the bounds are raised by a relative
+        :data:`SPLIT_MARGIN` (non-negative terms: the float error is far below it).  Only the queries live at
+        the node take part.  None (nothing computed) when the product would exceed :data:`LOOKAHEAD_MAX`
+        multiplications or :data:`LOOKAHEAD_MAX_ENTRIES` entries.
+        ``O(|cand| · a_{j+1} · (|unary| + |pair| · Σ_{c > j+1} a_c))`` over the live queries."""
+        lv = self._level(j + 1)
+        a1, width = self.widths[j + 1], lv.pair_block.shape[1]
+        psel = np.flatnonzero(alive[lv.pair]) if self.k > j + 2 else lv.pair[:0]
+        block = len(cand) * a1 * max(len(psel), width)
+        if block > LOOKAHEAD_MAX_ENTRIES or block * width > LOOKAHEAD_MAX:
+            return None
+        cj = self.cover[j]
+        ulive = np.flatnonzero(alive[lv.unary])
+        ua = cj[lv.unary[ulive]][:, cand]  # (|unary live|, |cand|): live in child a
+        u1 = np.ascontiguousarray((lv.unary_tw[:, ulive] @ ua).T)  # (|cand|, a_{j+1})
+        s1 = u1
+        star1 = None
+        if self.k > j + 2:
+            pa = cj[lv.pair[psel]][:, cand].T  # (|cand|, |pair live|)
+            rest1 = star[cand, a1:]  # the children's column sums after j + 1
+            lhs = (pa[:, None, :] * lv.pair_tw[None, :, psel]).reshape(len(cand) * a1, -1)
+            star1 = (lhs @ lv.pair_block[psel]).reshape(len(cand), a1, width) + rest1[:, None, :]
+            s1 = s1 + np.maximum.reduceat(star1, lv.offsets, axis=2).sum(axis=2)
+        if self.mask is not None:
+            s1 = s1 + self.mask[j + 1]
+        tops = (fixed + u[cand] + s1.max(axis=1)) * (1.0 + SPLIT_MARGIN)
+        pre = {int(a): (u1[i], None if star1 is None else star1[i], s1[i]) for i, a in enumerate(cand.tolist())}
+        return tops, pre
 
 
 @dataclass
@@ -482,6 +573,8 @@ class _Frame:
     ul: list[float]
     a_next: int
     empty: np.ndarray
+    #: the tables of the children whose bounds the node computed (:meth:`_Search._children_tops`), by atom
+    pre: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]] | None = None
     pos: int = 0
 
 
