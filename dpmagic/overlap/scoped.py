@@ -473,19 +473,19 @@ class _Search:
         ):
             return False
         bounds = s0 + fixed
-        pre = None
+        kids: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]] | None = None
         if LOOKAHEAD and self.k > j + 1 and self.nodes > LOOKAHEAD_AFTER and len(self.w) <= LOOKAHEAD_MAX_QUERIES:
             assert star is not None
             cand = np.flatnonzero(bounds > self.best)
             got = self._children_tops(j, alive, fixed, u, star, cand) if len(cand) else None
             if got is not None:
-                tops, pre = got
+                tops, kids = got
                 bounds[cand] = np.minimum(bounds[cand], tops)
         order = np.argsort(-bounds, kind="stable")
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
         self.frames.append(
             _Frame(j, alive, fixed, star, order.tolist(), bounds[order].tolist(), key, known, u.tolist(),
-                   a_next, rest[:0], pre)
+                   a_next, rest[:0], kids)
         )  # fmt: skip
         return None
 
