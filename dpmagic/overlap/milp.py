@@ -34,6 +34,12 @@ HIGHS_MIN_SECONDS = 0.05
 #: HiGHS's presolve (not interruptible) is only used when the time left is at least this per non-zero
 #: (measured: 7 s at 48k non-zeros, 22 s at 87k, for a 1 s limit)
 PRESOLVE_SECONDS_PER_NNZ = 3e-4
+#: ... and always on models of at most this many non-zeros (issue 28, drill-down regions: 6,600–14,100 non-zeros,
+#: 190–540 queries over 8–9 columns; with presolve HiGHS closed them in 0.13–0.51 s within a 0.8 s budget, without it
+#: none within 0.8 s, 0.9–1.2 s each with more time; PUMS regions of 32,000–45,000 non-zeros overran a 0.08–0.23 s
+#: limit by 0.1–0.26 s with presolve; measured in session 12f on the captured region solves of
+#: benchmarks/results/bench_session_issue28_s12_heldout2.md, see bench_session_issue28_s12_heldout2_after.md)
+PRESOLVE_SMALL_NNZ = 16_000
 
 
 def milp_overlap(
@@ -138,13 +144,14 @@ def milp_overlap(
     # t = 2,000-3,000 instances), so presolve is only on when the time left covers PRESOLVE_SECONDS_PER_NNZ per
     # non-zero (it pays on small hard models); without it HiGHS still stops late, by about
     # ``*_OVERRUN_PER_NNZ · nnz`` (measured: a 0.3 s limit ran 0.5 s at 48k non-zeros, 1.5 s at 120k), so it
-    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``
+    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``.  Small models
+    # (``PRESOLVE_SMALL_NNZ``) always presolve: there it is what closes the gap within an admission's budget
     nnz = float(sum(len(v) for v in vals))
     per_nnz = LP_OVERRUN_PER_NNZ if relax else MILP_OVERRUN_PER_NNZ
     left = MILP_TIME_SHARE * (deadline - time.perf_counter()) - MILP_TIME_OVERHEAD - per_nnz * nnz
     if left < HIGHS_MIN_SECONDS:
         return None, None, None
-    presolve = left >= PRESOLVE_SECONDS_PER_NNZ * nnz
+    presolve = nnz <= PRESOLVE_SMALL_NNZ or left >= PRESOLVE_SECONDS_PER_NNZ * nnz
     res = milp(
         cobj,
         constraints=LinearConstraint(A, np.concatenate(lo), np.concatenate(hi)),
