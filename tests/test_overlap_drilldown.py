@@ -166,3 +166,23 @@ def test_highs_presolves_small_models_under_a_short_limit(monkeypatch) -> None:
     if atoms is not None:
         row = {c.name: c.values[atoms[c.name]] for c in prob.columns}
         assert row_load(bx, ws, row) <= truth + 1e-12
+
+
+@given(workloads, st.floats(1.0, 1.5))
+@FAST
+def test_portfolio_stops_once_nothing_is_above_the_floor(wl, frac) -> None:
+    """A floor at or above the maximum: once HiGHS's dual bound proves nothing above it the portfolio stops (the
+    searches after it would search again for what is proven); the interval stays proven."""
+    from dpmagic.overlap.maxoverlap import solve_overlap
+
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    floor = frac * truth + 0.01  # above HiGHS's tolerance margin
+    store = BoxStore(SCHEMA)
+    store.extend(bx, np.asarray(ws))
+    r = solve_overlap(store, floor=floor, config=DRILL)
+    _check(r, bx, ws, truth)
+    assert r.upper <= floor
+    parts = r.method.split("+")
+    if "milp" in parts:  # (no columns at all: the one-cell tensor; every box empty: nothing to solve)
+        assert not {"graph-search", "branch-and-bound"} & set(parts[parts.index("milp") :])

@@ -492,6 +492,8 @@ def run_portfolio(
         if step.run(s, now + share):
             exact = True
             break
+        if s.upper <= floor:
+            break  # proven: nothing above the floor (e.g. HiGHS's dual bound); the searches after it would not know
     if s.best_val > -math.inf and is_exact(s.best_val, s.upper):
         exact = True
     if exact and s.best_val < floor:
