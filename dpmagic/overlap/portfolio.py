@@ -25,7 +25,8 @@ searches' column-sum and colouring bounds are weak there, the integer program's 
 per cent and its dual bound snaps to the exact value on decimal costs, :class:`~.rounding.DecimalLattice`).
 
 Drill-down regions (issue 28, held-out family 2: hundreds of live queries over at most ``milp_first_max_columns``
-columns, non-Helly, a numeric column refined past the scoped search's atom limit, no tensor): a graph probe of
+columns, non-Helly, a numeric column refined past the scoped search's atom limit, no tensor, an atom product above
+``column_first_log10``): a graph probe of
 ``milp_first_probe`` seconds, then HiGHS (presolved: :data:`~.milp.PRESOLVE_SMALL_NNZ`) with all the time left,
 then the graph and column searches with what it leaves.
 
@@ -145,7 +146,9 @@ class PortfolioConfig:
     #: region solves of drilldown/seed11 (queries 360–399: 287–390 live queries, 9 columns, 14–87 atoms, 0.8 s):
     #: the graph search proved nothing within 5 s, the column search was inexact after 5 s on 363, HiGHS (presolve
     #: on, :data:`~.milp.PRESOLVE_SMALL_NNZ`) closed every one (exact, or proven under the floor) in 0.13–0.51 s.
-    #: 12 columns: the sparse generator's regions (14 columns) keep the graph search first
+    #: 12 columns: the sparse generator's regions (14 columns) keep the graph search first.  Only where the graph
+    #: search would run first (``log₁₀ Π a_c > column_first_log10``): below, the column search with tensor leaves
+    #: finishes (PUMS regions of 6 columns, 892 live queries, log₁₀ cells 6.8: HiGHS could not start within 0.8 s)
     milp_first_min_n: int = 150
     milp_first_max_columns: int = 12
     milp_first_scope: float = 3.5
@@ -408,6 +411,7 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
         and len(inst.prob.columns) <= cfg.milp_first_max_columns
         and not inst.helly
         and inst.mean_scope <= cfg.milp_first_scope
+        and inst.log_cells > cfg.column_first_log10
     ):
         if ok("graph"):
             out.append((STEPS["graph"], cfg.milp_first_probe))
