@@ -193,3 +193,37 @@ def test_portfolio_stops_once_nothing_is_above_the_floor(wl, frac) -> None:
     if "milp" in parts:  # (a Helly instance: the other plan; no columns at all: the one-cell tensor; every box empty)
         assert r.upper <= floor
         assert not {"graph-search", "branch-and-bound"} & set(parts[parts.index("milp") :])
+
+
+@given(
+    st.integers(1, 7).flatmap(
+        lambda a: st.tuples(
+            st.lists(st.lists(st.booleans(), min_size=a, max_size=a), min_size=0, max_size=5),
+            st.lists(st.sampled_from([0.0, 0.01, 0.05, 0.1]), min_size=a, max_size=a),
+        )
+    )
+)
+@FAST
+def test_dominated_atoms_are_dropped_soundly(data) -> None:
+    """The integer program's atom reduction against brute force: every dropped atom has a kept one in every query
+    it is in with at least its coefficient, so for every choice of queries to cover the best kept atom is as good
+    as the best atom; of identical atoms exactly the first is kept."""
+    from dpmagic.overlap.milp import _undominated
+
+    queries, coef = data
+    a = len(coef)
+    mem = np.array(queries, dtype=bool).T.reshape(a, len(queries))
+    c = np.array(coef)
+    kept = _undominated(mem, c)
+    assert len(kept) >= 1 and list(kept) == sorted(set(kept.tolist()))
+    ks = set(kept.tolist())
+    for b in range(a):
+        if b not in ks:
+            assert any(np.all(mem[x] >= mem[b]) and c[x] >= c[b] for x in kept)
+    for x in kept:  # no kept atom is a later copy of another kept one
+        assert not any(y < x and np.array_equal(mem[y], mem[x]) and c[y] == c[x] for y in kept)
+    w = np.array([0.3, 0.07, 0.011, 0.083, 0.037])[: len(queries)]
+    for sel in range(2 ** len(queries)):  # each subset of the queries with weights: the best atom is kept
+        on = np.array([(sel >> j) & 1 for j in range(len(queries))], dtype=bool)
+        val = c + (mem[:, on] @ w[on] if on.any() else 0.0)
+        assert max(val[kept]) == max(val)
