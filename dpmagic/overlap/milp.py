@@ -34,6 +34,12 @@ HIGHS_MIN_SECONDS = 0.05
 #: HiGHS's presolve (not interruptible) is only used when the time left is at least this per non-zero
 #: (measured: 7 s at 48k non-zeros, 22 s at 87k, for a 1 s limit)
 PRESOLVE_SECONDS_PER_NNZ = 3e-4
+#: ... and always on models of at most this many non-zeros (issue 28, drill-down regions: 6,600–14,100 non-zeros,
+#: 190–540 queries over 8–9 columns; with presolve HiGHS closed them in 0.13–0.51 s within a 0.8 s budget, without it
+#: none within 0.8 s, 0.9–1.2 s each with more time; PUMS regions of 32,000–45,000 non-zeros overran a 0.08–0.23 s
+#: limit by 0.1–0.26 s with presolve; measured in session 12f on the captured region solves of
+#: benchmarks/results/bench_session_issue28_s12_heldout2.md, see bench_session_issue28_s12_heldout2_after.md)
+PRESOLVE_SMALL_NNZ = 16_000
 
 
 def milp_overlap(
@@ -73,9 +79,7 @@ def milp_overlap(
     cons = np.stack([~M.all(axis=1) for M in dense], axis=1)  # (n, columns): q constrains column c
     ncons = cons.sum(axis=1)
     const = float(w[ncons == 0].sum())
-    ycoef = np.concatenate(
-        [w[ncons == 1] @ (dense[ci][ncons == 1] & cons[ncons == 1, ci, None]) for ci in range(len(cols))]
-    )
+    ycol = [w[ncons == 1] @ (dense[ci][ncons == 1] & cons[ncons == 1, ci, None]) for ci in range(len(cols))]
     multi = np.flatnonzero(ncons >= 2)
     if len(multi):
         key = np.concatenate([M[multi] for M in dense], axis=1)
@@ -86,13 +90,18 @@ def milp_overlap(
         multi = multi[first]
     else:
         wm = np.zeros(0)
+    # dominated atoms (issue 28): an atom whose multi-column queries are a subset of another's and whose folded
+    # coefficient is not larger is never needed (the other one is at least as good in every solution): dropped
+    keep = [_undominated(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(cols))]
+    dense = [M[:, k] for M, k in zip(dense, keep)]
+    ycoef = np.concatenate([y[k] for y, k in zip(ycol, keep)])
     coefs = np.concatenate([ycoef, wm])
     cmax = float(coefs.max()) if len(coefs) else 0.0
     if cmax <= 0.0:  # only constant queries
         return const, {c.name: 0 for c in cols}, sum_up(w[ncons == 0].tolist())
     wmax = float(w.max())
     scale = math.ldexp(1.0, -math.frexp(wmax)[1])  # largest scaled weight in [0.5, 1): exact
-    offs = np.cumsum([0] + [c.a for c in cols])
+    offs = np.cumsum([0] + [len(k) for k in keep])
     ny = int(offs[-1])
     nz = len(multi)
     nvar = ny + nz
@@ -102,13 +111,13 @@ def milp_overlap(
     lo: list[np.ndarray] = []
     hi: list[np.ndarray] = []
     r = 0
-    for ci, c in enumerate(cols):
+    for ci in range(len(cols)):
         if time.perf_counter() > deadline:
             return None, None, None
         # one-hot
-        rows_i.append(np.full(c.a, r))
+        rows_i.append(np.full(len(keep[ci]), r))
         rows_j.append(np.arange(offs[ci], offs[ci + 1]))
-        vals.append(np.ones(c.a))
+        vals.append(np.ones(len(keep[ci])))
         lo.append(np.array([1.0]))
         hi.append(np.array([1.0]))
         r += 1
@@ -138,13 +147,14 @@ def milp_overlap(
     # t = 2,000-3,000 instances), so presolve is only on when the time left covers PRESOLVE_SECONDS_PER_NNZ per
     # non-zero (it pays on small hard models); without it HiGHS still stops late, by about
     # ``*_OVERRUN_PER_NNZ · nnz`` (measured: a 0.3 s limit ran 0.5 s at 48k non-zeros, 1.5 s at 120k), so it
-    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``
+    # only gets the time left minus that, and is not started when that is below ``HIGHS_MIN_SECONDS``.  Small models
+    # (``PRESOLVE_SMALL_NNZ``) always presolve: there it is what closes the gap within an admission's budget
     nnz = float(sum(len(v) for v in vals))
     per_nnz = LP_OVERRUN_PER_NNZ if relax else MILP_OVERRUN_PER_NNZ
     left = MILP_TIME_SHARE * (deadline - time.perf_counter()) - MILP_TIME_OVERHEAD - per_nnz * nnz
     if left < HIGHS_MIN_SECONDS:
         return None, None, None
-    presolve = left >= PRESOLVE_SECONDS_PER_NNZ * nnz
+    presolve = nnz <= PRESOLVE_SMALL_NNZ or left >= PRESOLVE_SECONDS_PER_NNZ * nnz
     res = milp(
         cobj,
         constraints=LinearConstraint(A, np.concatenate(lo), np.concatenate(hi)),
@@ -169,8 +179,37 @@ def milp_overlap(
     if relax or res.x is None:
         return None, None, upper
     x = res.x
-    atoms = {c.name: int(np.argmax(x[offs[i] : offs[i + 1]])) for i, c in enumerate(cols)}
+    atoms = {c.name: int(keep[i][np.argmax(x[offs[i] : offs[i + 1]])]) for i, c in enumerate(cols)}
     return (float(-res.fun) / scale + const if res.fun is not None else None), atoms, upper
+
+
+#: dominance between a column's atoms is tested when ``atoms² · queries`` is at most this (else all are kept)
+DOMINANCE_MAX_WORK = 4_000_000
+
+
+def _undominated(mem: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """The atoms (sorted indices) of one column that no other atom dominates: ``mem`` (atoms × multi-column
+    queries constraining the column) says which atoms each query contains, ``coef`` is each atom's folded weight.
+
+    ``x`` dominates ``b`` when every query containing ``b`` contains ``x`` and ``coef[x] ≥ coef[b]``, strictly in one
+    of the two or, when equal in both, ``x < b`` (a strict partial order: of equal atoms the first is kept).  Moving
+    a solution's choice from ``b`` to ``x`` keeps every query it covers and does not lower the objective, so the
+    integer program over the kept atoms has the same optimum; its relaxation and dual bounds bound that optimum.
+    ``O(a² · m)`` (skipped above :data:`DOMINANCE_MAX_WORK`).
+    """
+    a = mem.shape[0]
+    if a <= 1 or a * a * max(mem.shape[1], 1) > DOMINANCE_MAX_WORK:
+        return np.arange(a)
+    covers = np.ones((a, a), dtype=bool)  # covers[x, b]: every query containing b contains x
+    for j in range(mem.shape[1]):
+        col = mem[:, j]
+        covers &= col[:, None] | ~col[None, :]
+    same = covers & covers.T
+    ge, gt = coef[:, None] >= coef[None, :], coef[:, None] > coef[None, :]
+    idx = np.arange(a)
+    dom = covers & ge & ((~same) | gt | (idx[:, None] < idx[None, :]))
+    np.fill_diagonal(dom, False)
+    return np.flatnonzero(~dom.any(axis=0))
 
 
 def milp_margin(nvar: int, nrows: int) -> float:

@@ -24,6 +24,12 @@ non-Helly, no tensor): a graph probe of ``milp_dense_probe`` seconds, then HiGHS
 searches' column-sum and colouring bounds are weak there, the integer program's relaxation is within a few
 per cent and its dual bound snaps to the exact value on decimal costs, :class:`~.rounding.DecimalLattice`).
 
+Drill-down regions (issue 28, held-out family 2: hundreds of live queries over at most ``milp_first_max_columns``
+columns, non-Helly, a numeric column refined past the scoped search's atom limit, no tensor, an atom product above
+``column_first_log10``): a graph probe of
+``milp_first_probe`` seconds, then HiGHS (presolved: :data:`~.milp.PRESOLVE_SMALL_NNZ`) with all the time left,
+then the graph and column searches with what it leaves.
+
 Order otherwise: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
 columns, sparse query graphs), else the column search.  In that second case (few small columns: a dense
 domain) *non-Helly* instances (some query has a category set of several values, ``!=``, ``NOT IN`` or several
@@ -132,6 +138,21 @@ class PortfolioConfig:
     #: the graph search timed out on admissions it solves in 0.42–0.53 s, and each timeout left γ inexact
     #: (measured: benchmarks/results/bench_session_issue28_s10.md)
     graph_first_share: float = 0.9
+    #: drill-down regions (issue 28, held-out family 2): many live queries (at least ``milp_first_min_n``) over at
+    #: most ``milp_first_max_columns`` columns, queries constraining on average at most ``milp_first_scope`` of
+    #: them, non-Helly, neither the tensor nor the scoped search applicable (a numeric column refined past
+    #: ``scoped_max_atoms`` atoms): a graph probe of ``milp_first_probe`` seconds, then HiGHS with all the time
+    #: left (it keeps a share of it: the graph and column searches get the rest).  Measured on the captured
+    #: region solves of drilldown/seed11 (queries 360–399: 287–390 live queries, 9 columns, 14–87 atoms, 0.8 s):
+    #: the graph search proved nothing within 5 s, the column search was inexact after 5 s on 363, HiGHS (presolve
+    #: on, :data:`~.milp.PRESOLVE_SMALL_NNZ`) closed every one (exact, or proven under the floor) in 0.13–0.51 s.
+    #: 12 columns: the sparse generator's regions (14 columns) keep the graph search first.  Only where the graph
+    #: search would run first (``log₁₀ Π a_c > column_first_log10``): below, the column search with tensor leaves
+    #: finishes (PUMS regions of 6 columns, 892 live queries, log₁₀ cells 6.8: HiGHS could not start within 0.8 s)
+    milp_first_min_n: int = 150
+    milp_first_max_columns: int = 12
+    milp_first_scope: float = 3.5
+    milp_first_probe: float = 0.03
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -382,6 +403,21 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
         if ok("lp"):
             out.append((STEPS["lp"], None))
         return out
+    if (
+        not out
+        and not ok("tensor")
+        and ok("milp")
+        and inst.prob.n >= cfg.milp_first_min_n
+        and len(inst.prob.columns) <= cfg.milp_first_max_columns
+        and not inst.helly
+        and inst.mean_scope <= cfg.milp_first_scope
+        and inst.log_cells > cfg.column_first_log10
+    ):
+        if ok("graph"):
+            out.append((STEPS["graph"], cfg.milp_first_probe))
+        out.append((STEPS["milp"], None))  # all the time left (HiGHS keeps a share): the searches get the rest
+        out.extend((STEPS[n], None) for n in ("graph", "columns", "lp") if ok(n))
+        return out
     if not ok("tensor") and ok("graph") and inst.log_cells > cfg.column_first_log10:
         searches = ["graph", "columns"]
     else:
@@ -450,6 +486,8 @@ def run_portfolio(
             share = left * cfg.milp_reserve_from
         else:
             share = left * cfg.first_share
+        if step.name == "milp" and k > 0 and steps[k - 1][1] is not None and "graph" in rest:
+            share = left  # the drill-down plan (probe, HiGHS, searches): HiGHS stops early enough for the rest
         if step.name == "scoped" and rest:
             share = left if resuming else left * cfg.scoped_share
         elif step.name == "graph" and cap is None and "columns" in rest:
@@ -458,6 +496,8 @@ def run_portfolio(
         if step.run(s, now + share):
             exact = True
             break
+        if s.upper <= floor:
+            break  # proven: nothing above the floor (e.g. HiGHS's dual bound); the searches after it would not know
     if s.best_val > -math.inf and is_exact(s.best_val, s.upper):
         exact = True
     if exact and s.best_val < floor:
