@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
 
+from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig
 from dpmagic.overlap.encoding import BoxStore, build_problem
@@ -74,7 +75,8 @@ def _row(prob: Any, atoms: dict[str, int]) -> dict[str, Any]:
 @FAST
 def test_milp_optimum_and_witness_match_brute_force_in_a_region(wl, region) -> None:
     """With the dominated atoms dropped: the incumbent's atoms are a point of the region whose load is the
-    reported objective, equal to brute force over the region; the dual bound is above it."""
+    reported objective, equal to brute force over the region; the dual bound, the LP relaxation's optimum and a
+    dual bound under a loose gap are above it."""
     if region is not None and region.is_empty():
         return
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
@@ -89,6 +91,11 @@ def test_milp_optimum_and_witness_match_brute_force_in_a_region(wl, region) -> N
         assert region.contains_row(row)
     assert row_load(bx, ws, row) == pytest.approx(truth, abs=1e-9)
     assert val == pytest.approx(truth, abs=1e-9)
+    # the relaxation of the reduced model and a dual bound left far from the incumbent (a 50% gap) bound it too
+    _, _, lp = milp_overlap(prob, 10.0, relax=True)
+    assert lp is not None and truth <= lp + 1e-12
+    _, _, loose = milp_overlap(prob, 10.0, rel_gap=0.5)
+    assert loose is not None and truth <= loose + 1e-12
 
 
 @given(workloads, st.one_of(st.none(), boxes()), st.sampled_from([1e-7, 1e-5, 1e-4, 1e-3, 3e-3]))
@@ -183,3 +190,57 @@ def test_floor_stop_with_highs_cut_short(wl, frac, highs_limit, limit) -> None:
         assert r.lower == pytest.approx(truth, abs=1e-9)
     if r.witness is not None:
         assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
+
+
+def _tensor_truth(bx: list[Box], ws: np.ndarray, cols: dict[str, CategoricalColumn]) -> float:
+    """Brute force over a product of categorical columns: the load of every cell."""
+    names = list(cols)
+    dims = [cols[c].size for c in names]
+    load = np.zeros(dims)
+    for b, w in zip(bx, ws):
+        inside = np.ones(dims, dtype=bool)
+        for j, name in enumerate(names):
+            s = b.constraints.get(name)
+            if s is not None:
+                shape = [1] * len(names)
+                shape[j] = dims[j]
+                inside = inside & np.array([s.contains(v) for v in cols[name].values]).reshape(shape)
+        load += w * inside
+    return float(load.max())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_presolved_dual_bound_under_time_limits_is_above_brute_force(seed) -> None:
+    """Models of a few hundred to a few thousand non-zeros (always presolved) stopped by HiGHS's time limit at
+    several points (during presolve: no bound; during branch and bound: its dual bound, status 1): every upper
+    bound returned is above brute force over the whole product domain."""
+    rng = np.random.default_rng(seed)
+    k, ncol, n = int(rng.integers(8, 25)), int(rng.integers(2, 4)), int(rng.integers(60, 200))
+    cols = {f"k{j}": CategoricalColumn(f"k{j}", tuple(range(k))) for j in range(ncol)}
+    bx = []
+    for _ in range(n):
+        cons = {}
+        for j in range(ncol):
+            if rng.random() < 0.7:
+                idx = rng.choice(k, size=int(rng.integers(1, k)), replace=False).tolist()
+                cons[f"k{j}"] = CategorySet.of_indices(cols[f"k{j}"], idx)
+        bx.append(Box(cons))
+    ws = rng.choice([0.01, 0.05, 0.1, 0.037, 0.3], size=n)
+    truth = _tensor_truth(bx, ws, cols)
+    store = BoxStore(Schema(cols))
+    store.extend(bx, ws)
+    prob = build_problem(store, np.arange(n))
+    orig = scipy.optimize.milp
+    for limit in (1e-6, 0.002, 0.01, 0.03, 0.1):
+
+        def short(*args: Any, _limit: float = limit, **kw: Any) -> Any:
+            assert kw["options"]["presolve"] is True
+            kw["options"] = {**kw["options"], "time_limit": _limit}
+            return orig(*args, **kw)
+
+        with mock.patch.object(scipy.optimize, "milp", short):
+            _, atoms, ub = milp_overlap(prob, 10.0)
+        if ub is not None:
+            assert truth <= ub
+        if atoms is not None:
+            assert row_load(bx, ws.tolist(), _row(prob, atoms)) <= truth + 1e-12
