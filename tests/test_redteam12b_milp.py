@@ -53,13 +53,13 @@ def drill_boxes(draw: Any) -> Box:
 workloads = st.lists(st.tuples(st.one_of(nonempty, drill_boxes()), weights), min_size=1, max_size=8)
 
 
-def _solve(bx: list, ws: list[float], region: Any, limit: float) -> tuple[Any, Any, Any, Any]:
+def _solve(bx: list, ws: list[float], region: Any, limit: float, dedupe: bool = True) -> tuple[Any, Any, Any, Any]:
     store = BoxStore(SCHEMA)
     store.extend(bx, np.asarray(ws))
     ids = np.arange(len(bx))
     if region is not None:
         ids = ids[store.overlap_mask(region)[ids]]
-    prob = build_problem(store, ids, region)
+    prob = build_problem(store, ids, region, dedupe=dedupe)
     val, atoms, ub = milp_overlap(prob, limit)
     return prob, val, atoms, ub
 
@@ -71,9 +71,9 @@ def _row(prob: Any, atoms: dict[str, int]) -> dict[str, Any]:
     return row
 
 
-@given(workloads, st.one_of(st.none(), boxes()))
+@given(workloads, st.one_of(st.none(), boxes()), st.booleans())
 @FAST
-def test_milp_optimum_and_witness_match_brute_force_in_a_region(wl, region) -> None:
+def test_milp_optimum_and_witness_match_brute_force_in_a_region(wl, region, dedupe) -> None:
     """With the dominated atoms dropped: the incumbent's atoms are a point of the region whose load is the
     reported objective, equal to brute force over the region; the dual bound, the LP relaxation's optimum and a
     dual bound under a loose gap are above it."""
@@ -81,7 +81,7 @@ def test_milp_optimum_and_witness_match_brute_force_in_a_region(wl, region) -> N
         return
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
     truth = brute_max(SCHEMA, bx, ws, region)
-    prob, val, atoms, ub = _solve(bx, ws, region, 10.0)
+    prob, val, atoms, ub = _solve(bx, ws, region, 10.0, dedupe)  # (without merging equal values: duplicate atoms)
     if prob.n == 0:
         return
     assert ub is not None and truth <= ub + 1e-12
