@@ -13,23 +13,15 @@ import scipy.optimize
 from hypothesis import given
 from hypothesis import strategies as st
 from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from test_overlap_drilldown import DRILL  # the drill-down plan on every instance without a tensor
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
-from dpmagic.overlap import OverlapEngine, PortfolioConfig
+from dpmagic.overlap import OverlapEngine
 from dpmagic.overlap.encoding import BoxStore, build_problem
 from dpmagic.overlap.milp import milp_overlap
 
 weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 1.0, 2.5])
-#: the drill-down plan on every instance without a tensor (as in test_overlap_drilldown)
-DRILL = PortfolioConfig(
-    tensor_cells=1,
-    scoped_max_columns=0,
-    milp_first_min_n=1,
-    milp_first_scope=99.0,
-    milp_first_probe=0.0,
-    column_first_log10=-1.0,
-)
 nonempty = boxes().filter(lambda b: not b.is_empty())
 
 
