@@ -100,7 +100,12 @@ def test_float_sum_and_avg_count_every_row() -> None:
     # Noise b = 10/(1/3) = 30 (AVG's SUM and COUNT share ε with SUM): an error of 3000 has probability < e^-99.
     assert abs(row["s"] - 10.0 * n) < 3000
     assert row["s_ci_high"] - row["s_ci_low"] < 1000
-    assert abs(row["m"] - 10.0) < 0.01 and row["m_ci_low"] > 9.99
+    assert abs(row["m"] - 10.0) < 0.01
+    # The true AVG is the declared upper bound, so in rare draws (none in 260 here) the noise pushes the whole interval
+    # rectangle above it, and ratio_estimate documents the whole declared range for that case (CI saw it once);
+    # otherwise the interval is narrow (a low end under 9.99 needs an error of ~1.5e4 b: probability < e^-99).
+    assert row["m_ci_low"] > 9.99 or (row["m_ci_low"], row["m_ci_high"]) == (0.0, 10.0)
+    assert row["m_ci_low"] <= 10.0 <= row["m_ci_high"]
     g = s.query("SELECT g, SUM(v) AS s FROM t GROUP BY g", epsilon=1.0).df.set_index("g")
     truth = {"a": 10.0 * (n - (n + 2) // 3), "b": 10.0 * ((n + 2) // 3)}
     for key, value in truth.items():
