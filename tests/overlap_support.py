@@ -67,6 +67,18 @@ def row_load(boxes, weights, row):
     return math.fsum(w for b, w in zip(boxes, weights) if not b.is_empty() and b.contains_row(row))
 
 
+def admit_each(engine, items):
+    """Admit and commit each ``(box, weight)`` of ``items`` in turn on ``engine``; after each, yield the
+    admission's overlap bounds with the boxes and weights registered so far (lists, grown in place)."""
+    bx, ws = [], []
+    for b, x in items:
+        adm = engine.admit(b, x)
+        engine.commit(adm)
+        bx.append(b)
+        ws.append(x)
+        yield adm.bounds.overlap, bx, ws
+
+
 # ------------------------------------------------------------------------------------------------------
 # strategies
 # ------------------------------------------------------------------------------------------------------

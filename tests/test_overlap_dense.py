@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load
 
 from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan
@@ -124,13 +124,7 @@ def test_dense_plan_is_chosen_by_instance() -> None:
 def test_dense_admission_equals_from_scratch(wl, box, w) -> None:
     """Incremental admissions under the dense plan (exact charge) = a from-scratch solve = brute force."""
     eng = OverlapEngine(SCHEMA, charged="exact", solver=DENSE)
-    bx, ws = [], []
-    for b, x in [*wl, (box, w)]:
-        adm = eng.admit(b, x)
-        eng.commit(adm)
-        bx.append(b)
-        ws.append(x)
-        ov = adm.bounds.overlap
+    for ov, bx, ws in admit_each(eng, [*wl, (box, w)]):
         truth = brute_max(SCHEMA, bx, ws)
         assert ov.lower <= truth + 1e-12 and truth <= ov.upper + 1e-12
         assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)

@@ -16,7 +16,7 @@ import pytest
 import scipy.optimize
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
@@ -74,13 +74,7 @@ def test_drilldown_plan_timeouts_stay_proven(wl, limit) -> None:
 def test_drilldown_admission_equals_from_scratch(wl, box, w) -> None:
     """Incremental admissions under the drill-down plan (exact charge) = a from-scratch solve = brute force."""
     eng = OverlapEngine(SCHEMA, charged="exact", solver=DRILL)
-    bx, ws = [], []
-    for b, x in [*wl, (box, w)]:
-        adm = eng.admit(b, x)
-        eng.commit(adm)
-        bx.append(b)
-        ws.append(x)
-        ov = adm.bounds.overlap
+    for ov, bx, ws in admit_each(eng, [*wl, (box, w)]):
         truth = brute_max(SCHEMA, bx, ws)
         _check(ov, bx, ws, truth)
         scratch = max_overlap(bx, ws, SCHEMA, config=DRILL)

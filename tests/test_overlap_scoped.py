@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load, weights_st
+from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load, weights_st
 
 import dpmagic.overlap.scoped as scoped_mod
 from dpmagic.domain.sets import Box, CategorySet
@@ -152,13 +152,7 @@ def test_scoped_timeout_and_target_are_proven(wl, nodes) -> None:
 def test_scoped_admission_equals_from_scratch(wl, box, w) -> None:
     """Incremental admissions with the scoped search (exact charge) = a from-scratch solve = brute force."""
     eng = OverlapEngine(SCHEMA, charged="exact", solver=SCOPED)
-    bx, ws = [], []
-    for b, x in [*wl, (box, w)]:
-        adm = eng.admit(b, x)
-        eng.commit(adm)
-        bx.append(b)
-        ws.append(x)
-        ov = adm.bounds.overlap
+    for ov, bx, ws in admit_each(eng, [*wl, (box, w)]):
         _sound(ov, bx, ws)
         assert ov.exact
         scratch = max_overlap(bx, ws, SCHEMA, config=SCOPED)

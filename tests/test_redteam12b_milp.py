@@ -12,7 +12,7 @@ import pytest
 import scipy.optimize
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load
 from test_overlap_drilldown import DRILL  # the drill-down plan on every instance without a tensor
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
@@ -136,15 +136,8 @@ def test_drilldown_admissions_stay_proven_with_highs_cut_short(wl, highs_limit, 
         return orig(*args, **kw)
 
     eng = OverlapEngine(SCHEMA, charged=charged, solver=DRILL, time_limit=limit)
-    bx: list = []
-    ws: list[float] = []
     with mock.patch.object(scipy.optimize, "milp", short):
-        for b, x in wl:
-            adm = eng.admit(b, x)
-            eng.commit(adm)
-            bx.append(b)
-            ws.append(x)
-            ov = adm.bounds.overlap
+        for ov, bx, ws in admit_each(eng, wl):
             truth = brute_max(SCHEMA, bx, ws)
             assert ov.lower <= truth + 1e-12 and truth <= ov.upper + 1e-12
             if ov.exact:
