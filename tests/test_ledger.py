@@ -81,6 +81,48 @@ def test_restart_resumes_exactly(tmp_path: Path) -> None:
     assert nxt["before"] == pytest.approx(here.charge.before, abs=1e-12)
 
 
+_OPEN_AT_ONCE = """
+import sys, time
+from dpmagic.accountant.ledger import Ledger
+start, paths = float(sys.argv[1]), sys.argv[2:]
+for k, path in enumerate(paths):
+    while time.time() < start + 0.25 * k:
+        pass
+    ledger = Ledger(path)
+    with ledger.transaction():
+        pass
+    ledger.close()
+print("ok")
+"""
+
+
+def test_processes_opening_a_new_ledger_at_the_same_moment_all_succeed(tmp_path: Path) -> None:
+    """Six processes open the same new ledger file at the same instant, twenty times over: switching a new file to
+    WAL takes an exclusive lock and SQLite may answer "database is locked" at once, without waiting, to the losers
+    (seen in CI: a worker of the test below died in ``Ledger.__init__``; before the fix this loop failed 12 of 240
+    opens on the 2-core CI machine).  Every open must succeed."""
+    paths = [str(tmp_path / f"new{k}.sqlite") for k in range(20)]
+    start = time.time() + 3.0  # after every interpreter has imported dpmagic
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AT_ONCE, str(start), *paths],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+    for path in paths:
+        conn = sqlite3.connect(path)
+        try:
+            assert str(conn.execute("PRAGMA journal_mode").fetchone()[0]).upper() == "WAL"
+        finally:
+            conn.close()
+
+
 def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
     path = tmp_path / "shared.sqlite"
     procs = [

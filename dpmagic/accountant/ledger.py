@@ -149,6 +149,27 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+def set_journal_mode(conn: sqlite3.Connection, journal_mode: str, *, timeout: float = 60.0) -> str:
+    """Switch the database of ``conn`` to ``journal_mode`` and return the mode it is in (upper case).
+
+    Changing the journal mode takes an exclusive lock, and SQLite may answer "database is locked" at once, without
+    calling the busy handler, when several processes open a new file at the same moment (each trying the
+    conversion; seen in CI).  The mode is therefore read first (nothing to do when another process already
+    converted the file) and the switch retried for up to ``timeout`` seconds."""
+    want = journal_mode.upper()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            current = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).upper()
+            if current == want:
+                return current
+            return str(conn.execute(f"PRAGMA journal_mode={journal_mode}").fetchone()[0]).upper()
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 class Ledger:
     """An append-only, chained event log in sqlite (a file, or in memory); keyed if its custodian made it so.
 
@@ -222,7 +243,7 @@ class Ledger:
                 self._conn.close()
                 raise
         if self.path is not None:
-            mode = str(self._conn.execute(f"PRAGMA journal_mode={self.journal_mode}").fetchone()[0]).upper()
+            mode = set_journal_mode(self._conn, self.journal_mode)
             self._checkpoint = mode == "WAL" and self.checkpoint_every_commit
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA secure_delete=ON")  # an overwritten head record leaves no trace

@@ -40,7 +40,7 @@ import pandas as pd
 from dpmagic.accountant.accountant import Accountant, Charge
 from dpmagic.accountant.binding import ledger_key, open_binding
 from dpmagic.accountant.currency import Budget, parse_budget
-from dpmagic.accountant.ledger import Ledger, key_from_env, verify
+from dpmagic.accountant.ledger import Ledger, key_from_env, set_journal_mode, verify
 from dpmagic.accountant.tables import overlapping_frame
 from dpmagic.domain.schema import Schema
 from dpmagic.domain.sets import Box
@@ -303,7 +303,7 @@ class Store:
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=60.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        set_journal_mode(self._conn, "WAL")  # retried: several workers may create the file at once
         # NORMAL: durable when the process dies; a power cut may lose the last stored responses, and then the
         # ledger (synchronous=FULL) still says which keys were charged (Custodian._recover): never a second charge
         self._conn.execute("PRAGMA synchronous=NORMAL")
