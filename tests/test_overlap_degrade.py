@@ -375,3 +375,68 @@ def test_degraded_interval_admissions_are_sound(first, rest, budget) -> None:
     _sound(eng.overlap(), bx, ws)
     scratch = max_overlap(bx, ws, SCHEMA)
     assert eng.overlap().lower == pytest.approx(scratch.lower, abs=1e-12)
+
+
+@given(workloads, workloads, st.one_of(st.none(), st.floats(0.0, 4.0)))
+@FAST
+def test_admissions_after_a_capped_search_are_degraded_and_sound(first, rest, budget) -> None:
+    """``DEGRADE_AFTER_CAP``: once an admission's region search used its whole cap without closing γ (here every
+    search is starved), the engine is *stalled* and later admissions are degraded even when γ's interval is within
+    ``DEGRADED_REL_GAP``, until γ is exact again.  After every admission γ's interval is still proven (brute force),
+    a stalled engine never has an exact γ, an admission that is not committed leaves the state as it was, and
+    retighten recovers the exact γ and clears the state."""
+    eng = OverlapEngine(SCHEMA, charged="exact", **STARVED)
+    bx: list[Box] = []
+    ws: list[float] = []
+    for b, w in first + rest:
+        before = eng._stalled
+        eng.admit(b, w, budget=budget)  # a preview changes nothing
+        assert eng._stalled == before
+        adm = eng.admit(b, w, budget=budget)
+        eng.commit(adm)
+        bx.append(b)
+        ws.append(w)
+        _sound(adm.bounds.overlap, bx, ws)
+        assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, bx, ws)
+        assert not (eng._stalled and eng.overlap().exact)
+        if adm._capped and not eng.overlap().exact:
+            assert eng._stalled
+    eng.retighten(30.0)
+    assert eng.overlap().exact and not eng._stalled
+    _sound(eng.overlap(), bx, ws)
+
+
+def test_a_stalled_engine_searches_only_above_the_upper_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stalled engine's admission (γ inexact within ``DEGRADED_REL_GAP``) gets the degraded floor (γ.upper − w)
+    and the degraded time limit; without the stall the same admission searches from γ.lower − w with the hard cap."""
+    from dataclasses import replace
+
+    from dpmagic.overlap.engine import DEGRADED_REL_GAP
+
+    bx = _tri()
+    seen: list[tuple[float, float]] = []
+    Eng = OverlapEngine
+    orig = Eng._region
+
+    def spy(self, box, nb, limit, floor=float("-inf"), helly=False, resume=None):  # type: ignore[no-untyped-def]
+        seen.append((limit, floor))
+        return orig(self, box, nb, limit, floor, helly, resume)
+
+    for stalled in (False, True):
+        eng = OverlapEngine(SCHEMA, charged="exact", retighten_seconds=0.0)
+        for b in bx[:2]:
+            eng.add(b, 1.0)
+        g = eng.overlap()
+        assert g.exact
+        up = g.lower * (1.0 + DEGRADED_REL_GAP / 2)  # proven (γ is exact), within the gap
+        eng._gamma = replace(g, upper=up, exact=False)
+        eng._stalled = stalled
+        seen.clear()
+        monkeypatch.setattr(Eng, "_region", spy)
+        eng.admit(bx[2], 0.5)
+        monkeypatch.setattr(Eng, "_region", orig)
+        limit, floor = seen[0]
+        if stalled:
+            assert floor == pytest.approx(up - 0.5) and limit <= eng.degraded_time_limit
+        else:
+            assert floor == pytest.approx(g.lower - 0.5) and limit >= eng.hard_time_limit

@@ -171,6 +171,11 @@ DEGRADED_REL_GAP = 0.01
 #: the 10,000-registered target is p99 ≤ 250 ms; with the raised floor most such searches end in 0.04–0.4 s
 #: (measured on ``dense_prefilled``, session 11)
 DEGRADED_TIME_LIMIT = 0.2
+#: once an admission's region search has used its whole cap (``hard_time_limit``) without closing γ, the later
+#: admissions are degraded too (even with γ's interval within ``DEGRADED_REL_GAP``) until γ is exact again: without
+#: it a hard session with a tight interval made every later admission search to the cap (issue 28: "do not make every
+#: later cell pay the cap")
+DEGRADE_AFTER_CAP = True
 #: pending terms that keep their paused scoped search for :meth:`OverlapEngine.retighten` (the largest ones)
 RESUME_MAX = 4
 #: the memory those paused searches may hold in all (bytes)
@@ -254,6 +259,8 @@ class _Admission:
     clique: OverlapResult | None
     #: the region search's resumable state (see :class:`_Term`)
     resume: dict[str, Any] | None = None
+    #: the region search used its whole (not degraded, not near-budget) cap and is still inexact
+    capped: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -278,6 +285,7 @@ class Admission:
     _rows: tuple[tuple[dict[str, Any], float], ...] = ()
     _pending: tuple[float, tuple[_Term, ...]] = (0.0, ())
     _term: float = math.inf
+    _capped: bool = False
 
 
 class OverlapEngine:
@@ -294,7 +302,10 @@ class OverlapEngine:
     ``charge_rel_slack`` or the admission is near the budget (``admit(budget=...)``: the upper end exceeds it
     and the lower end does not — then up to ``near_time_limit``).  The proven interval of γ is kept as pending
     terms (:class:`_Term`): they drop out when γ's lower bound (a witness) passes them, and each commit spends
-    up to ``retighten_seconds`` re-solving the largest one, so later admissions recover exactness.
+    up to ``retighten_seconds`` re-solving the largest one, so later admissions recover exactness.  While γ's
+    interval is wider than ``DEGRADED_REL_GAP``, or after an admission's search used its whole cap without closing
+    γ (:data:`DEGRADE_AFTER_CAP`), admissions not near the budget are *degraded*: they search only for region loads
+    that would raise the upper end, for at most ``degraded_time_limit``, until γ is exact again.
     """
 
     def __init__(
@@ -339,6 +350,9 @@ class OverlapEngine:
         #: pending terms of γ's upper bound (see :class:`_Term`), and a proven bound of every other term
         self._pending: tuple[_Term, ...] = ()
         self._exact_up = 0.0
+        #: an admission's region search ran to its cap and γ stayed inexact: later admissions are degraded (as
+        #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`)
+        self._stalled = False
         self._version = 0
         self._refined: tuple[int, int] | None = None
         self._wsum, self._wsum_n = Fraction(0), 0  # exact Σw of nodes [0, _wsum_n)
@@ -502,7 +516,7 @@ class OverlapEngine:
             term = add_up(float(weight), adm.region.upper)
         return Admission(
             box, float(weight), _compose(seq, chi, c2, g2), adm.neighbors, self.state, self.charged,
-            adm.color, cm, g2, c2, rows, (ex, terms), term,
+            adm.color, cm, g2, c2, rows, (ex, terms), term, adm.capped,
         )  # fmt: skip
 
     def preview(self, box: Box, weight: float) -> Bounds:
@@ -526,6 +540,10 @@ class OverlapEngine:
         self._gamma = adm._gamma
         self._exact_up, self._pending = adm._pending
         self._clique = adm._clique
+        if self._gamma.exact:
+            self._stalled = False
+        elif adm._capped and DEGRADE_AFTER_CAP:
+            self._stalled = True
         self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
@@ -551,10 +569,13 @@ class OverlapEngine:
             term = max(self._pending, key=lambda t: t.upper)
             left = seconds - (time.perf_counter() - t0)
             base = self.quick_time_limit if self.quick_time_limit is not None else QUICK_TIME_LIMIT
+            # (a zero quick limit would never grow: the doubling tries start from at least a millisecond, and the
+            # exponent is capped — 2.0**1024 overflows)
+            base = max(base, 1e-3) * 2.0 ** min(term.tries, 40)
             resume = term.resume if term.resume is not None else {}
             # a paused search repeats no work: it gets whatever time is left (a fresh one: doubling tries)
             resuming = resume.get("search") is not None
-            limit = left if resuming else min(left, base * 2.0**term.tries)
+            limit = left if resuming else min(left, base)
             st = self._store
             ids = np.flatnonzero(st.alive[: term.n])
             floor = g.lower - term.weight
@@ -587,9 +608,11 @@ class OverlapEngine:
             # a fresh search that timed out keeps its paused state: the held ones stay within RESUME_MAX and
             # RESUME_MAX_BYTES here too, not only after the next admission (red team 12)
             self._pending = _keep_resumes(self._pending)
-            if resuming or limit < base * 2.0**term.tries:
+            if resuming or limit < base:
                 break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1
+        if self._gamma is not None and self._gamma.exact:
+            self._stalled = False
         return self._gamma is not None and self._gamma.exact
 
     def add(self, box: Box, weight: float) -> int:
@@ -803,7 +826,8 @@ class OverlapEngine:
             # only an R that would raise the charged upper end matters (R > γ.upper − w); a better witness inside
             # the interval is not worth a capped search on every admission (issue 28, graceful degradation)
             near = budget is not None and g.lower <= budget < g.upper + w
-            if not g.exact and g.upper > (1.0 + DEGRADED_REL_GAP) * g.lower and not near:
+            wide = g.upper > (1.0 + DEGRADED_REL_GAP) * g.lower
+            if not g.exact and (wide or self._stalled) and not near:
                 floor = max(floor, g.upper - w)
                 degraded = True
         helly = is_helly_box(box) and bool(st.helly[nb].all())
@@ -819,6 +843,7 @@ class OverlapEngine:
             # which later commits resume: the upper end it raised comes back down)
             quick = min(quick, self.degraded_time_limit)
         resume: dict[str, Any] = {}
+        capped = False
         region = self._region(box, nb, quick, floor, helly, resume)
         if not region.exact and limit > quick:
             lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)
@@ -829,6 +854,7 @@ class OverlapEngine:
             if (near or (not degraded and up > (1.0 + self.charge_rel_slack) * lo)) and cap > quick:
                 more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly, resume)
                 region = _tighter(region, more)
+            capped = not region.exact and not degraded and not near
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         if helly:
@@ -858,7 +884,7 @@ class OverlapEngine:
             members = tuple(int(nb[i]) for i in cr.members) + (qid,)
             lower = sum_down(st.weights[list(members[:-1])].tolist() + [w])
             clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
-        return _Admission(box, w, qid, False, nb, region, color, clique, resume)
+        return _Admission(box, w, qid, False, nb, region, color, clique, resume, capped)
 
     def _new_terms(self, adm: _Admission, g2: OverlapResult) -> tuple[_Term, ...]:
         """The pending term an admission adds when its region result is not exact (not searched: unbounded)."""
