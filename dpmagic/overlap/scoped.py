@@ -205,6 +205,7 @@ def _split_steps(
     offsets, col, pos, counts = lay.offsets, lay.col, lay.pos, lay.counts
     m = len(offsets)
     rows = np.arange(m)
+    ones = np.ones(m)
     pad = np.full((m, lay.pad_width), -math.inf)
     best = math.inf
     for it in range(steps + 1):
@@ -216,8 +217,14 @@ def _split_steps(
             break
         am = pad.argmax(axis=1)
         best = min(best, float(pad[rows, am].sum()))
-        g = cover[:, offsets + am] * consf  # [q covers column c's maximising atom]
-        lam = np.maximum(lam - (0.5 / (1 + it)) * (g - (g.sum(axis=1) / nf)[:, None]) * consf, 0.0)
+        g = cover.take(offsets + am, axis=1)
+        g *= consf  # [q covers column c's maximising atom]
+        # lam ← max(lam − step·(g − mean_c g)·cons, 0), in place on g (the same operations); g's row sums are
+        # integers (exact in any order: a product with ones)
+        np.subtract(g, (np.dot(g, ones) / nf)[:, None], out=g)
+        np.multiply(g, 0.5 / (1 + it), out=g)
+        np.multiply(g, consf, out=g)
+        lam = np.maximum(np.subtract(lam, g, out=g), 0.0, out=g)
         lam /= lam.sum(axis=1)[:, None]
     return best, lam
 
