@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,8 +154,18 @@ def split_bound(
             return total * (1.0 + SPLIT_MARGIN) + underflow, np.zeros(cons.shape)
         cover, cons, nf, w = cover[live], cons[live], nf[live], w[live]
         lam = lam[live] if lam is not None else None
+    lay = _SplitLayout.of(offsets, cover.shape[1])
     best, lam = _split_steps(
-        cover, cons.astype(np.float64), nf, w, lam, steps, _SplitLayout.of(offsets, cover.shape[1])
+        cons.astype(np.float64),
+        nf,
+        w,
+        lam,
+        steps,
+        lay,
+        # T_b = Σ_q λ_{q,c(b)} w_q [q covers b], summed in the order of q; elementwise, not a matrix product: BLAS's
+        # threads on a loaded machine made one small product take 10–20 ms
+        lambda v: np.einsum("qb,qb->b", np.repeat(v, lay.counts, axis=1), cover),
+        lambda cols: cover.take(cols, axis=1),
     )
     if not live.all():
         out = np.zeros((len(live), cons.shape[1]))
@@ -183,16 +194,22 @@ class _SplitLayout:
 
 
 def _split_steps(
-    cover: np.ndarray,
     consf: np.ndarray,
     nf: np.ndarray,
     w: np.ndarray,
     lam: np.ndarray | None,
     steps: int,
     lay: _SplitLayout,
+    sums_of: Callable[[np.ndarray], np.ndarray],
+    covers: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[float, np.ndarray]:
     """:func:`split_bound`'s subgradient steps on live queries only (every row of ``consf``, the constrained columns
-    as 0/1 float64, has ``nf > 0`` ones): the least ``Σ_c max_b T_c[b]`` seen (before margins) and the last split."""
+    as 0/1 float64, has ``nf > 0`` ones): the least ``Σ_c max_b T_c[b]`` seen (before margins) and the last split.
+
+    ``sums_of(v)``: for ``v = λ·w`` (queries × columns), ``T_b = Σ_q v_{q,c(b)} [q covers b]`` over the membership
+    columns ``b``, added in the order of the queries (zero terms may be skipped: adding +0 changes nothing, so every
+    such order gives the same floats); ``covers(cols)``: the memberships at one column ``b`` per column (a new
+    C-ordered queries × columns float64 array)."""
     if lam is not None:
         lam = lam * consf
         sums = lam.sum(axis=1)
@@ -202,22 +219,20 @@ def _split_steps(
         lam /= sums[:, None]
     else:
         lam = consf / nf[:, None]
-    offsets, col, pos, counts = lay.offsets, lay.col, lay.pos, lay.counts
+    offsets, col, pos = lay.offsets, lay.col, lay.pos
     m = len(offsets)
     rows = np.arange(m)
     ones = np.ones(m)
     pad = np.full((m, lay.pad_width), -math.inf)
     best = math.inf
     for it in range(steps + 1):
-        # T_c[b] (one row of ``pad`` per column c); elementwise, not a matrix product: BLAS's threads on a loaded
-        # machine made one small product take 10–20 ms.  (``np.repeat`` is the old ``[:, col]``: the same values)
-        pad[col, pos] = np.einsum("qb,qb->b", np.repeat(lam * w[:, None], counts, axis=1), cover)
+        pad[col, pos] = sums_of(lam * w[:, None])  # T_c[b], one row of ``pad`` per column c
         if it == steps:
             best = min(best, float(pad.max(axis=1).sum()))
             break
         am = pad.argmax(axis=1)
         best = min(best, float(pad[rows, am].sum()))
-        g = cover.take(offsets + am, axis=1)
+        g = covers(offsets + am)
         g *= consf  # [q covers column c's maximising atom]
         # lam ← max(lam − step·(g − mean_c g)·cons, 0), in place on g (the same operations); g's row sums are
         # integers (exact in any order: a product with ones)
@@ -229,7 +244,7 @@ def _split_steps(
     return best, lam
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Level:
     """The per-level tables of :meth:`_Search._level`."""
 
@@ -248,10 +263,18 @@ class _SplitLevel:
     from ``j`` on their memberships, constrained columns (0/1 float64) and their number, and the layout."""
 
     free: np.ndarray  # (n,) bool
-    cat: np.ndarray  # (n, Σ_{c ≥ j} a_c) float64, C-contiguous
+    cat_t: np.ndarray  # (Σ_{c ≥ j} a_c, n) float64: the memberships, one row per atom
     consf: np.ndarray  # (n, k − j) float64
     nf: np.ndarray  # (n,) int
     layout: _SplitLayout
+    #: the memberships of the queries in the columns they constrain, as (query, atom) pairs in the order of the
+    #: queries: each pair's atom and its query's entry ``q·(k − j) + c`` in a queries × columns array
+    nz_atom: np.ndarray
+    nz_entry: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.free, self.cat_t, self.consf, self.nf, self.nz_atom, self.nz_entry))
 
 
 class _Search:
@@ -353,19 +376,36 @@ class _Search:
         if sl is None:
             off = self._cat_offsets[j:-1]
             cons = np.ascontiguousarray(self._cons[:, j:])
+            lay = _SplitLayout.of(off - off[0], self._cat.shape[1] - int(off[0]))
+            cat = self._cat[:, off[0] :]
+            nz_q, nz_b = np.nonzero(cat * cons[:, lay.col])  # row-major: by query, then atom
             sl = self._split_levels[j] = _SplitLevel(
                 free=self.assigned[j] < self.k,
-                cat=np.ascontiguousarray(self._cat[:, off[0] :]),
+                cat_t=np.ascontiguousarray(cat.T),
                 consf=cons.astype(np.float64),
                 nf=cons.sum(axis=1),
-                layout=_SplitLayout.of(off - off[0], self._cat.shape[1] - int(off[0])),
+                layout=lay,
+                nz_atom=nz_b.astype(np.intp),
+                nz_entry=(nz_q * cons.shape[1] + lay.col[nz_b]).astype(np.intp),
             )
         idx = np.flatnonzero(alive & sl.free)
         if len(idx) == 0:
             return False
-        # split_bound over these queries (all of them constrain a column from j on: none is dropped as not live)
+        n, m, width = len(alive), sl.consf.shape[1], sl.cat_t.shape[0]
+
+        def sums(v: np.ndarray) -> np.ndarray:
+            # split_bound's einsum over the live queries' rows, as a sum over the (query, atom) pairs of all the
+            # queries (in the same order; the others' weights are 0 and the pairs outside a query's constrained
+            # columns, where its λ is 0, are left out): the same floats from far fewer terms
+            full = np.zeros((n, m))
+            full[idx] = v
+            return np.bincount(sl.nz_atom, weights=full.take(sl.nz_entry), minlength=width)
+
+        def covers(cols: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(sl.cat_t.take(cols, axis=0).take(idx, axis=1).T)
+
         best, lam = _split_steps(
-            sl.cat.take(idx, axis=0), sl.consf[idx], sl.nf[idx], self.w[idx], self._lam[idx, j:], SPLIT_STEPS, sl.layout
+            sl.consf[idx], sl.nf[idx], self.w[idx], self._lam[idx, j:], SPLIT_STEPS, sl.layout, sums, covers
         )
         ub = (0.0 + best) * (1.0 + SPLIT_MARGIN) + (len(idx) * sl.consf.shape[1] + 2) * _ETA
         self._lam[idx, j:] = lam
@@ -442,6 +482,7 @@ class _Search:
         for lv in self._levels.values():
             total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
         total += self._cons.nbytes + (self._cat.nbytes if self._cat is not None else 0)
+        total += sum(sl.nbytes for sl in self._split_levels.values())
         total += self._lam.nbytes if self._lam is not None else 0
         for fr in self.frames:
             total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
@@ -652,7 +693,7 @@ class _Search:
         return tops, pre
 
 
-@dataclass
+@dataclass(slots=True)
 class _Frame:
     """One open branching node of :meth:`_Search.run`: its children (atoms of column ``j``) in visiting order
     with their bounds, the next one to visit (``pos``), and what its children and its memo entry need."""
