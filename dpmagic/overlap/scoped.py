@@ -368,12 +368,29 @@ class _Search:
         if self._cat is None:
             self._cat = np.concatenate([m.astype(np.float64) for m in self.cover], axis=1)
             free0 = np.flatnonzero(self.assigned[0] < self.k)
-            _, lam = split_bound(self._cat[free0], self._cons[free0], self._cat_offsets[:-1], self.w[free0])
+            _, lam = self._split(0, free0, None, SPLIT_ROOT_STEPS)  # split_bound's (every such query is live)
             self._lam = np.zeros(self._cons.shape)
             self._lam[free0] = lam
         assert self._lam is not None
+        sl = self._split_level(j)
+        idx = np.flatnonzero(alive & sl.free)
+        if len(idx) == 0:
+            return False
+        best, lam = self._split(j, idx, self._lam[idx, j:], SPLIT_STEPS)
+        # split_bound's margins (none of these queries is dropped as constraining no column)
+        ub = (0.0 + best) * (1.0 + SPLIT_MARGIN) + (len(idx) * sl.consf.shape[1] + 2) * _ETA
+        self._lam[idx, j:] = lam
+        self.split_calls += 1
+        if fixed + ub <= self.best:
+            self.split_cuts += 1
+            return True
+        return False
+
+    def _split_level(self, j: int) -> _SplitLevel:
+        """:meth:`_split`'s tables of the columns from ``j`` on (built on first use)."""
         sl = self._split_levels.get(j)
         if sl is None:
+            assert self._cat is not None
             off = self._cat_offsets[j:-1]
             cons = np.ascontiguousarray(self._cons[:, j:])
             lay = _SplitLayout.of(off - off[0], self._cat.shape[1] - int(off[0]))
@@ -388,13 +405,16 @@ class _Search:
                 nz_atom=nz_b.astype(np.intp),
                 nz_entry=(nz_q * cons.shape[1] + lay.col[nz_b]).astype(np.intp),
             )
-        idx = np.flatnonzero(alive & sl.free)
-        if len(idx) == 0:
-            return False
-        n, m, width = len(alive), sl.consf.shape[1], sl.cat_t.shape[0]
+        return sl
+
+    def _split(self, j: int, idx: np.ndarray, lam: np.ndarray | None, steps: int) -> tuple[float, np.ndarray]:
+        """:func:`split_bound`'s steps over the queries ``idx`` (each constraining a column from ``j`` on) and the
+        columns from ``j`` on: the least sum of maxima seen (before the margins) and the last split."""
+        sl = self._split_level(j)
+        n, m, width = len(self.w), sl.consf.shape[1], sl.cat_t.shape[0]
 
         def sums(v: np.ndarray) -> np.ndarray:
-            # split_bound's einsum over the live queries' rows, as a sum over the (query, atom) pairs of all the
+            # split_bound's einsum over these queries' rows, as a sum over the (query, atom) pairs of all the
             # queries (in the same order; the others' weights are 0 and the pairs outside a query's constrained
             # columns, where its λ is 0, are left out): the same floats from far fewer terms
             full = np.zeros((n, m))
@@ -404,16 +424,7 @@ class _Search:
         def covers(cols: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(sl.cat_t.take(cols, axis=0).take(idx, axis=1).T)
 
-        best, lam = _split_steps(
-            sl.consf[idx], sl.nf[idx], self.w[idx], self._lam[idx, j:], SPLIT_STEPS, sl.layout, sums, covers
-        )
-        ub = (0.0 + best) * (1.0 + SPLIT_MARGIN) + (len(idx) * sl.consf.shape[1] + 2) * _ETA
-        self._lam[idx, j:] = lam
-        self.split_calls += 1
-        if fixed + ub <= self.best:
-            self.split_cuts += 1
-            return True
-        return False
+        return _split_steps(sl.consf[idx], sl.nf[idx], self.w[idx], lam, steps, sl.layout, sums, covers)
 
     def _level(self, j: int) -> _Level:
         """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
@@ -613,7 +624,7 @@ class _Search:
             if got is not None:
                 tops, kids = got
                 bounds[cand] = np.minimum(bounds[cand], tops)
-        order = np.argsort(-bounds, kind="stable")
+        order = (-bounds).argsort(kind="stable")
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
         self.frames.append(
             _Frame(j, alive, fixed, star, order.tolist(), bounds[order].tolist(), key, known, u.tolist(),
