@@ -263,7 +263,7 @@ class _SplitLevel:
     from ``j`` on their memberships, constrained columns (0/1 float64) and their number, and the layout."""
 
     free: np.ndarray  # (n,) bool
-    cat_t: np.ndarray  # (Σ_{c ≥ j} a_c, n) float64: the memberships, one row per atom
+    cat_t: np.ndarray  # (Σ_{c ≥ j} a_c, n) bool: the memberships, one row per atom (a view of _Search._cat)
     consf: np.ndarray  # (n, k − j) float64
     nf: np.ndarray  # (n,) int
     layout: _SplitLayout
@@ -274,7 +274,7 @@ class _SplitLevel:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.free, self.cat_t, self.consf, self.nf, self.nz_atom, self.nz_entry))
+        return sum(a.nbytes for a in (self.free, self.consf, self.nf, self.nz_atom, self.nz_entry))
 
 
 class _Search:
@@ -307,8 +307,8 @@ class _Search:
         #: per column, its atoms' memberships as contiguous rows (a_c, n): a child's alive mask is one AND
         self.cover_t = [np.ascontiguousarray(m.T) for m in self.cover]
         self.widths = [m.shape[1] for m in self.cover]
-        #: for :func:`split_bound` (built on first use): the memberships side by side, their columns' offsets, the
-        #: constrained columns (n, k), and the last split of each query (warm start)
+        #: for :func:`split_bound` (built on first use): the memberships one row per atom (Σ_c a_c, n) bool, the
+        #: columns' offsets there, the constrained columns (n, k), and the last split of each query (warm start)
         self._cat: np.ndarray | None = None
         self._cat_offsets = np.cumsum([0] + self.widths).astype(np.intp)
         self._cons = np.stack([cons[i] for i in self.order], axis=1) if k else np.zeros((n, 0), dtype=bool)
@@ -366,7 +366,7 @@ class _Search:
         below the node beats ``best`` (then the node is cut).  The first call solves the root's split with
         :data:`SPLIT_ROOT_STEPS` steps; every call warm-starts from the splits found so far."""
         if self._cat is None:
-            self._cat = np.concatenate([m.astype(np.float64) for m in self.cover], axis=1)
+            self._cat = np.concatenate(self.cover_t, axis=0)
             free0 = np.flatnonzero(self.assigned[0] < self.k)
             _, lam = self._split(0, free0, None, SPLIT_ROOT_STEPS)  # split_bound's (every such query is live)
             self._lam = np.zeros(self._cons.shape)
@@ -393,12 +393,12 @@ class _Search:
             assert self._cat is not None
             off = self._cat_offsets[j:-1]
             cons = np.ascontiguousarray(self._cons[:, j:])
-            lay = _SplitLayout.of(off - off[0], self._cat.shape[1] - int(off[0]))
-            cat = self._cat[:, off[0] :]
-            nz_q, nz_b = np.nonzero(cat * cons[:, lay.col])  # row-major: by query, then atom
+            cat_t = self._cat[off[0] :]  # a view
+            lay = _SplitLayout.of(off - off[0], cat_t.shape[0])
+            nz_q, nz_b = np.nonzero(cat_t.T & cons[:, lay.col])  # in row-major order: by query, then atom
             sl = self._split_levels[j] = _SplitLevel(
                 free=self.assigned[j] < self.k,
-                cat_t=np.ascontiguousarray(cat.T),
+                cat_t=cat_t,
                 consf=cons.astype(np.float64),
                 nf=cons.sum(axis=1),
                 layout=lay,
@@ -422,7 +422,7 @@ class _Search:
             return np.bincount(sl.nz_atom, weights=full.take(sl.nz_entry), minlength=width)
 
         def covers(cols: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(sl.cat_t.take(cols, axis=0).take(idx, axis=1).T)
+            return np.ascontiguousarray(sl.cat_t.take(cols, axis=0).take(idx, axis=1).T).astype(np.float64)
 
         return _split_steps(sl.consf[idx], sl.nf[idx], self.w[idx], lam, steps, sl.layout, sums, covers)
 
