@@ -136,7 +136,7 @@ def replay(path: str, old_path: str, md: str | None = None) -> None:
     lines = [
         "# Scoped branch and bound: CPU per node (issue 28, session 13)",
         "",
-        f"Machine: {platform.node() and 'shared'} {os.cpu_count()} cores, {platform.processor() or platform.machine()},"
+        f"Machine: {os.cpu_count()} cores (shared), {platform.processor() or platform.machine()},"
         f" Python {platform.python_version()}, numpy {__import__('numpy').__version__}; load average after "
         f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
