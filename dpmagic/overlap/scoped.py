@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,12 @@ SPLIT_MARGIN = 1e-8
 #: the smallest subnormal float64: a product ``λ·w`` below the normal range has an absolute error up to η/2, which no
 #: relative margin covers (``η·½`` rounds to 0), so :func:`split_bound` adds η per product (red team 12)
 _ETA = 2.0**-1074
+
+#: the ufunc methods of the per-node tables, bound once (the ndarray methods add a Python wrapper per call)
+_MAX = np.maximum.reduce
+_MAXAT = np.maximum.reduceat
+_ADD = np.add.reduce
+_EMPTY = np.zeros(0)
 
 #: largest ``queries × Σ_j Σ_{c ≥ j} a_c`` held as per-level membership blocks (float64 entries: ≤ 96 MB)
 SCOPED_MAX_ENTRIES = 12_000_000
@@ -147,7 +154,62 @@ def split_bound(
             return total * (1.0 + SPLIT_MARGIN) + underflow, np.zeros(cons.shape)
         cover, cons, nf, w = cover[live], cons[live], nf[live], w[live]
         lam = lam[live] if lam is not None else None
-    consf = cons.astype(np.float64)
+    lay = _SplitLayout.of(offsets, cover.shape[1])
+    best, lam = _split_steps(
+        cons.astype(np.float64),
+        nf,
+        w,
+        lam,
+        steps,
+        lay,
+        # T_b = Σ_q λ_{q,c(b)} w_q [q covers b], summed in the order of q; elementwise, not a matrix product: BLAS's
+        # threads on a loaded machine made one small product take 10–20 ms
+        lambda v: np.einsum("qb,qb->b", np.repeat(v, lay.counts, axis=1), cover),
+        lambda cols: cover.take(cols, axis=1),
+    )
+    if not live.all():
+        out = np.zeros((len(live), cons.shape[1]))
+        out[live] = lam
+        lam = out
+    return (total + best) * (1.0 + SPLIT_MARGIN) + underflow, lam
+
+
+@dataclass(frozen=True)
+class _SplitLayout:
+    """Where :func:`split_bound`'s sums go: the columns' offsets, each membership column's column (``col``), its
+    atom's position in that column (``pos``), the column widths (``counts``) and the width of the padded table."""
+
+    offsets: np.ndarray
+    col: np.ndarray
+    pos: np.ndarray
+    counts: np.ndarray
+    pad_width: int
+
+    @staticmethod
+    def of(offsets: np.ndarray, width: int) -> _SplitLayout:
+        counts = np.diff(np.append(offsets, width))
+        col = np.repeat(np.arange(len(offsets)), counts)
+        pos = np.arange(width) - offsets[col]
+        return _SplitLayout(offsets, col, pos, counts, int(pos.max()) + 1)
+
+
+def _split_steps(
+    consf: np.ndarray,
+    nf: np.ndarray,
+    w: np.ndarray,
+    lam: np.ndarray | None,
+    steps: int,
+    lay: _SplitLayout,
+    sums_of: Callable[[np.ndarray], np.ndarray],
+    covers: Callable[[np.ndarray], np.ndarray],
+) -> tuple[float, np.ndarray]:
+    """:func:`split_bound`'s subgradient steps on live queries only (every row of ``consf``, the constrained columns
+    as 0/1 float64, has ``nf > 0`` ones): the least ``Σ_c max_b T_c[b]`` seen (before margins) and the last split.
+
+    ``sums_of(v)``: for ``v = λ·w`` (queries × columns), ``T_b = Σ_q v_{q,c(b)} [q covers b]`` over the membership
+    columns ``b``, added in the order of the queries (zero terms may be skipped: adding +0 changes nothing, so every
+    such order gives the same floats); ``covers(cols)``: the memberships at one column ``b`` per column (a new
+    C-ordered queries × columns float64 array)."""
     if lam is not None:
         lam = lam * consf
         sums = lam.sum(axis=1)
@@ -157,31 +219,32 @@ def split_bound(
         lam /= sums[:, None]
     else:
         lam = consf / nf[:, None]
-    m, width = len(offsets), cover.shape[1]
-    col = np.repeat(np.arange(m), np.diff(np.append(offsets, width)))
-    pos = np.arange(width) - offsets[col]
-    pad = np.full((m, int(pos.max()) + 1), -math.inf)
+    offsets, col, pos = lay.offsets, lay.col, lay.pos
+    m = len(offsets)
+    rows = np.arange(m)
+    ones = np.ones(m)
+    pad = np.full((m, lay.pad_width), -math.inf)
     best = math.inf
     for it in range(steps + 1):
-        # T_c[b] (one row of ``pad`` per column c); elementwise, not a matrix product: BLAS's threads on a loaded
-        # machine made one small product take 10–20 ms
-        pad[col, pos] = np.einsum("qb,qb->b", (lam * w[:, None])[:, col], cover)
+        pad[col, pos] = sums_of(lam * w[:, None])  # T_c[b], one row of ``pad`` per column c
         if it == steps:
             best = min(best, float(pad.max(axis=1).sum()))
             break
         am = pad.argmax(axis=1)
-        best = min(best, float(pad[np.arange(m), am].sum()))
-        g = cover[:, offsets + am] * consf  # [q covers column c's maximising atom]
-        lam = np.maximum(lam - (0.5 / (1 + it)) * (g - (g.sum(axis=1) / nf)[:, None]) * consf, 0.0)
+        best = min(best, float(pad[rows, am].sum()))
+        g = covers(offsets + am)
+        g *= consf  # [q covers column c's maximising atom]
+        # lam ← max(lam − step·(g − mean_c g)·cons, 0), in place on g (the same operations); g's row sums are
+        # integers (exact in any order: a product with ones)
+        np.subtract(g, (np.dot(g, ones) / nf)[:, None], out=g)
+        np.multiply(g, 0.5 / (1 + it), out=g)
+        np.multiply(g, consf, out=g)
+        lam = np.maximum(np.subtract(lam, g, out=g), 0.0, out=g)
         lam /= lam.sum(axis=1)[:, None]
-    if not live.all():
-        out = np.zeros((len(live), cons.shape[1]))
-        out[live] = lam
-        lam = out
-    return (total + best) * (1.0 + SPLIT_MARGIN) + underflow, lam
+    return best, lam
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Level:
     """The per-level tables of :meth:`_Search._level`."""
 
@@ -192,6 +255,26 @@ class _Level:
     pair_block: np.ndarray  # (|pair|, Σ_{c > j} a_c) their rows in their second column
     offsets: np.ndarray  # the columns' offsets after j in pair_block / rest
     free: np.ndarray  # queries with any free column (the memo key)
+
+
+@dataclass(frozen=True)
+class _SplitLevel:
+    """What :meth:`_Search._split_cut` needs at level ``j``: the queries with a free column, and over the columns
+    from ``j`` on their memberships, constrained columns (0/1 float64) and their number, and the layout."""
+
+    free: np.ndarray  # (n,) bool
+    cat_t: np.ndarray  # (Σ_{c ≥ j} a_c, n) bool: the memberships, one row per atom (a view of _Search._cat)
+    consf: np.ndarray  # (n, k − j) float64
+    nf: np.ndarray  # (n,) int
+    layout: _SplitLayout
+    #: the memberships of the queries in the columns they constrain, as (query, atom) pairs in the order of the
+    #: queries: each pair's atom and its query's entry ``q·(k − j) + c`` in a queries × columns array
+    nz_atom: np.ndarray
+    nz_entry: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.free, self.consf, self.nf, self.nz_atom, self.nz_entry))
 
 
 class _Search:
@@ -224,12 +307,14 @@ class _Search:
         #: per column, its atoms' memberships as contiguous rows (a_c, n): a child's alive mask is one AND
         self.cover_t = [np.ascontiguousarray(m.T) for m in self.cover]
         self.widths = [m.shape[1] for m in self.cover]
-        #: for :func:`split_bound` (built on first use): the memberships side by side, their columns' offsets, the
-        #: constrained columns (n, k), and the last split of each query (warm start)
+        #: for :func:`split_bound` (built on first use): the memberships one row per atom (Σ_c a_c, n) bool, the
+        #: columns' offsets there, the constrained columns (n, k), and the last split of each query (warm start)
         self._cat: np.ndarray | None = None
         self._cat_offsets = np.cumsum([0] + self.widths).astype(np.intp)
         self._cons = np.stack([cons[i] for i in self.order], axis=1) if k else np.zeros((n, 0), dtype=bool)
         self._lam: np.ndarray | None = None
+        #: per level j < SPLIT_DEPTH, what :meth:`_split_cut` slices out of the above (built on first use)
+        self._split_levels: dict[int, _SplitLevel] = {}
         self.split_calls = 0
         self.split_cuts = 0
         # assigned[j][q]: the first column of q's scope at position ≥ j (k: none left, the query is fixed)
@@ -256,6 +341,12 @@ class _Search:
         if self.terms is not None and best >= 0.0:  # (below 0 a row no query covers, load 0, beats it)
             hot = self.terms > best
             self.mask = [np.where(m[hot].any(axis=0), 0.0, -math.inf) for m in self.cover]
+        #: per level, its mask row when it has a -inf (adding a row of zeros changes nothing), else None
+        self._mask_rows: list[np.ndarray | None] = [
+            mk if mk is not None and bool((mk < 0.0).any()) else None for mk in (self.mask or [None] * k)
+        ]
+        #: :meth:`_level`'s tables by level (None: not built yet)
+        self._lvs: list[_Level | None] = [None] * k
 
     def cold(self, alive: np.ndarray) -> bool:
         """Whether no live query is *hot* (its term above ``best``): every row below the node is then covered
@@ -275,25 +366,65 @@ class _Search:
         below the node beats ``best`` (then the node is cut).  The first call solves the root's split with
         :data:`SPLIT_ROOT_STEPS` steps; every call warm-starts from the splits found so far."""
         if self._cat is None:
-            self._cat = np.concatenate([m.astype(np.float64) for m in self.cover], axis=1)
+            self._cat = np.concatenate(self.cover_t, axis=0)
             free0 = np.flatnonzero(self.assigned[0] < self.k)
-            _, lam = split_bound(self._cat[free0], self._cons[free0], self._cat_offsets[:-1], self.w[free0])
+            _, lam = self._split(0, free0, None, SPLIT_ROOT_STEPS)  # split_bound's (every such query is live)
             self._lam = np.zeros(self._cons.shape)
             self._lam[free0] = lam
         assert self._lam is not None
-        idx = np.flatnonzero(alive & (self.assigned[j] < self.k))
+        sl = self._split_level(j)
+        idx = np.flatnonzero(alive & sl.free)
         if len(idx) == 0:
             return False
-        off = self._cat_offsets[j:-1]
-        ub, lam = split_bound(
-            self._cat[idx, off[0] :], self._cons[idx, j:], off - off[0], self.w[idx], self._lam[idx, j:], SPLIT_STEPS
-        )
+        best, lam = self._split(j, idx, self._lam[idx, j:], SPLIT_STEPS)
+        # split_bound's margins (none of these queries is dropped as constraining no column)
+        ub = (0.0 + best) * (1.0 + SPLIT_MARGIN) + (len(idx) * sl.consf.shape[1] + 2) * _ETA
         self._lam[idx, j:] = lam
         self.split_calls += 1
         if fixed + ub <= self.best:
             self.split_cuts += 1
             return True
         return False
+
+    def _split_level(self, j: int) -> _SplitLevel:
+        """:meth:`_split`'s tables of the columns from ``j`` on (built on first use)."""
+        sl = self._split_levels.get(j)
+        if sl is None:
+            assert self._cat is not None
+            off = self._cat_offsets[j:-1]
+            cons = np.ascontiguousarray(self._cons[:, j:])
+            cat_t = self._cat[off[0] :]  # a view
+            lay = _SplitLayout.of(off - off[0], cat_t.shape[0])
+            nz_q, nz_b = np.nonzero(cat_t.T & cons[:, lay.col])  # in row-major order: by query, then atom
+            sl = self._split_levels[j] = _SplitLevel(
+                free=self.assigned[j] < self.k,
+                cat_t=cat_t,
+                consf=cons.astype(np.float64),
+                nf=cons.sum(axis=1),
+                layout=lay,
+                nz_atom=nz_b.astype(np.intp),
+                nz_entry=(nz_q * cons.shape[1] + lay.col[nz_b]).astype(np.intp),
+            )
+        return sl
+
+    def _split(self, j: int, idx: np.ndarray, lam: np.ndarray | None, steps: int) -> tuple[float, np.ndarray]:
+        """:func:`split_bound`'s steps over the queries ``idx`` (each constraining a column from ``j`` on) and the
+        columns from ``j`` on: the least sum of maxima seen (before the margins) and the last split."""
+        sl = self._split_level(j)
+        n, m, width = len(self.w), sl.consf.shape[1], sl.cat_t.shape[0]
+
+        def sums(v: np.ndarray) -> np.ndarray:
+            # split_bound's einsum over these queries' rows, as a sum over the (query, atom) pairs of all the
+            # queries (in the same order; the others' weights are 0 and the pairs outside a query's constrained
+            # columns, where its λ is 0, are left out): the same floats from far fewer terms
+            full = np.zeros((n, m))
+            full[idx] = v
+            return np.bincount(sl.nz_atom, weights=full.take(sl.nz_entry), minlength=width)
+
+        def covers(cols: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(sl.cat_t.take(cols, axis=0).take(idx, axis=1).T).astype(np.float64)
+
+        return _split_steps(sl.consf[idx], sl.nf[idx], self.w[idx], lam, steps, sl.layout, sums, covers)
 
     def _level(self, j: int) -> _Level:
         """Level ``j < k`` (built on first use): the queries whose first free column is ``j``, split into those
@@ -321,6 +452,7 @@ class _Search:
                 offsets=offsets,
                 free=np.flatnonzero(a < self.k),
             )
+            self._lvs[j] = got
         return got
 
     def _root_rest(self) -> np.ndarray:
@@ -361,6 +493,7 @@ class _Search:
         for lv in self._levels.values():
             total += lv.unary_tw.nbytes + lv.pair_tw.nbytes + lv.pair_block.nbytes
         total += self._cons.nbytes + (self._cat.nbytes if self._cat is not None else 0)
+        total += sum(sl.nbytes for sl in self._split_levels.values())
         total += self._lam.nbytes if self._lam is not None else 0
         for fr in self.frames:
             total += fr.alive.nbytes + (fr.star.nbytes if fr.star is not None else 0)
@@ -400,30 +533,34 @@ class _Search:
                 self.done = self.stopped = True
                 return
         frames = self.frames
+        memo, cover_t, x, enter, clock = self.memo, self.cover_t, self.x, self._enter, time.perf_counter
         while frames:
             fr = frames[-1]
-            if fr.pos >= len(fr.order) or fr.bounds[fr.pos] <= self.best:
+            pos = fr.pos
+            if pos >= len(fr.order) or fr.bounds[pos] <= self.best:
                 frames.pop()
                 # every row below has load ≤ best (searched or cut against it): the live queries add ≤ best − fixed
                 if self.best > -math.inf:
                     add = self.best - fr.fixed + self.slack
-                    self.memo[fr.j][fr.key] = add if fr.known is None else min(fr.known, add)
+                    memo[fr.j][fr.key] = add if fr.known is None else min(fr.known, add)
                 if frames:
                     frames[-1].pos += 1
                 continue
             self.nodes += 1
-            if time.perf_counter() > self.deadline:
+            if clock() > self.deadline:
                 raise SearchTimeout
-            a = fr.order[fr.pos]
-            self.x[fr.j] = a
-            child_rest = fr.star[a, fr.a_next :] if fr.star is not None else fr.empty
+            a = fr.order[pos]
+            j = fr.j
+            x[j] = a
+            star = fr.star
+            child_rest = star[a, fr.a_next :] if star is not None else _EMPTY
             pre = fr.pre.get(a) if fr.pre is not None else None
-            got = self._enter(fr.j + 1, fr.alive & self.cover_t[fr.j][a], fr.fixed + fr.ul[a], child_rest, pre)
+            got = enter(j + 1, fr.alive & cover_t[j][a], fr.fixed + fr.ul[a], child_rest, pre)
             if got:
                 self.done = self.stopped = True
                 return
             if got is not None:  # closed at once (a leaf, cut, or known from the memo)
-                fr.pos += 1
+                fr.pos = pos + 1
         self.done = True
 
     def _enter(
@@ -442,19 +579,25 @@ class _Search:
         first free column is there (computed by the parent: moving to a child only fixes column ``j - 1``, which
         such queries do not constrain, so they are alive in every child and their sums are the parent's);
         ``pre``: the node's ``(u, star, s0)`` as its parent computed them (:meth:`_children_tops`)."""
-        if self.terms is not None and self.cold(alive):
-            return False
+        best = self.best
+        if self.terms is not None and best >= 0.0:  # :meth:`cold`, inline
+            if self._hot_for != best:
+                self._hot, self._hot_for = np.flatnonzero(self.terms > best), best
+            if not np.count_nonzero(alive[self._hot]):
+                return False
         if j == self.k:
-            if fixed > self.best:
+            if fixed > best:
                 self.best, self.best_x = fixed, list(self.x)
             return self.best >= self.target
-        lv = self._level(j)
+        lv = self._lvs[j]
+        if lv is None:
+            lv = self._level(j)
         if pre is not None:
             u, star, s0 = pre
         else:
             u, star, s0 = self._tables(j, lv, alive, rest)
-        top = float(s0.max())
-        if fixed + top <= self.best:
+        top = float(_MAX(s0))
+        if fixed + top <= best:
             return False
         if top <= 0.0:
             # no live query can add (weights are positive): every completion of the row has load ``fixed``
@@ -481,11 +624,11 @@ class _Search:
             if got is not None:
                 tops, kids = got
                 bounds[cand] = np.minimum(bounds[cand], tops)
-        order = np.argsort(-bounds, kind="stable")
+        order = (-bounds).argsort(kind="stable")
         a_next = self.widths[j + 1] if self.k > j + 1 else 0
         self.frames.append(
             _Frame(j, alive, fixed, star, order.tolist(), bounds[order].tolist(), key, known, u.tolist(),
-                   a_next, rest[:0], kids)
+                   a_next, _EMPTY, kids)
         )  # fmt: skip
         return None
 
@@ -496,8 +639,9 @@ class _Search:
         free column is ``j``), ``star`` (per atom of ``j``, the column sums after ``j``; None at the last column)
         and ``s0`` (per atom of ``j``, the partitioned bound of the load the live queries add, -inf on atoms no
         hot query covers)."""
-        # the queries with j alone left: fixed by the child, their weight per atom of j
-        u = lv.unary_tw @ alive[lv.unary]
+        # the queries with j alone left: fixed by the child, their weight per atom of j (``np.dot`` is ``@``: the
+        # same BLAS call, without the matmul dispatch)
+        u = np.dot(lv.unary_tw, alive[lv.unary])
         star = None
         s0 = u
         if self.k > j + 1:
@@ -505,14 +649,17 @@ class _Search:
             # the queries whose first two free columns are (j, c), plus c's sums, maximised over c's atoms
             pair = lv.pair
             ap = alive[pair]
-            sel = np.flatnonzero(ap)
-            if 2 * len(sel) < len(pair):
-                star = lv.pair_tw[:, sel] @ lv.pair_block[sel] + rest
+            if 2 * np.count_nonzero(ap) < len(pair):
+                sel = ap.nonzero()[0]
+                star = np.dot(lv.pair_tw[:, sel], lv.pair_block[sel])
             else:
-                star = (lv.pair_tw * ap) @ lv.pair_block + rest
-            s0 = u + np.maximum.reduceat(star, lv.offsets, axis=1).sum(axis=1)
-        if self.mask is not None:
-            s0 = s0 + self.mask[j]
+                star = np.dot(lv.pair_tw * ap, lv.pair_block)
+            star += rest
+            s0 = _ADD(_MAXAT(star, lv.offsets, axis=1), axis=1)
+            s0 += u
+        mask = self._mask_rows[j]
+        if mask is not None:
+            s0 = s0 + mask
         return u, star, s0
 
     def _children_tops(
@@ -557,7 +704,7 @@ class _Search:
         return tops, pre
 
 
-@dataclass
+@dataclass(slots=True)
 class _Frame:
     """One open branching node of :meth:`_Search.run`: its children (atoms of column ``j``) in visiting order
     with their bounds, the next one to visit (``pos``), and what its children and its memo entry need."""
