@@ -342,8 +342,9 @@ class _Search:
             hot = self.terms > best
             self.mask = [np.where(m[hot].any(axis=0), 0.0, -math.inf) for m in self.cover]
         #: per level, its mask row when it has a -inf (adding a row of zeros changes nothing), else None
+        masks: list[np.ndarray | None] = list(self.mask) if self.mask is not None else [None] * k
         self._mask_rows: list[np.ndarray | None] = [
-            mk if mk is not None and bool((mk < 0.0).any()) else None for mk in (self.mask or [None] * k)
+            mk if mk is not None and bool((mk < 0.0).any()) else None for mk in masks
         ]
         #: :meth:`_level`'s tables by level (None: not built yet)
         self._lvs: list[_Level | None] = [None] * k
