@@ -401,6 +401,7 @@ class OverlapEngine:
             self._gamma = None
             self._clique = None
             self._pending, self._exact_up = (), 0.0
+            self._stalled = False  # γ is solved again from scratch: the stall was the old interval's
         return ids
 
     # -- the container ------------------------------------------------------------------------------------
@@ -689,6 +690,8 @@ class OverlapEngine:
                 min(self._exact_up, upper),
                 tuple(replace(t, upper=min(t.upper, upper)) for t in self._pending),
             )
+            if self._gamma.exact:
+                self._stalled = False
         c = self._current_clique()
         if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
             gamma = self._gamma
@@ -967,6 +970,7 @@ class OverlapEngine:
             self._term_up[:n] = np.minimum(self._term_up[:n], g.upper)
             if g.exact:
                 self._pending, self._exact_up = (), g.upper
+                self._stalled = False
             else:
                 self._pending, self._exact_up = (_Term(self._store.n, None, 0.0, g.upper),), 0.0
         return self._gamma
