@@ -153,8 +153,10 @@ def test_scoped_search_upper_is_proven(pw, data) -> None:  # type: ignore[no-unt
     above = floor == -math.inf or truth > Fraction(floor)
     resumed = data.draw(st.booleans())
     rnd = ProblemRounding.of(prob)
-    old_after = scoped_mod.SPLIT_AFTER
+    # split cuts from the second node, tried at every node when the ratio is huge (the cut is proven at any ratio)
+    old_after, old_ratio = scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO
     scoped_mod.SPLIT_AFTER = 0
+    scoped_mod.SPLIT_RATIO = data.draw(st.sampled_from([old_ratio, 1e300]))
     try:
         if resumed:
             state: dict = {}
@@ -173,7 +175,7 @@ def test_scoped_search_upper_is_proven(pw, data) -> None:  # type: ignore[no-unt
             atoms, upper, exact, _tag = scoped_search(prob, math.inf, rnd, floor, math.inf, terms)
             assert exact
     finally:
-        scoped_mod.SPLIT_AFTER = old_after
+        scoped_mod.SPLIT_AFTER, scoped_mod.SPLIT_RATIO = old_after, old_ratio
     assert not math.isnan(upper)
     if above and math.isfinite(upper):
         assert Fraction(upper) >= truth
