@@ -338,3 +338,46 @@ def test_forced_timeouts_stall_and_every_interval_stays_proven(items, data) -> N
     eng.retighten(30.0)
     assert eng.overlap().exact and not eng._stalled
     _sound(eng.overlap(), bx, ws)
+
+
+# ------------------------------------------------------------------------------------------------------
+# a committed charge without its admission (3977b9f)
+# ------------------------------------------------------------------------------------------------------
+@given(workloads, st.data())
+@FAST
+def test_a_returned_charge_reused_as_a_preview_is_solved_again(items, data) -> None:  # type: ignore[no-untyped-def]
+    """The charge :meth:`Accountant.charge` returns holds no admission; passed back as the ``preview`` of a later
+    charge (the same query or another), or a preview already committed passed again, it is never committed as is:
+    the engine solves again on its current state and registers exactly one node per charge, and the charged total
+    is a proven bound of γ (brute force); a refused charge registers nothing."""
+    from dpmagic.accountant.accountant import Accountant
+    from dpmagic.accountant.currency import parse_budget
+    from dpmagic.accountant.ledger import Ledger
+    from dpmagic.errors import BudgetExceededError
+
+    acc = Accountant(parse_budget(f"epsilon={data.draw(st.sampled_from([1.0, 3.0, 100.0]))}"), SCHEMA, ledger=Ledger())
+    bx: list[Box] = []
+    ws: list[float] = []
+    last = None
+    for i, (b, w) in enumerate(items):
+        how = data.draw(st.sampled_from(["fresh", "returned", "committed-preview"]))
+        pre = acc.preview(b, w)
+        if how == "returned" and last is not None:
+            pre = last[1]
+        elif how == "committed-preview" and last is not None:
+            pre = last[0]
+        n = len(acc.engine)
+        try:
+            _, ch = acc.charge(b, w, sql=f"q{i}", canonical=f"q{i}", preview=pre)
+        except BudgetExceededError:
+            assert len(acc.engine) == n
+            continue
+        assert ch.admission is None and ch.person_admission is None
+        assert len(acc.engine) == n + 1
+        bx.append(b)
+        ws.append(w)
+        assert acc.charged_weight >= brute_max(SCHEMA, bx, ws)
+        _sound(acc.engine.overlap(), bx, ws)
+        last = (acc.preview(b, w), ch)  # a preview of this query on the state before the next one's commit
+        if data.draw(st.booleans()):
+            last = (pre, ch)
