@@ -20,7 +20,7 @@ from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
 
 import dpmagic.overlap.engine as eng_mod
 import dpmagic.overlap.scoped as scoped_mod
-from dpmagic.domain.sets import Box
+from dpmagic.domain.sets import Box, CategorySet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig
 from dpmagic.overlap.encoding import Problem, ProblemColumn
 from dpmagic.overlap.rounding import ProblemRounding, is_exact, sum_up
@@ -381,3 +381,36 @@ def test_a_returned_charge_reused_as_a_preview_is_solved_again(items, data) -> N
         last = (acc.preview(b, w), ch)  # a preview of this query on the state before the next one's commit
         if data.draw(st.booleans()):
             last = (pre, ch)
+
+
+@pytest.mark.parametrize("slack", [0.0, 0.01])
+def test_only_a_search_that_used_its_cap_stalls_the_engine(slack: float) -> None:
+    """An admission whose region search ends inexact stalls the engine only when it used its cap: with no slack
+    the one search has the hard cap (capped, stalled); with ``charge_rel_slack`` 1% a quick result within it does
+    not search on, so it did not use the cap and does not stall the engine (before the fix it did: every result
+    within the slack degraded all later admissions).  Either way γ's interval is proven."""
+    c3 = SCHEMA["c3"]
+    bx = [Box({"c3": CategorySet.of_indices(c3, [0, 1])}), Box({"c3": CategorySet.of_indices(c3, [1, 2])})]
+    orig = OverlapEngine._region
+    limits: list[float] = []
+
+    def narrow(self, box, nb, limit, floor=-math.inf, helly=False, resume=None):  # type: ignore[no-untyped-def]
+        res = orig(self, box, nb, limit, floor, helly, resume)
+        limits.append(limit)
+        up = res.upper * 1.001  # a proven upper end (res.upper is one), 0.1% above: within the slack
+        return replace(res, upper=up, exact=is_exact(res.lower, up))
+
+    eng = OverlapEngine(SCHEMA, charged="exact", charge_rel_slack=slack, solver=HIGHS, retighten_seconds=0.0)
+    eng.commit(eng.admit(bx[0], 1.0))
+    OverlapEngine._region = narrow  # type: ignore[method-assign]
+    try:
+        adm = eng.admit(bx[1], 1.0)
+    finally:
+        OverlapEngine._region = orig  # type: ignore[method-assign]
+    eng.commit(adm)
+    assert not eng.overlap().exact
+    _sound(eng.overlap(), bx, [1.0, 1.0])
+    if slack == 0.0:
+        assert max(limits) >= eng.hard_time_limit and adm._capped and eng._stalled
+    else:
+        assert max(limits) < eng.hard_time_limit and not adm._capped and not eng._stalled
