@@ -401,6 +401,7 @@ class OverlapEngine:
             self._gamma = None
             self._clique = None
             self._pending, self._exact_up = (), 0.0
+            self._stalled = False  # γ is solved again from scratch: the stall was the old interval's
         return ids
 
     # -- the container ------------------------------------------------------------------------------------
@@ -689,6 +690,8 @@ class OverlapEngine:
                 min(self._exact_up, upper),
                 tuple(replace(t, upper=min(t.upper, upper)) for t in self._pending),
             )
+            if self._gamma.exact:
+                self._stalled = False
         c = self._current_clique()
         if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
             gamma = self._gamma
@@ -851,10 +854,13 @@ class OverlapEngine:
             near = budget is not None and lo <= budget < up
             cap = min(limit, self.near_time_limit if near else self.hard_time_limit)
             # a second search resumes the first one's scoped search (other steps start from scratch)
-            if (near or (not degraded and up > (1.0 + self.charge_rel_slack) * lo)) and cap > quick:
+            on = (near or (not degraded and up > (1.0 + self.charge_rel_slack) * lo)) and cap > quick
+            if on:
                 more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly, resume)
                 region = _tighter(region, more)
-            capped = not region.exact and not degraded and not near
+            # the cap was used: searched on up to it, or the one search already had it (a result within
+            # ``charge_rel_slack`` that did not search on is not capped: red team 13)
+            capped = not region.exact and not degraded and not near and (on or cap <= quick)
         # one admission keeps one time limit: the clique search only gets what the γ step left
         clique_limit = min(self.clique_time_limit, max(0.0, self.time_limit - (time.perf_counter() - t0)))
         if helly:
@@ -967,6 +973,7 @@ class OverlapEngine:
             self._term_up[:n] = np.minimum(self._term_up[:n], g.upper)
             if g.exact:
                 self._pending, self._exact_up = (), g.upper
+                self._stalled = False
             else:
                 self._pending, self._exact_up = (_Term(self._store.n, None, 0.0, g.upper),), 0.0
         return self._gamma
