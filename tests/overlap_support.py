@@ -122,3 +122,31 @@ weights_st = st.sampled_from([1.0, 0.5, 2.0, 0.25, 3.0, 1.5])
 workloads = st.lists(st.tuples(boxes(), weights_st), min_size=0, max_size=9)
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_sound(ov, boxes, weights, schema=SCHEMA):  # type: ignore[no-untyped-def]
+    """An engine or solver result against brute force: lower ≤ γ ≤ upper, exact only when the two are equal (then
+    equal to γ), and the witness's load is the lower end."""
+    import pytest
+
+    from dpmagic.overlap.rounding import is_exact
+
+    truth = brute_max(schema, boxes, weights)
+    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
+    assert ov.exact == is_exact(ov.lower, ov.upper)
+    if ov.exact:
+        assert ov.lower == pytest.approx(truth, abs=1e-12)
+    if ov.witness is not None and boxes:
+        assert row_load(boxes, weights, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
+
+
+class EveryOtherClock:
+    """A stand-in for a search module's ``time``: every second reading is past any deadline (a search pauses after
+    each node), for deterministic forced timeouts."""
+
+    def __init__(self) -> None:
+        self.k = 0
+
+    def perf_counter(self) -> float:
+        self.k += 1
+        return math.inf if self.k % 2 == 0 else 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, assert_sound, boxes, brute_max, row_load
 
 from dpmagic.accountant.accountant import Accountant
 from dpmagic.accountant.currency import parse_budget
@@ -43,16 +43,6 @@ def _tri() -> list[Box]:
     ]
 
 
-def _sound(ov, bx, ws) -> None:
-    truth = brute_max(SCHEMA, bx, ws)
-    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
-    assert ov.exact == is_exact(ov.lower, ov.upper)
-    if ov.exact:
-        assert ov.lower == pytest.approx(truth, abs=1e-12)
-    if ov.witness is not None and bx:
-        assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
-
-
 def test_degradation_is_on_by_default_for_charged_engines() -> None:
     """A charged engine (the accountant's) degrades gracefully without opting in; the near-budget cap is below
     1 s, so no admission's region search waits for ``time_limit``."""
@@ -76,7 +66,7 @@ def test_near_budget_search_is_capped_and_charges_the_proven_upper() -> None:
     assert not ov.exact and ov.lower == 1.0 and ov.upper >= 1.5
     value, label = adm.bounds.charge("exact")
     assert value >= 1.5 > 1.2 and label == "overlap-upper"
-    _sound(ov, tri, [0.5, 0.5, 0.5])
+    assert_sound(ov, tri, [0.5, 0.5, 0.5])
     cfg = {**STARVED, "near_time_limit": NEAR_TIME_LIMIT}
     capped = OverlapEngine(SCHEMA, charged="exact", charge_rel_slack=0.0, **cfg)
     capped.add(tri[0], 0.5)
@@ -96,16 +86,16 @@ def test_starved_admissions_near_and_far_from_the_budget_are_sound(wl, budgets) 
     ws: list[float] = []
     for (b, w), budget in zip(wl, budgets):
         adm = eng.admit(b, w, budget=budget)
-        _sound(adm.bounds.overlap, [*bx, b], [*ws, w])
+        assert_sound(adm.bounds.overlap, [*bx, b], [*ws, w])
         assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, [*bx, b], [*ws, w])
         eng.commit(adm)
         bx.append(b)
         ws.append(w)
-        _sound(eng.overlap(), bx, ws)
+        assert_sound(eng.overlap(), bx, ws)
     eng.quick_time_limit, eng.solver = 2.0, PortfolioConfig()
     assert eng.retighten(30.0)
     ov = eng.overlap()
-    _sound(ov, bx, ws)
+    assert_sound(ov, bx, ws)
     assert ov.exact and ov.lower == pytest.approx(max_overlap(bx, ws, SCHEMA).lower, abs=1e-12)
 
 
@@ -122,7 +112,7 @@ def test_default_engine_is_exact_and_equals_from_scratch(wl, budgets) -> None:
         bx.append(b)
         ws.append(w)
         ov = eng.overlap()
-        _sound(ov, bx, ws)
+        assert_sound(ov, bx, ws)
     scratch = OverlapEngine.from_boxes(SCHEMA, bx, ws).overlap()
     assert scratch.exact and ov.exact and ov.lower == pytest.approx(scratch.lower, abs=1e-12)
 
@@ -184,7 +174,7 @@ def test_without_slack_one_search_gets_the_hard_cap(monkeypatch: pytest.MonkeyPa
         adm = starved.admit(b, 0.5, budget=100.0)
         starved.commit(adm)
     assert len(limits) == 3
-    _sound(starved.overlap(), tri, [0.5] * 3)
+    assert_sound(starved.overlap(), tri, [0.5] * 3)
     assert starved.overlap().upper >= 1.5  # a proven upper end, never the incumbent
 
 
@@ -209,7 +199,7 @@ def test_node_terms_are_proven_bounds(wl, bulk, starved) -> None:
         eng.add(b, w)
         bx.append(b)
         ws.append(w)
-        _sound(eng.overlap(), bx, ws)
+        assert_sound(eng.overlap(), bx, ws)
     for k, b in enumerate(bx):
         if not b.is_empty():
             assert eng._term_up[k] >= _brute_term(bx, ws, k) - 1e-12
@@ -269,7 +259,7 @@ def test_term_bound_certifies_an_admission_without_search(monkeypatch: pytest.Mo
     assert "term-bound" in adm._gamma.method
     ov = adm.bounds.overlap
     bx, ws = [a, a, a, b, new], [1.0] * 5
-    _sound(ov, bx, ws)
+    assert_sound(ov, bx, ws)
     assert ov.exact and ov.lower == 3.0 == brute_max(SCHEMA, bx, ws)
     eng.commit(adm)
     assert eng._term_up[4] == 2.0 == _brute_term(bx, ws, 4)
@@ -369,10 +359,10 @@ def test_degraded_interval_admissions_are_sound(first, rest, budget) -> None:
         eng.commit(adm)
         bx.append(b)
         ws.append(w)
-        _sound(adm.bounds.overlap, bx, ws)
+        assert_sound(adm.bounds.overlap, bx, ws)
         assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, bx, ws)
     assert eng.retighten(30.0)
-    _sound(eng.overlap(), bx, ws)
+    assert_sound(eng.overlap(), bx, ws)
     scratch = max_overlap(bx, ws, SCHEMA)
     assert eng.overlap().lower == pytest.approx(scratch.lower, abs=1e-12)
 
@@ -396,14 +386,14 @@ def test_admissions_after_a_capped_search_are_degraded_and_sound(first, rest, bu
         eng.commit(adm)
         bx.append(b)
         ws.append(w)
-        _sound(adm.bounds.overlap, bx, ws)
+        assert_sound(adm.bounds.overlap, bx, ws)
         assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, bx, ws)
         assert not (eng._stalled and eng.overlap().exact)
         if adm._capped and not eng.overlap().exact:
             assert eng._stalled
     eng.retighten(30.0)
     assert eng.overlap().exact and not eng._stalled
-    _sound(eng.overlap(), bx, ws)
+    assert_sound(eng.overlap(), bx, ws)
 
 
 def test_a_stalled_engine_searches_only_above_the_upper_end(monkeypatch: pytest.MonkeyPatch) -> None:

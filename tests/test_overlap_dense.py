@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, admit_each, assert_sound, boxes, brute_max, row_load
 
 from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan
@@ -148,16 +148,6 @@ def test_highs_folds_unary_and_merges_duplicates(wl, extra) -> None:
     assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
 
 
-def _sound(ov, bx, ws) -> None:
-    truth = brute_max(SCHEMA, bx, ws)
-    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
-    assert ov.exact == is_exact(ov.lower, ov.upper)
-    if ov.exact:
-        assert ov.lower == pytest.approx(truth, abs=1e-12)
-    if ov.witness is not None and bx:
-        assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
-
-
 @given(st.lists(st.tuples(boxes(), st.one_of(decimal_weights, st.floats(0.01, 3.0))), min_size=1, max_size=8))
 @FAST
 def test_pending_terms_are_sound_and_retighten_recovers(wl) -> None:
@@ -173,12 +163,12 @@ def test_pending_terms_are_sound_and_retighten_recovers(wl) -> None:
         eng.commit(adm)
         bx.append(b)
         ws.append(w)
-        _sound(adm.bounds.overlap, bx, ws)
-        _sound(eng.bounds().overlap, bx, ws)
+        assert_sound(adm.bounds.overlap, bx, ws)
+        assert_sound(eng.bounds().overlap, bx, ws)
     eng.quick_time_limit, eng.solver = 2.0, PortfolioConfig()  # time, and the whole portfolio (the tensor)
     assert eng.retighten(30.0)
     ov = eng.overlap()
-    _sound(ov, bx, ws)
+    assert_sound(ov, bx, ws)
     assert ov.exact
     assert ov.lower == pytest.approx(max_overlap(bx, ws, SCHEMA).lower, abs=1e-12)
 
@@ -204,7 +194,7 @@ def test_pending_terms_drop_and_budget_buys_time() -> None:
     eng.add(far, 2.0)
     ov = eng.overlap()
     assert ov.exact and ov.lower == 2.0
-    _sound(ov, [*tri, far], [0.5, 0.5, 0.5, 2.0])
+    assert_sound(ov, [*tri, far], [0.5, 0.5, 0.5, 2.0])
     near = OverlapEngine(SCHEMA, charged="exact", **cfg)
     near.add(tri[0], 0.5)
     near.add(tri[1], 0.5)

@@ -10,13 +10,12 @@ held until the next admission.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
-from overlap_support import SCHEMA, brute_max
+from overlap_support import SCHEMA, EveryOtherClock, brute_max
 
 import dpmagic.overlap.engine as eng_mod
 import dpmagic.overlap.scoped as scoped_mod
@@ -26,17 +25,6 @@ from dpmagic.overlap.rounding import sum_up
 from dpmagic.overlap.scoped import scoped_state_nbytes
 
 SCOPED = PortfolioConfig(steps=frozenset({"scoped"}), scoped_max_scope=99.0)
-
-
-class _EveryOther:
-    """The scoped search's clock: every second reading is past any deadline (each search pauses after a node)."""
-
-    def __init__(self) -> None:
-        self.k = 0
-
-    def perf_counter(self) -> float:
-        self.k += 1
-        return math.inf if self.k % 2 == 0 else 0.0
 
 
 def _boxes(seed: int) -> list[Box]:
@@ -72,7 +60,7 @@ def test_retighten_keeps_at_most_resume_max_paused_searches() -> None:
     eng._gamma = replace(eng.overlap(), upper=total, exact=False)
     eng._pending = tuple(eng_mod._Term(k, bx[k], ws[k], total) for k in range(8, 24))
     eng._exact_up = 0.0
-    scoped_mod.time = _EveryOther()  # type: ignore[assignment]
+    scoped_mod.time = EveryOtherClock()  # type: ignore[assignment]
     try:
         eng.retighten(1000.0)
     finally:

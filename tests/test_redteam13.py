@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, EveryOtherClock, assert_sound, boxes, brute_max
 
 import dpmagic.overlap.engine as eng_mod
 import dpmagic.overlap.scoped as scoped_mod
@@ -117,15 +117,6 @@ def test_split_cut_bound_is_split_bound_and_proven(pw, data) -> None:  # type: i
 # ------------------------------------------------------------------------------------------------------
 # the whole scoped search: fresh or resumed after every node, with or without terms, any floor
 # ------------------------------------------------------------------------------------------------------
-class _EveryOther:
-    """The scoped search's clock: every second reading is past any deadline (a search pauses after each node)."""
-
-    def __init__(self) -> None:
-        self.k = 0
-
-    def perf_counter(self) -> float:
-        self.k += 1
-        return math.inf if self.k % 2 == 0 else 0.0
 
 
 @given(problems(finite_sum_weights), st.data())
@@ -160,7 +151,7 @@ def test_scoped_search_upper_is_proven(pw, data) -> None:  # type: ignore[no-unt
     try:
         if resumed:
             state: dict = {}
-            scoped_mod.time = _EveryOther()  # type: ignore[assignment]
+            scoped_mod.time = EveryOtherClock()  # type: ignore[assignment]
             try:
                 for _ in range(10_000):
                     atoms, upper, exact, _tag = scoped_search(prob, 1.0, rnd, floor, math.inf, terms, state)
@@ -193,16 +184,6 @@ HIGHS = PortfolioConfig(steps=frozenset({"milp"}))
 STARVED = dict(solver=HIGHS, quick_time_limit=0.0, hard_time_limit=0.0, near_time_limit=0.0, retighten_seconds=0.0)
 small_weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.5, 1.25])
 workloads = st.lists(st.tuples(boxes(), small_weights), min_size=1, max_size=7)
-
-
-def _sound(ov, bx, ws) -> None:  # type: ignore[no-untyped-def]
-    truth = brute_max(SCHEMA, bx, ws)
-    assert ov.lower <= truth + 1e-12 and truth <= ov.upper
-    assert ov.exact == is_exact(ov.lower, ov.upper)
-    if ov.exact:
-        assert ov.lower == pytest.approx(truth, abs=1e-12)
-    if ov.witness is not None and bx:
-        assert row_load(bx, ws, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
 
 
 def _timing_out(orig, data):  # type: ignore[no-untyped-def]
@@ -240,7 +221,7 @@ def test_stale_commits_previews_and_bulk_loads_keep_the_stall_rule(items, data) 
         OverlapEngine._region = orig  # type: ignore[method-assign]
     eng.retighten(30.0)
     assert eng.overlap().exact and not eng._stalled
-    _sound(eng.overlap(), bx, ws)
+    assert_sound(eng.overlap(), bx, ws)
 
 
 def _stale_steps(eng, items, data, bx, ws) -> None:  # type: ignore[no-untyped-def]
@@ -269,7 +250,7 @@ def _stale_steps(eng, items, data, bx, ws) -> None:  # type: ignore[no-untyped-d
         if op == "refine":
             eng.bounds()
         g = eng.overlap()
-        _sound(g, bx, ws)
+        assert_sound(g, bx, ws)
         assert not (eng._stalled and g.exact)
         event(f"stalled={eng._stalled} op={op}")
 
@@ -298,7 +279,7 @@ def test_retighten_with_many_tries_and_a_zero_quick_limit_ends() -> None:
     eng._pending = (eng_mod._Term(1, bx[1], 1.0, 3.0, tries=5000),)
     eng._exact_up = 0.0
     eng.retighten(0.05)
-    _sound(eng.overlap(), bx, [1.0, 1.0])
+    assert_sound(eng.overlap(), bx, [1.0, 1.0])
 
 
 @given(workloads, st.data())
@@ -328,7 +309,7 @@ def test_forced_timeouts_stall_and_every_interval_stays_proven(items, data) -> N
             ws.append(w)
             assert adm.bounds.charge("exact")[0] >= brute_max(SCHEMA, bx, ws)
             g = eng.overlap()
-            _sound(g, bx, ws)
+            assert_sound(g, bx, ws)
             assert not (eng._stalled and g.exact)
             if adm._capped and not g.exact:
                 assert eng._stalled
@@ -337,7 +318,7 @@ def test_forced_timeouts_stall_and_every_interval_stays_proven(items, data) -> N
         OverlapEngine._region = orig  # type: ignore[method-assign]
     eng.retighten(30.0)
     assert eng.overlap().exact and not eng._stalled
-    _sound(eng.overlap(), bx, ws)
+    assert_sound(eng.overlap(), bx, ws)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -377,7 +358,7 @@ def test_a_returned_charge_reused_as_a_preview_is_solved_again(items, data) -> N
         bx.append(b)
         ws.append(w)
         assert acc.charged_weight >= brute_max(SCHEMA, bx, ws)
-        _sound(acc.engine.overlap(), bx, ws)
+        assert_sound(acc.engine.overlap(), bx, ws)
         last = (acc.preview(b, w), ch)  # a preview of this query on the state before the next one's commit
         if data.draw(st.booleans()):
             last = (pre, ch)
@@ -409,7 +390,7 @@ def test_only_a_search_that_used_its_cap_stalls_the_engine(slack: float) -> None
         OverlapEngine._region = orig  # type: ignore[method-assign]
     eng.commit(adm)
     assert not eng.overlap().exact
-    _sound(eng.overlap(), bx, [1.0, 1.0])
+    assert_sound(eng.overlap(), bx, [1.0, 1.0])
     if slack == 0.0:
         assert max(limits) >= eng.hard_time_limit and adm._capped and eng._stalled
     else:
