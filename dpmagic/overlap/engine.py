@@ -351,7 +351,7 @@ class OverlapEngine:
         self._pending: tuple[_Term, ...] = ()
         self._exact_up = 0.0
         #: an admission's region search ran to its cap and γ stayed inexact: later admissions are degraded (as
-        #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`)
+        #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`; cleared by the ``_gamma`` setter)
         self._stalled = False
         self._version = 0
         self._refined: tuple[int, int] | None = None
@@ -371,7 +371,7 @@ class OverlapEngine:
         #: *term*; ``inf`` when unknown): a row's load is at most the term of the last node covering it
         #: (:meth:`_hot_split`)
         self._term_up = np.zeros(0)
-        self._gamma: OverlapResult | None = _EMPTY_RESULT
+        self._gamma_value: OverlapResult | None = _EMPTY_RESULT
         self._clique: OverlapResult | None = _omega(0.0, 0.0, True, ())
 
     # -- construction -------------------------------------------------------------------------------------
@@ -401,7 +401,6 @@ class OverlapEngine:
             self._gamma = None
             self._clique = None
             self._pending, self._exact_up = (), 0.0
-            self._stalled = False  # γ is solved again from scratch: the stall was the old interval's
         return ids
 
     # -- the container ------------------------------------------------------------------------------------
@@ -541,9 +540,7 @@ class OverlapEngine:
         self._gamma = adm._gamma
         self._exact_up, self._pending = adm._pending
         self._clique = adm._clique
-        if self._gamma.exact:
-            self._stalled = False
-        elif adm._capped and DEGRADE_AFTER_CAP:
+        if adm._capped and DEGRADE_AFTER_CAP and not adm._gamma.exact:
             self._stalled = True
         self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
@@ -612,8 +609,6 @@ class OverlapEngine:
             if resuming or limit < base:
                 break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1
-        if self._gamma is not None and self._gamma.exact:
-            self._stalled = False
         return self._gamma is not None and self._gamma.exact
 
     def add(self, box: Box, weight: float) -> int:
@@ -690,8 +685,6 @@ class OverlapEngine:
                 min(self._exact_up, upper),
                 tuple(replace(t, upper=min(t.upper, upper)) for t in self._pending),
             )
-            if self._gamma.exact:
-                self._stalled = False
         c = self._current_clique()
         if not c.exact and 0 < n <= DISPLAY_CLIQUE_MAX:
             gamma = self._gamma
@@ -892,6 +885,19 @@ class OverlapEngine:
             clique = _omega(lower, max(lower, add_up(w, cr.upper)), cr.exact, members)
         return _Admission(box, w, qid, False, nb, region, color, clique, resume, capped)
 
+    @property
+    def _gamma(self) -> OverlapResult | None:
+        """γ's current proven interval (None: to be solved from scratch)."""
+        return self._gamma_value
+
+    @_gamma.setter
+    def _gamma(self, value: OverlapResult | None) -> None:
+        # the one place γ changes: an exact γ, or one to be solved again from scratch, ends a stall (the stall was
+        # the old interval's; :data:`DEGRADE_AFTER_CAP`)
+        self._gamma_value = value
+        if value is None or value.exact:
+            self._stalled = False
+
     def _new_terms(self, adm: _Admission, g2: OverlapResult) -> tuple[_Term, ...]:
         """The pending term an admission adds when its region result is not exact (not searched: unbounded)."""
         if adm.empty:
@@ -973,7 +979,6 @@ class OverlapEngine:
             self._term_up[:n] = np.minimum(self._term_up[:n], g.upper)
             if g.exact:
                 self._pending, self._exact_up = (), g.upper
-                self._stalled = False
             else:
                 self._pending, self._exact_up = (_Term(self._store.n, None, 0.0, g.upper),), 0.0
         return self._gamma
