@@ -54,6 +54,7 @@ from dpmagic.domain.sets import Box, box_from_json, box_to_json
 from dpmagic.domain.unit import PersonUnit
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
+from dpmagic.overlap.background import default_solver
 from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.overlap.person import PERSON_MAX_VARS, max_person_load_over
@@ -313,7 +314,7 @@ class Accountant:
 
     def _new_engine(self) -> OverlapEngine:
         # under the replace-one relation the pair search needs no γ, but the fallback 2×bound does
-        return OverlapEngine(self.schema, time_limit=self.time_limit, charged=self.bound)
+        return OverlapEngine(self.schema, time_limit=self.time_limit, charged=self.bound, background=default_solver())
 
     @_locked
     def _sync(self) -> None:

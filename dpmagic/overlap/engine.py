@@ -112,6 +112,7 @@ import numpy as np
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
+from dpmagic.overlap.background import BackgroundSolver, RegionTask
 from dpmagic.overlap.clique import max_weight_clique
 from dpmagic.overlap.encoding import BoxStore, is_helly_box
 from dpmagic.overlap.graph import (
@@ -180,6 +181,11 @@ DEGRADE_AFTER_CAP = True
 RESUME_MAX = 4
 #: the memory those paused searches may hold in all (bytes)
 RESUME_MAX_BYTES = 64 * 2**20
+#: the first time limit (seconds) of a pending term solved in the background worker (:mod:`.background`), doubled
+#: with each try of the term (its paused search continues there), up to ``BACKGROUND_MAX_SECONDS``
+BACKGROUND_SECONDS = 0.5
+#: the most one background try gets (the worker solves one term at a time: a long try delays the others)
+BACKGROUND_MAX_SECONDS = 8.0
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -324,6 +330,7 @@ class OverlapEngine:
         charge_rel_slack: float = CHARGE_REL_SLACK,
         retighten_seconds: float = RETIGHTEN_SECONDS,
         degraded_time_limit: float = DEGRADED_TIME_LIMIT,
+        background: BackgroundSolver | None = None,
     ) -> None:
         self.schema = schema
         #: the configuration of every γ computation's portfolio (:class:`~.portfolio.PortfolioConfig`)
@@ -350,6 +357,12 @@ class OverlapEngine:
         #: pending terms of γ's upper bound (see :class:`_Term`), and a proven bound of every other term
         self._pending: tuple[_Term, ...] = ()
         self._exact_up = 0.0
+        #: the worker process that re-tightens pending terms on a second core (:mod:`.background`; None: the kernel
+        #: re-tightens them itself, ``retighten_seconds`` per commit), this engine's task in it (id, term key) and
+        #: the term keys whose problem the worker was sent
+        self.background = background
+        self._bg_task: tuple[int, tuple[Any, ...]] | None = None
+        self._bg_sent: set[tuple[Any, ...]] = set()
         #: an admission's region search ran to its cap and γ stayed inexact: later admissions are degraded (as
         #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`; cleared by the ``_gamma`` setter)
         self._stalled = False
@@ -467,6 +480,8 @@ class OverlapEngine:
         (what a refusal's message computes: a refused query changes nothing, red team 12).
         """
         self._sync_coloring()
+        if refine and self._bg_task is not None:
+            self._bg_submit()  # a result the worker finished is applied, and its next problem sent
         if refine and self.charged is not None and self._refined != self.state:
             self._refine_display()
         g = self._current_gamma()
@@ -490,6 +505,7 @@ class OverlapEngine:
         ``near_time_limit``, the others for at most ``hard_time_limit`` (class docstring).
         """
         self._check_weight(weight)
+        self._bg_collect()  # a term the worker closed meanwhile (only bounds change; done before reading the state)
         g = self._current_gamma()
         c = self._current_clique()
         self._sync_coloring()
@@ -545,7 +561,9 @@ class OverlapEngine:
         self._update_pool(adm.box, adm.weight, adm._rows)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
-        if self._pending and self.retighten_seconds > 0 and self.charged in (None, "exact", "clique"):
+        # the worker re-tightens the largest pending term on the second core; without it the kernel does, briefly
+        busy = bool(self._pending) and self.charged in (None, "exact", "clique") and self._bg_submit()
+        if self._pending and not busy and self.retighten_seconds > 0 and self.charged in (None, "exact", "clique"):
             self.retighten(self.retighten_seconds)
         return q
 
@@ -584,32 +602,107 @@ class OverlapEngine:
                 st, ids, region=term.box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
                 terms=vt, resume=resume,
             )  # fmt: skip
-            new = replace(
-                term,
-                upper=min(term.upper, add_up(term.weight, r.upper)),
-                tries=term.tries + 1,
-                resume=resume if resume.get("search") is not None else None,
-            )
-            self._ensure_term_cap()
-            if term.box is not None and term.n < st.n:  # the term of node term.n (admitted with a region search)
-                self._term_up[term.n] = min(self._term_up[term.n], new.upper)
-            elif term.box is None:  # the global term bounds every node registered before term.n
-                self._term_up[: term.n] = np.minimum(self._term_up[: term.n], new.upper)
-            best = g
-            if r.witness is not None:
-                row = self._complete_row(r.witness, term.box) if term.box is not None else dict(r.witness)
-                lr, mr, _ = self._row_load(row, None)  # its load now (loads only grow)
-                if lr > g.lower:
-                    best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
-            terms = tuple(new if t is term else t for t in self._pending)
-            self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
-            # a fresh search that timed out keeps its paused state: the held ones stay within RESUME_MAX and
-            # RESUME_MAX_BYTES here too, not only after the next admission (red team 12)
-            self._pending = _keep_resumes(self._pending)
+            self._install(term, r.upper, r.witness, resume if resume.get("search") is not None else None)
             if resuming or limit < base:
                 break  # the time left did not cover this try: the next call gets it (a paused search resumes)
         self._version += 1
         return self._gamma is not None and self._gamma.exact
+
+    def _install(self, term: _Term, region_upper: float, witness: dict[str, Any] | None, resume: Any) -> None:
+        """A re-solve of pending ``term`` found ``region_upper`` (a proven bound of its region's maximum) and maybe
+        a row: tighten the term (and its node's term), raise γ's lower end to the row's load now, settle γ."""
+        g = self._gamma
+        assert g is not None
+        st = self._store
+        up = min(term.upper, add_up(term.weight, region_upper))
+        new = replace(term, upper=up, tries=term.tries + 1, resume=resume)
+        self._ensure_term_cap()
+        if term.box is not None and term.n < st.n:  # the term of node term.n (admitted with a region search)
+            self._term_up[term.n] = min(self._term_up[term.n], new.upper)
+        elif term.box is None:  # the global term bounds every node registered before term.n
+            self._term_up[: term.n] = np.minimum(self._term_up[: term.n], new.upper)
+        best = g
+        if witness is not None:
+            row = self._complete_row(witness, term.box) if term.box is not None else dict(witness)
+            lr, mr, _ = self._row_load(row, None)  # its load now (loads only grow)
+            if lr > g.lower:
+                best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
+        terms = tuple(new if t is term else t for t in self._pending)
+        self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
+        # a fresh search that timed out keeps its paused state: the held ones stay within RESUME_MAX and
+        # RESUME_MAX_BYTES here too, not only after the next admission (red team 12)
+        self._pending = _keep_resumes(self._pending)
+
+    # -- the second core (:mod:`.background`) ----------------------------------------------------------------
+    def _term_key(self, term: _Term) -> tuple[Any, ...]:
+        return (self._token, term.n, term.box is None)
+
+    def _bg_collect(self) -> bool:
+        """Apply the worker's finished result (if any); returns whether one was applied."""
+        bg = self.background
+        if bg is None or self._bg_task is None:
+            return False
+        tid, key = self._bg_task
+        done, res = bg.result(tid)
+        if not done:
+            return False
+        self._bg_task = None
+        if res is None or res.missing:  # failed, or the worker no longer holds the problem: the next try sends it
+            self._bg_sent.discard(key)
+            return False
+        term = next((t for t in self._pending if self._term_key(t) == key), None)
+        if term is None or self._gamma is None:  # dropped meanwhile (a witness passed it; a bulk load)
+            return False
+        self._install(term, res.upper, res.witness, term.resume)
+        self._version += 1
+        return True
+
+    def _bg_submit(self) -> bool:
+        """Give the worker its next problem when it is idle; returns whether a problem of this engine is in the
+        worker now (then the kernel does not re-tighten: the second core does).  The problem is the largest pending
+        term when it is an admission's (a bulk load's global term stays in the kernel); the worker keeps its paused search, and each later try of the same term continues it with twice the
+        time (``BACKGROUND_SECONDS`` doubling up to ``BACKGROUND_MAX_SECONDS``).
+
+        (Tried and dropped, session 14: γ of all nodes from scratch while the interval is wide, which bounds every
+        pending term at once.  On the drill-down sessions it was exact but took 2.3 s at 500 nodes, 11 s at 700 and
+        26 s at 1,000, so each result bounded only terms that later admissions had long overtaken: the slack
+        stayed 1.22, back to back and with 8 s pauses every 50 queries alike.)"""
+        bg = self.background
+        if bg is None or bg.broken:
+            return False
+        self._bg_collect()
+        if self._bg_task is not None:
+            return True
+        g = self._gamma
+        if not self._pending or g is None or not bg.idle():
+            return False
+        st = self._store
+        term = max(self._pending, key=lambda t: t.upper)
+        if term.box is None:
+            # a bulk load's global term stays in the kernel: its paused search (from the bulk solve) lives there, and
+            # its problem — every node — is the costliest to ship (measured at 10,000 registered: p50 44 ms with the
+            # kernel re-tightening it, 156 ms with the worker restarting it from scratch)
+            return False
+        key = self._term_key(term)
+        floor = g.lower - term.weight
+        hint = term.upper - term.weight if term.box is not None else term.upper
+        limit = min(BACKGROUND_MAX_SECONDS, BACKGROUND_SECONDS * 2.0 ** min(term.tries, 20))
+        boxes = weights = vt = None
+        if key not in self._bg_sent:
+            ids = np.flatnonzero(st.alive[: term.n])
+            if term.box is not None:
+                ids = ids[st.overlap_mask(term.box, term.n)[ids]]
+            boxes = [st.boxes[i] for i in ids.tolist()]
+            weights = st.weights[ids].copy()
+            if term.box is not None and math.isfinite(floor):
+                vt = self._term_up[ids].copy()
+        task = RegionTask(key, self.schema, boxes, weights, vt, term.box, hint, floor, limit, self.solver)
+        tid = bg.submit(task)
+        if tid is None:
+            return False
+        self._bg_sent.add(key)
+        self._bg_task = (tid, key)
+        return True
 
     def add(self, box: Box, weight: float) -> int:
         """Register one node and update all bounds incrementally; returns its id (``commit(admit(...))``)."""

@@ -1,0 +1,287 @@
+"""A second core for the overlap engine: pending terms of γ solved in a worker process (issue 28).
+
+An admission's region search must finish before its cell answers, so it runs in the kernel, capped
+(:mod:`.engine`, graceful degradation).  What it leaves behind — a *pending term* of γ's upper bound, the proven
+interval of ``w_k + max load over box_k`` among the nodes registered before k — is a fixed, historical problem: it
+never changes as later queries arrive, so it can be solved anywhere, at any time, and its result applied whenever it
+comes back.  Before this module the engine re-tightened terms on the kernel's own core, ``retighten_seconds`` per
+commit; the drill-down sessions' regions need 0.2–2 s of search or HiGHS each, so their terms were seldom closed and
+γ's slack stayed (1.23 on the drill-down variant, session 13).
+
+:class:`BackgroundSolver` is one worker process (started lazily: a fresh interpreter on a socket pair, stopped at exit) shared by every engine of the
+Python process, one problem at a time.  A task is a self-contained problem: the schema, the boxes and weights of
+the term's nodes (those registered before k that meet its box; the whole set for the global term of a bulk load),
+the box, the proven hint and floor, the per-node terms and a time limit.  The worker encodes it once and keeps the
+encoded problem with its paused scoped search (:func:`~.maxoverlap.solve_overlap` ``resume``) under the task's key,
+so a later try of the same term continues where the last one stopped (only the key and the new limits are sent
+again); it keeps ``KEEP`` such problems, the most recently used.
+
+Soundness needs nothing new: the worker runs the same :func:`~.maxoverlap.solve_overlap` on the same problem, whose
+``upper`` is proven (exact search, frontier, dual bound with margins, hint) and whose witness is checked again in the
+kernel (its load among the engine's nodes, computed there, is the lower bound used).  Only query boxes — public,
+analyst-written predicates over the declared domain — cross the process boundary, never data.  A failed worker
+(an exception, a crash) yields "no result": the term stays as it was, proven.
+
+Cost in the kernel: building a task (the term's boxes, pickled once per term) and a non-blocking poll of a pipe.
+Used only where the machine has a second core (:func:`BackgroundSolver.available`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BackgroundSolver", "RegionTask", "TaskResult", "default_solver", "KEEP"]
+
+#: encoded problems (with their paused searches) the worker keeps, the most recently used
+KEEP = 4
+#: restarts of a worker that died before the solver gives up (and the engines re-tighten in the kernel again)
+MAX_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class RegionTask:
+    """One pending term's problem: ``max over x in region of Σ weights[i] [x in boxes[i]]``, needed only above
+    ``floor`` (``boxes`` None: the worker holds this ``key``'s problem from an earlier try; ``region`` None: the
+    whole domain, a bulk load's global term)."""
+
+    key: tuple[Any, ...]
+    schema: Any
+    boxes: list[Any] | None
+    weights: np.ndarray | None
+    terms: np.ndarray | None
+    region: Any
+    upper_hint: float
+    floor: float
+    time_limit: float
+    config: Any
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """The worker's answer: a proven ``upper`` bound of the region's maximum load and the witness row it found
+    (``missing``: the worker no longer held the key's problem; send it again)."""
+
+    upper: float
+    witness: dict[str, Any] | None
+    missing: bool = False
+
+
+def _solve(task: RegionTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], Any]]) -> TaskResult:
+    from dpmagic.overlap.encoding import BoxStore
+    from dpmagic.overlap.maxoverlap import solve_overlap
+
+    if task.boxes is None:
+        if task.key not in held:
+            return TaskResult(math.inf, None, missing=True)
+        held.move_to_end(task.key)
+        store, resume, terms = held[task.key]
+    else:
+        store = BoxStore(task.schema)
+        assert task.weights is not None
+        store.extend(task.boxes, task.weights)
+        resume = {}
+        terms = task.terms
+        held[task.key] = (store, resume, terms)
+        while len(held) > KEEP:
+            held.popitem(last=False)
+    r = solve_overlap(
+        store, None, region=task.region, time_limit=task.time_limit, upper_hint=task.upper_hint,
+        floor=task.floor, config=task.config, terms=terms, resume=resume,
+    )  # fmt: skip
+    if r.exact or resume.get("search") is None:  # nothing left to continue: the problem need not be held
+        held.pop(task.key, None)
+    return TaskResult(float(r.upper), None if r.witness is None else dict(r.witness))
+
+
+def _main(fd: int) -> None:  # pragma: no cover - runs in the worker process
+    """The worker's entry point: serve tasks on the socket ``fd`` until it closes (an interrupt meant for the
+    kernel is ignored: the worker ends when the kernel's end of the socket closes)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker(Connection(fd))
+
+
+def _worker(conn: Any) -> None:  # pragma: no cover - runs in the worker process
+    held: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], Any]] = OrderedDict()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        tid, task = msg
+        try:
+            out: TaskResult | None = _solve(task, held)
+        except Exception:  # noqa: BLE001 - no result: the term stays as it was (proven)
+            held.pop(task.key, None)
+            out = None
+        try:
+            conn.send((tid, out))
+        except (BrokenPipeError, OSError):
+            return
+
+
+class BackgroundSolver:
+    """One worker process solving :class:`RegionTask` s one at a time (module docstring).
+
+    ``submit`` returns a task id (None while the worker is busy or broken); ``result(tid)`` is ``(False, None)``
+    while it runs, then ``(True, TaskResult | None)`` once (None: the task failed).  Not thread-safe: the engines
+    of one kernel call it from the kernel's thread.
+    """
+
+    def __init__(self) -> None:
+        self._proc: Any = None
+        self._conn: Any = None
+        self._next = 0
+        self._busy: int | None = None
+        self._done: dict[int, TaskResult | None] = {}
+        self._restarts = 0
+        self._atexit = False
+        self.broken = False
+
+    @staticmethod
+    def available() -> bool:
+        """Whether a second core is there to use (the worker would only slow a one-core kernel)."""
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+        return cores >= 2
+
+    def _start(self) -> bool:
+        if self.broken:
+            return False
+        if self._proc is not None and self._proc.poll() is None:
+            return True
+        if self._proc is not None:
+            self._restarts += 1
+            if self._restarts > MAX_RESTARTS:
+                self.broken = True
+                return False
+        # a fresh interpreter running this module (not multiprocessing's spawn, which would re-run the caller's
+        # ``__main__``, e.g. an analyst's unguarded script): the two ends of a socket pair carry pickled messages
+        mine, theirs = socket.socketpair()
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in [env.get("PYTHONPATH")] if p])
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", f"import dpmagic.overlap.background as b; b._main({theirs.fileno()})"],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True,
+            )  # fmt: skip
+        except OSError:
+            mine.close()
+            theirs.close()
+            self.broken = True
+            return False
+        theirs.close()
+        self._proc, self._conn = proc, Connection(mine.detach())
+        if not self._atexit:
+            atexit.register(self.close)
+            self._atexit = True
+        return True
+
+    def idle(self) -> bool:
+        """Whether a task can be submitted now (collecting a finished one first)."""
+        self._poll()
+        return self._busy is None and not self.broken
+
+    def submit(self, task: RegionTask) -> int | None:
+        """Send ``task`` to the worker; its id, or None when the worker is busy or cannot run."""
+        if not self.idle() or not self._start():
+            return None
+        tid = self._next
+        self._next += 1
+        try:
+            self._conn.send((tid, task))
+        except (BrokenPipeError, OSError):
+            self._lost()
+            return None
+        self._busy = tid
+        return tid
+
+    def result(self, tid: int) -> tuple[bool, TaskResult | None]:
+        """``(done, result)`` of task ``tid`` (a done result is handed out once)."""
+        self._poll()
+        if tid in self._done:
+            return True, self._done.pop(tid)
+        if tid == self._busy:
+            return False, None
+        return True, None  # unknown (a lost worker's task): no result
+
+    def wait(self, tid: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for task ``tid`` to finish; whether it has (its result stays for
+        :meth:`result`)."""
+        if tid == self._busy and self._conn is not None:
+            try:
+                self._conn.poll(timeout)
+            except (EOFError, OSError):
+                self._lost()
+        self._poll()
+        return tid != self._busy
+
+    def _poll(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            while self._conn.poll():
+                tid, out = self._conn.recv()
+                self._done[tid] = out
+                if tid == self._busy:
+                    self._busy = None
+        except (EOFError, OSError):
+            self._lost()
+
+    def _lost(self) -> None:
+        """The worker died: its task has no result; a later submit starts another (up to ``MAX_RESTARTS``)."""
+        if self._busy is not None:
+            self._done[self._busy] = None
+        self._busy = None
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+        self._conn = None
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def close(self) -> None:
+        """Stop the worker (a running task is abandoned)."""
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(5)
+        self._proc = self._conn = None
+        if self._busy is not None:
+            self._done[self._busy] = None
+        self._busy = None
+
+
+_DEFAULT: BackgroundSolver | None = None
+
+
+def default_solver() -> BackgroundSolver | None:
+    """The process's shared solver, or None on a one-core machine (or with ``DPMAGIC_OVERLAP_WORKER=0``)."""
+    global _DEFAULT
+    if os.environ.get("DPMAGIC_OVERLAP_WORKER", "1") == "0" or not BackgroundSolver.available():
+        return None
+    if _DEFAULT is None:
+        _DEFAULT = BackgroundSolver()
+    return _DEFAULT
