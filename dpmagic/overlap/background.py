@@ -183,7 +183,7 @@ class BackgroundSolver:
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True,
             )  # fmt: skip
-        except OSError:
+        except (OSError, ValueError):  # (no pass_fds on Windows: the kernel re-tightens by itself there)
             mine.close()
             theirs.close()
             self.broken = True
