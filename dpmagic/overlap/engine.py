@@ -66,7 +66,11 @@ kept with its term (the encoded problem and the paused scoped search, :func:`~.m
 ``resume``; at most ``RESUME_MAX`` terms hold one): the admission's second search and every later re-tightening
 continue it where it stopped (before session 11 each try re-encoded the problem and restarted the search, so a
 term needing more than one commit's ``retighten_seconds`` was never closed and γ stayed inexact for the rest of
-the session).
+the session).  Where the machine has a second core, the largest admission term goes to a worker process instead
+(:mod:`.background`, session 14: the engine's ``background``; the accountant's engines use the process's shared one):
+it solves the term with 0.5–8 s per try, keeps the paused search between tries, and its result is applied at the
+next admit, commit or :meth:`OverlapEngine.bounds`; meanwhile the kernel does not re-tighten (a bulk load's global
+term stays in the kernel, which holds its paused search).
 
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
