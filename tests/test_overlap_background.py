@@ -179,3 +179,138 @@ def test_the_worker_does_not_rerun_an_unguarded_main_script(tmp_path) -> None:  
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("ran") == 1
     assert "result 1.0" in out.stdout
+
+
+# -- fourteenth red-team pass ----------------------------------------------------------------------------------
+def _task(key: str, bs: list[Box]) -> RegionTask:
+    """The whole-domain problem of ``bs`` at weight 0.5 each (its answer: 0.5 × their deepest overlap)."""
+    return RegionTask((key, 0, False), SCHEMA, bs, [0.5] * len(bs), None, None, 9.0, 0.0, 5.0, None)
+
+
+def _started() -> BackgroundSolver:
+    s = BackgroundSolver()
+    warm = s.submit(_task("warm", _tri()))
+    assert warm is not None and s.wait(warm, 60.0)
+    s.result(warm)
+    return s
+
+
+def _in_child(body) -> int:  # type: ignore[no-untyped-def]
+    """Run ``body()`` in a forked child (exit status 0 when it returned, 1 when it raised); the child's exit status."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_forked_child_does_not_take_its_parents_answer() -> None:
+    """After ``os.fork()`` with a task in flight both processes read the same socket: the child (its copy of the
+    engine collecting at its next admission) took the parent's answer, and the parent's solver stayed busy for
+    good — no engine of the parent had the worker again.  The child must forget the parent's worker."""
+    s = _started()
+    try:
+        tid = s.submit(_task("parent", _tri()))
+        assert tid is not None
+        assert _in_child(lambda: s.wait(tid, 60.0)) == 0
+        assert s.wait(tid, 30.0)
+        done, res = s.result(tid)
+        assert done and res is not None and math.isclose(res.upper, 1.0)
+        assert s.idle()
+    finally:
+        s.close()
+
+
+def test_a_forked_child_uses_a_worker_of_its_own() -> None:
+    """(Regression, not a finding: the child's submission goes to a new worker, its answer never to the parent.)"""
+    s = _started()
+    try:
+        assert _in_child(lambda: s.submit(_task("child", _tri()[:1]))) == 0  # (it exits without reading its answer)
+        tid = s.submit(_task("parent", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        done, res = s.result(tid)
+        assert done and res is not None and res.upper >= 1.0
+        assert res.key == ("parent", 0, False)
+    finally:
+        s.close()
+
+
+def test_a_forked_child_exiting_does_not_stop_its_parents_worker() -> None:
+    """(Regression, not a finding: the child's ``atexit`` — ``close`` — leaves the parent's worker running.)"""
+    s = _started()
+    try:
+        assert _in_child(s.close) == 0
+        assert s._proc is not None and s._proc.poll() is None
+        tid = s.submit(_task("after", _tri()))
+        assert tid is not None and s._restarts == 0
+    finally:
+        s.close()
+
+
+def test_an_answer_to_another_problem_is_never_applied(solver) -> None:  # type: ignore[no-untyped-def]
+    """Whatever mixes answers up (a shared socket after a fork, two threads racing on the shared solver), the
+    engine applies an answer only to the term it was computed for: here the answer of a one-box problem (0.5) is
+    filed under the engine's task id, and the bounds stay as they were."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    tri = _tri()
+    for b in tri:
+        eng.add(b, 0.5)
+    assert eng._bg_task is not None
+    tid = eng._bg_task[0]
+    assert solver.wait(tid, 60.0)
+    solver.result(tid)  # (its own answer taken away)
+    other = solver.submit(_task("other", []))
+    assert other is not None and solver.wait(other, 60.0)
+    solver._done[tid] = solver.result(other)[1]
+    before = eng.overlap()
+    eng._bg_collect()
+    assert eng.overlap() == before
+    assert_sound(eng.overlap(), tri, [0.5] * 3)
+
+
+def test_an_unpicklable_task_is_not_sent_and_the_worker_stays(solver) -> None:  # type: ignore[no-untyped-def]
+    """A task that cannot be pickled raised out of ``submit`` (so out of an engine's ``commit``, after the node was
+    registered); now nothing is sent and the worker serves the next task."""
+    t = _task("unpicklable", _tri())
+    bad = RegionTask(t.key, t.schema, t.boxes, t.weights, None, None, 9.0, 0.0, 5.0, lambda: None)
+    assert solver.submit(bad) is None
+    tid = solver.submit(_task("fine", _tri()))
+    assert tid is not None and solver.wait(tid, 60.0)
+    done, res = solver.result(tid)
+    assert done and res is not None and math.isclose(res.upper, 1.0)
+
+
+def test_answers_of_abandoned_tasks_are_not_kept_forever(solver) -> None:  # type: ignore[no-untyped-def]
+    """An engine dropped with a task in flight (a reset's new engine, a closed session) never collects its answer:
+    the solver keeps only the most recent ones."""
+    for i in range(40):
+        tid = solver.submit(_task(f"abandoned{i}", _tri()[:1]))
+        assert tid is not None and solver.wait(tid, 60.0)
+    assert len(solver._done) <= 16
+
+
+def test_an_overdue_task_is_given_up(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker that never answers (stopped here; a search overrunning its limit alike) kept its task "in flight"
+    for good: the engine neither got the worker back nor re-tightened in the kernel.  Past its deadline (here
+    zero) the task has no result and the worker is replaced."""
+    import dpmagic.overlap.background as bgm
+
+    monkeypatch.setattr(bgm, "OVERDUE_FACTOR", 0.0, raising=False)
+    monkeypatch.setattr(bgm, "OVERDUE_SECONDS", 0.0, raising=False)
+    s = _started()
+    try:
+        os.kill(s._proc.pid, signal.SIGSTOP)
+        tid = s.submit(_task("stuck", _tri()))
+        assert tid is not None
+        assert s.result(tid) == (True, None)
+        assert s.idle()
+        tid = s.submit(_task("next", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        done, res = s.result(tid)
+        assert done and res is not None and math.isclose(res.upper, 1.0)
+    finally:
+        s.close()
