@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -312,5 +313,87 @@ def test_an_overdue_task_is_given_up(monkeypatch) -> None:  # type: ignore[no-un
         assert tid is not None and s.wait(tid, 60.0)
         done, res = s.result(tid)
         assert done and res is not None and math.isclose(res.upper, 1.0)
+    finally:
+        s.close()
+
+
+steps = st.lists(st.tuples(st.sampled_from(["add", "stale", "bounds", "answer"]), boxes(), weights), max_size=8)
+
+
+@given(steps)
+@settings(max_examples=30, deadline=None)
+def test_interleaved_admissions_bounds_and_answers_stay_sound(solver, ops) -> None:  # type: ignore[no-untyped-def]
+    """Any interleaving of admissions, commits of an admission computed before an answer was applied (recomputed:
+    its state is stale), ``bounds()`` and the worker's answers: every bound stays sound against brute force, and
+    so does every admission's own bound (what the accountant charged) for the nodes it was computed for."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    bs: list = []
+    ws: list[float] = []
+    for op, b, w in [("add", t, 0.5) for t in _tri()] + list(ops):
+        if op in ("add", "stale"):
+            adm = eng.admit(b, w)
+            if op == "stale" and eng._bg_task is not None:
+                solver.wait(eng._bg_task[0], 30.0)
+                eng.bounds()  # the answer is applied: the admission is stale
+            eng.commit(adm)
+            bs.append(b)
+            ws.append(w)
+            assert_sound(adm.bounds.overlap, bs, ws)
+        elif op == "bounds":
+            eng.bounds()
+        elif eng._bg_task is not None:
+            solver.wait(eng._bg_task[0], 30.0)
+            eng._bg_collect()
+        assert_sound(eng.overlap(), bs, ws)
+        assert_sound(eng.bounds().overlap, bs, ws)
+        b_ = eng.bounds(refine=False)
+        assert b_.overlap.upper <= b_.clique + 1e-12 <= b_.chromatic + 2e-12 <= b_.sequential + 3e-12
+
+
+def test_the_worker_holds_at_most_held_max_bytes_of_paused_searches(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker kept ``KEEP`` paused searches whatever their size (up to ≈ 100 MB each on the largest instances,
+    where the kernel keeps 64 MB in all): here every search pauses holding 40 MB, and at most 64 MB stay held."""
+    import dpmagic.overlap.background as bgm
+    import dpmagic.overlap.maxoverlap as mo
+    import dpmagic.overlap.scoped as sc
+    from dpmagic.overlap.maxoverlap import OverlapResult
+
+    def paused(*args, resume, **kwargs):  # type: ignore[no-untyped-def]
+        resume["search"] = "paused"
+        return OverlapResult(0.5, 1.5, False, None, (), "scoped")
+
+    monkeypatch.setattr(mo, "solve_overlap", paused)
+    monkeypatch.setattr(sc, "scoped_state_nbytes", lambda state: 40 * 2**20 if state and state.get("search") else 0)
+    held: OrderedDict = OrderedDict()
+    for i in range(4):
+        bgm._solve(_task(f"big{i}", _tri()), held)
+        assert sum(40 * 2**20 for v in held.values() if v[1].get("search")) <= 64 * 2**20
+    assert f"big{3}" in {k[0] for k in held}  # the most recent is kept
+
+
+def test_a_worker_that_cannot_start_leaves_the_kernel_re_tightening(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """(Regression: an interpreter that exits at once — here ``false``; no dpmagic or numpy on its path alike — is
+    a dead worker each time: after ``MAX_RESTARTS`` the solver is broken and the kernel re-tightens by itself; the
+    bounds stay sound throughout and nothing blocks.)"""
+    import shutil
+
+    false = shutil.which("false")
+    if false is None:  # pragma: no cover
+        pytest.skip("no `false` here")
+    monkeypatch.setattr(sys, "executable", false)
+    s = BackgroundSolver()
+    try:
+        eng = OverlapEngine(SCHEMA, charged="exact", background=s, **STARVED)
+        tri = _tri()
+        bs: list = []
+        for i in range(12):
+            b = tri[i % 3]
+            eng.add(b, 0.5)
+            bs.append(b)
+            if eng._bg_task is not None:
+                s.wait(eng._bg_task[0], 30.0)
+            assert_sound(eng.bounds().overlap, bs, [0.5] * len(bs))
+        assert s.broken and s._proc.poll() is not None
+        assert s.submit(_task("never", tri)) is None
     finally:
         s.close()

@@ -49,6 +49,9 @@ __all__ = ["BackgroundSolver", "RegionTask", "TaskResult", "default_solver", "KE
 
 #: encoded problems (with their paused searches) the worker keeps, the most recently used
 KEEP = 4
+#: the memory those paused searches may hold in all (bytes; as the kernel's ``RESUME_MAX_BYTES``: a paused search
+#: holds up to ≈ 100 MB on the largest instances; red team 14)
+HELD_MAX_BYTES = 64 * 2**20
 #: restarts of a worker that died before the solver gives up (and the engines re-tighten in the kernel again)
 MAX_RESTARTS = 3
 #: finished results kept for their engines (an engine dropped with a task in flight never collects its result)
@@ -93,6 +96,7 @@ class TaskResult:
 def _solve(task: RegionTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], Any]]) -> TaskResult:
     from dpmagic.overlap.encoding import BoxStore
     from dpmagic.overlap.maxoverlap import solve_overlap
+    from dpmagic.overlap.scoped import scoped_state_nbytes
 
     if task.boxes is None:
         if task.key not in held:
@@ -114,6 +118,13 @@ def _solve(task: RegionTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict[
     )  # fmt: skip
     if r.exact or resume.get("search") is None:  # nothing left to continue: the problem need not be held
         held.pop(task.key, None)
+    used = 0
+    for key in reversed(list(held)):  # the most recently used first; a problem beyond the bytes is sent again
+        size = scoped_state_nbytes(held[key][1])
+        if used + size > HELD_MAX_BYTES:
+            del held[key]
+        else:
+            used += size
     return TaskResult(task.key, float(r.upper), None if r.witness is None else dict(r.witness))
 
 
