@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -395,5 +397,48 @@ def test_a_worker_that_cannot_start_leaves_the_kernel_re_tightening(monkeypatch)
             assert_sound(eng.bounds().overlap, bs, [0.5] * len(bs))
         assert s.broken and s._proc.poll() is not None
         assert s.submit(_task("never", tri)) is None
+    finally:
+        s.close()
+
+
+def test_an_interrupt_in_the_middle_of_an_answer_does_not_hang_the_kernel() -> None:
+    """^C while the kernel reads an answer (the length and a few bytes read, the rest not) left the socket out of
+    step: the next read took pickle bytes for a length and waited for bytes that never come — the kernel hung at
+    its next admission, the worker idle.  Now the interrupted solver drops its worker."""
+    import threading
+
+    s = _started()
+    conn = None
+    try:
+        tid = s.submit(_task("interrupted", _tri()))
+        assert tid is not None
+        conn = s._conn
+        assert conn.poll(60.0)
+        # an offset inside the answer where the next four bytes, read as a length, ask for more than is there
+        raw = socket.socket(fileno=os.dup(conn.fileno()))
+        try:
+            buf = raw.recv(1 << 16, socket.MSG_PEEK)
+        finally:
+            raw.detach()
+        cut = next(
+            k for k in range(5, len(buf) - 4) if int.from_bytes(buf[k : k + 4], "big", signed=True) > len(buf) - k - 4
+        )
+
+        def interrupted() -> Any:
+            conn._recv(cut)  # type: ignore[union-attr]
+            raise KeyboardInterrupt
+
+        conn.recv = interrupted  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            s.result(tid)
+        del conn.recv
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(s.result(tid)), daemon=True)
+        t.start()
+        t.join(60.0)
+        assert out == [(True, None)]  # (not hung) no answer: the worker was dropped
+        tid = s.submit(_task("after", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        assert math.isclose(s.result(tid)[1].upper, 1.0)  # type: ignore[union-attr]
     finally:
         s.close()

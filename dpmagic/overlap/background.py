@@ -264,6 +264,9 @@ class BackgroundSolver:
                 return None
             except Exception:  # noqa: BLE001 - not picklable: pickled before anything is written, so nothing was sent
                 return None
+            except BaseException:  # an interrupt in the middle of a message: the worker would read the next one as
+                self._lost()  # its rest; it is stopped instead
+                raise
             self._busy = tid
             self._deadline = time.monotonic() + OVERDUE_FACTOR * float(task.time_limit) + OVERDUE_SECONDS
             return tid
@@ -301,9 +304,12 @@ class BackgroundSolver:
                     del self._done[next(iter(self._done))]
                 if tid == self._busy:
                     self._busy = None
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, a broken socket, an answer that does not unpickle: the worker is lost
             self._lost()
             return
+        except BaseException:  # an interrupt in the middle of a message: the stream is out of step for good
+            self._lost()
+            raise
         if self._busy is not None and time.monotonic() > self._deadline:
             self._lost()  # overdue: no result (the next submission starts another worker, up to MAX_RESTARTS)
 
