@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -179,3 +182,263 @@ def test_the_worker_does_not_rerun_an_unguarded_main_script(tmp_path) -> None:  
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("ran") == 1
     assert "result 1.0" in out.stdout
+
+
+# -- fourteenth red-team pass ----------------------------------------------------------------------------------
+def _task(key: str, bs: list[Box]) -> RegionTask:
+    """The whole-domain problem of ``bs`` at weight 0.5 each (its answer: 0.5 × their deepest overlap)."""
+    return RegionTask((key, 0, False), SCHEMA, bs, [0.5] * len(bs), None, None, 9.0, 0.0, 5.0, None)
+
+
+def _started() -> BackgroundSolver:
+    s = BackgroundSolver()
+    warm = s.submit(_task("warm", _tri()))
+    assert warm is not None and s.wait(warm, 60.0)
+    s.result(warm)
+    return s
+
+
+def _in_child(body) -> int:  # type: ignore[no-untyped-def]
+    """Run ``body()`` in a forked child (exit status 0 when it returned, 1 when it raised); the child's exit status."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            body()
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_a_forked_child_does_not_take_its_parents_answer() -> None:
+    """After ``os.fork()`` with a task in flight both processes read the same socket: the child (its copy of the
+    engine collecting at its next admission) took the parent's answer, and the parent's solver stayed busy for
+    good — no engine of the parent had the worker again.  The child must forget the parent's worker."""
+    s = _started()
+    try:
+        tid = s.submit(_task("parent", _tri()))
+        assert tid is not None
+        assert _in_child(lambda: s.wait(tid, 60.0)) == 0
+        assert s.wait(tid, 30.0)
+        done, res = s.result(tid)
+        assert done and res is not None and math.isclose(res.upper, 1.0)
+        assert s.idle()
+    finally:
+        s.close()
+
+
+def test_a_forked_child_uses_a_worker_of_its_own() -> None:
+    """(Regression, not a finding: the child's submission goes to a new worker, its answer never to the parent.)"""
+    s = _started()
+    try:
+        assert _in_child(lambda: s.submit(_task("child", _tri()[:1]))) == 0  # (it exits without reading its answer)
+        tid = s.submit(_task("parent", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        done, res = s.result(tid)
+        assert done and res is not None and res.upper >= 1.0
+        assert res.key == ("parent", 0, False)
+    finally:
+        s.close()
+
+
+def test_a_forked_child_exiting_does_not_stop_its_parents_worker() -> None:
+    """(Regression, not a finding: the child's ``atexit`` — ``close`` — leaves the parent's worker running.)"""
+    s = _started()
+    try:
+        assert _in_child(s.close) == 0
+        assert s._proc is not None and s._proc.poll() is None
+        tid = s.submit(_task("after", _tri()))
+        assert tid is not None and s._restarts == 0
+    finally:
+        s.close()
+
+
+def test_an_answer_to_another_problem_is_never_applied(solver) -> None:  # type: ignore[no-untyped-def]
+    """Whatever mixes answers up (a shared socket after a fork, two threads racing on the shared solver), the
+    engine applies an answer only to the term it was computed for: here the answer of a one-box problem (0.5) is
+    filed under the engine's task id, and the bounds stay as they were."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    tri = _tri()
+    for b in tri:
+        eng.add(b, 0.5)
+    assert eng._bg_task is not None
+    tid = eng._bg_task[0]
+    assert solver.wait(tid, 60.0)
+    solver.result(tid)  # (its own answer taken away)
+    other = solver.submit(_task("other", []))
+    assert other is not None and solver.wait(other, 60.0)
+    solver._done[tid] = solver.result(other)[1]
+    before = eng.overlap()
+    eng._bg_collect()
+    assert eng.overlap() == before
+    assert_sound(eng.overlap(), tri, [0.5] * 3)
+
+
+def test_an_unpicklable_task_is_not_sent_and_the_worker_stays(solver) -> None:  # type: ignore[no-untyped-def]
+    """A task that cannot be pickled raised out of ``submit`` (so out of an engine's ``commit``, after the node was
+    registered); now nothing is sent and the worker serves the next task."""
+    t = _task("unpicklable", _tri())
+    bad = RegionTask(t.key, t.schema, t.boxes, t.weights, None, None, 9.0, 0.0, 5.0, lambda: None)
+    assert solver.submit(bad) is None
+    tid = solver.submit(_task("fine", _tri()))
+    assert tid is not None and solver.wait(tid, 60.0)
+    done, res = solver.result(tid)
+    assert done and res is not None and math.isclose(res.upper, 1.0)
+
+
+def test_answers_of_abandoned_tasks_are_not_kept_forever(solver) -> None:  # type: ignore[no-untyped-def]
+    """An engine dropped with a task in flight (a reset's new engine, a closed session) never collects its answer:
+    the solver keeps only the most recent ones."""
+    for i in range(40):
+        tid = solver.submit(_task(f"abandoned{i}", _tri()[:1]))
+        assert tid is not None and solver.wait(tid, 60.0)
+    assert len(solver._done) <= 16
+
+
+def test_an_overdue_task_is_given_up(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A worker that never answers (stopped here; a search overrunning its limit alike) kept its task "in flight"
+    for good: the engine neither got the worker back nor re-tightened in the kernel.  Past its deadline (here
+    zero) the task has no result and the worker is replaced."""
+    import dpmagic.overlap.background as bgm
+
+    monkeypatch.setattr(bgm, "OVERDUE_FACTOR", 0.0, raising=False)
+    monkeypatch.setattr(bgm, "OVERDUE_SECONDS", 0.0, raising=False)
+    s = _started()
+    try:
+        os.kill(s._proc.pid, signal.SIGSTOP)
+        tid = s.submit(_task("stuck", _tri()))
+        assert tid is not None
+        assert s.result(tid) == (True, None)
+        assert s.idle()
+        tid = s.submit(_task("next", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        done, res = s.result(tid)
+        assert done and res is not None and math.isclose(res.upper, 1.0)
+    finally:
+        s.close()
+
+
+steps = st.lists(st.tuples(st.sampled_from(["add", "stale", "bounds", "answer"]), boxes(), weights), max_size=8)
+
+
+@given(steps)
+@settings(max_examples=30, deadline=None)
+def test_interleaved_admissions_bounds_and_answers_stay_sound(solver, ops) -> None:  # type: ignore[no-untyped-def]
+    """Any interleaving of admissions, commits of an admission computed before an answer was applied (recomputed:
+    its state is stale), ``bounds()`` and the worker's answers: every bound stays sound against brute force, and
+    so does every admission's own bound (what the accountant charged) for the nodes it was computed for."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    bs: list = []
+    ws: list[float] = []
+    for op, b, w in [("add", t, 0.5) for t in _tri()] + list(ops):
+        if op in ("add", "stale"):
+            adm = eng.admit(b, w)
+            if op == "stale" and eng._bg_task is not None:
+                solver.wait(eng._bg_task[0], 30.0)
+                eng.bounds()  # the answer is applied: the admission is stale
+            eng.commit(adm)
+            bs.append(b)
+            ws.append(w)
+            assert_sound(adm.bounds.overlap, bs, ws)
+        elif op == "bounds":
+            eng.bounds()
+        elif eng._bg_task is not None:
+            solver.wait(eng._bg_task[0], 30.0)
+            eng._bg_collect()
+        assert_sound(eng.overlap(), bs, ws)
+        assert_sound(eng.bounds().overlap, bs, ws)
+        b_ = eng.bounds(refine=False)
+        assert b_.overlap.upper <= b_.clique + 1e-12 <= b_.chromatic + 2e-12 <= b_.sequential + 3e-12
+
+
+def test_the_worker_holds_at_most_held_max_bytes_of_paused_searches(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The worker kept ``KEEP`` paused searches whatever their size (up to ≈ 100 MB each on the largest instances,
+    where the kernel keeps 64 MB in all): here every search pauses holding 40 MB, and at most 64 MB stay held."""
+    import dpmagic.overlap.background as bgm
+    import dpmagic.overlap.maxoverlap as mo
+    import dpmagic.overlap.scoped as sc
+    from dpmagic.overlap.maxoverlap import OverlapResult
+
+    def paused(*args, resume, **kwargs):  # type: ignore[no-untyped-def]
+        resume["search"] = "paused"
+        return OverlapResult(0.5, 1.5, False, None, (), "scoped")
+
+    monkeypatch.setattr(mo, "solve_overlap", paused)
+    monkeypatch.setattr(sc, "scoped_state_nbytes", lambda state: 40 * 2**20 if state and state.get("search") else 0)
+    held: OrderedDict = OrderedDict()
+    for i in range(4):
+        bgm._solve(_task(f"big{i}", _tri()), held)
+        assert sum(40 * 2**20 for v in held.values() if v[1].get("search")) <= 64 * 2**20
+    assert f"big{3}" in {k[0] for k in held}  # the most recent is kept
+
+
+def test_a_worker_that_cannot_start_leaves_the_kernel_re_tightening(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """(Regression: an interpreter that exits at once — here ``false``; no dpmagic or numpy on its path alike — is
+    a dead worker each time: after ``MAX_RESTARTS`` the solver is broken and the kernel re-tightens by itself; the
+    bounds stay sound throughout and nothing blocks.)"""
+    import shutil
+
+    false = shutil.which("false")
+    if false is None:  # pragma: no cover
+        pytest.skip("no `false` here")
+    monkeypatch.setattr(sys, "executable", false)
+    s = BackgroundSolver()
+    try:
+        eng = OverlapEngine(SCHEMA, charged="exact", background=s, **STARVED)
+        tri = _tri()
+        bs: list = []
+        for i in range(12):
+            b = tri[i % 3]
+            eng.add(b, 0.5)
+            bs.append(b)
+            if eng._bg_task is not None:
+                s.wait(eng._bg_task[0], 30.0)
+            assert_sound(eng.bounds().overlap, bs, [0.5] * len(bs))
+        assert s.broken and s._proc.poll() is not None
+        assert s.submit(_task("never", tri)) is None
+    finally:
+        s.close()
+
+
+def test_an_interrupt_in_the_middle_of_an_answer_does_not_hang_the_kernel() -> None:
+    """^C while the kernel reads an answer (the length and a few bytes read, the rest not) left the socket out of
+    step: the next read took pickle bytes for a length and waited for bytes that never come — the kernel hung at
+    its next admission, the worker idle.  Now the interrupted solver drops its worker."""
+    import threading
+
+    s = _started()
+    conn = None
+    try:
+        tid = s.submit(_task("interrupted", _tri()))
+        assert tid is not None
+        conn = s._conn
+        assert conn.poll(60.0)
+        # an offset inside the answer where the next four bytes, read as a length, ask for more than is there
+        raw = socket.socket(fileno=os.dup(conn.fileno()))
+        try:
+            buf = raw.recv(1 << 16, socket.MSG_PEEK)
+        finally:
+            raw.detach()
+        cut = next(
+            k for k in range(5, len(buf) - 4) if int.from_bytes(buf[k : k + 4], "big", signed=True) > len(buf) - k - 4
+        )
+
+        def interrupted() -> Any:
+            conn._recv(cut)  # type: ignore[union-attr]
+            raise KeyboardInterrupt
+
+        conn.recv = interrupted  # type: ignore[method-assign]
+        with pytest.raises(KeyboardInterrupt):
+            s.result(tid)
+        del conn.recv
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(s.result(tid)), daemon=True)
+        t.start()
+        t.join(60.0)
+        assert out == [(True, None)]  # (not hung) no answer: the worker was dropped
+        tid = s.submit(_task("after", _tri()))
+        assert tid is not None and s.wait(tid, 60.0)
+        assert math.isclose(s.result(tid)[1].upper, 1.0)  # type: ignore[union-attr]
+    finally:
+        s.close()

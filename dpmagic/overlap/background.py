@@ -36,6 +36,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -47,8 +49,18 @@ __all__ = ["BackgroundSolver", "RegionTask", "TaskResult", "default_solver", "KE
 
 #: encoded problems (with their paused searches) the worker keeps, the most recently used
 KEEP = 4
+#: the memory those paused searches may hold in all (bytes; as the kernel's ``RESUME_MAX_BYTES``: a paused search
+#: holds up to ≈ 100 MB on the largest instances; red team 14)
+HELD_MAX_BYTES = 64 * 2**20
 #: restarts of a worker that died before the solver gives up (and the engines re-tighten in the kernel again)
 MAX_RESTARTS = 3
+#: finished results kept for their engines (an engine dropped with a task in flight never collects its result)
+KEEP_DONE = 16
+#: a task not answered within ``OVERDUE_FACTOR`` × its time limit + ``OVERDUE_SECONDS`` (wall clock, kernel side)
+#: is given up: the worker is stopped as a dead one (a search that overran its limit, a stopped process), else the
+#: engine would wait for it for good — and, its problem "in the worker", never re-tighten in the kernel either
+OVERDUE_FACTOR = 2.0
+OVERDUE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -71,9 +83,11 @@ class RegionTask:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """The worker's answer: a proven ``upper`` bound of the region's maximum load and the witness row it found
-    (``missing``: the worker no longer held the key's problem; send it again)."""
+    """The worker's answer to the task with ``key``: a proven ``upper`` bound of the region's maximum load and the
+    witness row it found (``missing``: the worker no longer held the key's problem; send it again).  The engine
+    applies it only to the term of that key (red team 14: an answer is never taken on its task id alone)."""
 
+    key: tuple[Any, ...]
     upper: float
     witness: dict[str, Any] | None
     missing: bool = False
@@ -82,10 +96,11 @@ class TaskResult:
 def _solve(task: RegionTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], Any]]) -> TaskResult:
     from dpmagic.overlap.encoding import BoxStore
     from dpmagic.overlap.maxoverlap import solve_overlap
+    from dpmagic.overlap.scoped import scoped_state_nbytes
 
     if task.boxes is None:
         if task.key not in held:
-            return TaskResult(math.inf, None, missing=True)
+            return TaskResult(task.key, math.inf, None, missing=True)
         held.move_to_end(task.key)
         store, resume, terms = held[task.key]
     else:
@@ -103,7 +118,14 @@ def _solve(task: RegionTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict[
     )  # fmt: skip
     if r.exact or resume.get("search") is None:  # nothing left to continue: the problem need not be held
         held.pop(task.key, None)
-    return TaskResult(float(r.upper), None if r.witness is None else dict(r.witness))
+    used = 0
+    for key in reversed(list(held)):  # the most recently used first; a problem beyond the bytes is sent again
+        size = scoped_state_nbytes(held[key][1])
+        if used + size > HELD_MAX_BYTES:
+            del held[key]
+        else:
+            used += size
+    return TaskResult(task.key, float(r.upper), None if r.witness is None else dict(r.witness))
 
 
 def _main(fd: int) -> None:  # pragma: no cover - runs in the worker process
@@ -138,19 +160,39 @@ class BackgroundSolver:
     """One worker process solving :class:`RegionTask` s one at a time (module docstring).
 
     ``submit`` returns a task id (None while the worker is busy or broken); ``result(tid)`` is ``(False, None)``
-    while it runs, then ``(True, TaskResult | None)`` once (None: the task failed).  Not thread-safe: the engines
-    of one kernel call it from the kernel's thread.
+    while it runs, then ``(True, TaskResult | None)`` once (None: the task failed).  Thread-safe (one lock: the
+    server's thread pool runs several data sets' accountants, which share the process's solver).  Its process is
+    the one that started it: after ``os.fork()`` the child forgets the parent's worker (never writes to its socket,
+    reads its answers or stops it) and starts its own when needed (red team 14).
     """
 
     def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._proc: Any = None
         self._conn: Any = None
         self._next = 0
         self._busy: int | None = None
+        self._deadline = math.inf
         self._done: dict[int, TaskResult | None] = {}
         self._restarts = 0
         self._atexit = False
         self.broken = False
+
+    def _owned(self) -> threading.RLock:
+        """This process's lock, after forgetting a worker inherited through ``os.fork()`` (the child's copy of the
+        socket is closed — the parent's stays open — and the parent's process is neither waited for nor killed)."""
+        if self._pid != os.getpid():
+            self._lock = threading.RLock()  # (the parent's may have been held by another thread at the fork)
+            self._pid = os.getpid()
+            if self._conn is not None:
+                with contextlib.suppress(OSError):
+                    self._conn.close()
+            self._proc = self._conn = None
+            self._busy = None
+            self._done = {}
+            self._restarts = 0
+        return self._lock
 
     @staticmethod
     def available() -> bool:
@@ -197,42 +239,59 @@ class BackgroundSolver:
 
     def idle(self) -> bool:
         """Whether a task can be submitted now (collecting a finished one first)."""
-        self._poll()
-        return self._busy is None and not self.broken
+        with self._owned():
+            self._poll()
+            return self._busy is None and not self.broken
 
     def submit(self, task: RegionTask) -> int | None:
-        """Send ``task`` to the worker; its id, or None when the worker is busy or cannot run."""
-        if not self.idle() or not self._start():
-            return None
-        tid = self._next
-        self._next += 1
-        try:
-            self._conn.send((tid, task))
-        except (BrokenPipeError, OSError):
-            self._lost()
-            return None
-        self._busy = tid
-        return tid
+        """Send ``task`` to the worker; its id, or None when the worker is busy or cannot run (or the task cannot be
+        pickled: then nothing was sent and the worker stays)."""
+        with self._owned():
+            if not self.idle():
+                return None
+            try:
+                if not self._start():
+                    return None
+            except Exception:  # noqa: BLE001 - no worker (e.g. no interpreter to run): the kernel re-tightens
+                self.broken = True
+                return None
+            tid = self._next
+            self._next += 1
+            try:
+                self._conn.send((tid, task))
+            except (BrokenPipeError, OSError):
+                self._lost()
+                return None
+            except Exception:  # noqa: BLE001 - not picklable: pickled before anything is written, so nothing was sent
+                return None
+            except BaseException:  # an interrupt in the middle of a message: the worker would read the next one as
+                self._lost()  # its rest; it is stopped instead
+                raise
+            self._busy = tid
+            self._deadline = time.monotonic() + OVERDUE_FACTOR * float(task.time_limit) + OVERDUE_SECONDS
+            return tid
 
     def result(self, tid: int) -> tuple[bool, TaskResult | None]:
         """``(done, result)`` of task ``tid`` (a done result is handed out once)."""
-        self._poll()
-        if tid in self._done:
-            return True, self._done.pop(tid)
-        if tid == self._busy:
-            return False, None
-        return True, None  # unknown (a lost worker's task): no result
+        with self._owned():
+            self._poll()
+            if tid in self._done:
+                return True, self._done.pop(tid)
+            if tid == self._busy:
+                return False, None
+            return True, None  # unknown (a lost worker's task, or one from before a fork): no result
 
     def wait(self, tid: int, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for task ``tid`` to finish; whether it has (its result stays for
         :meth:`result`)."""
-        if tid == self._busy and self._conn is not None:
-            try:
-                self._conn.poll(timeout)
-            except (EOFError, OSError):
-                self._lost()
-        self._poll()
-        return tid != self._busy
+        with self._owned():
+            if tid == self._busy and self._conn is not None:
+                try:
+                    self._conn.poll(timeout)
+                except (EOFError, OSError):
+                    self._lost()
+            self._poll()
+            return tid != self._busy
 
     def _poll(self) -> None:
         if self._conn is None:
@@ -241,10 +300,18 @@ class BackgroundSolver:
             while self._conn.poll():
                 tid, out = self._conn.recv()
                 self._done[tid] = out
+                while len(self._done) > KEEP_DONE:  # the oldest: an abandoned task's (its engine is gone)
+                    del self._done[next(iter(self._done))]
                 if tid == self._busy:
                     self._busy = None
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, a broken socket, an answer that does not unpickle: the worker is lost
             self._lost()
+            return
+        except BaseException:  # an interrupt in the middle of a message: the stream is out of step for good
+            self._lost()
+            raise
+        if self._busy is not None and time.monotonic() > self._deadline:
+            self._lost()  # overdue: no result (the next submission starts another worker, up to MAX_RESTARTS)
 
     def _lost(self) -> None:
         """The worker died: its task has no result; a later submit starts another (up to ``MAX_RESTARTS``)."""
@@ -260,18 +327,20 @@ class BackgroundSolver:
             self._proc.wait()
 
     def close(self) -> None:
-        """Stop the worker (a running task is abandoned)."""
-        if self._conn is not None:
-            with contextlib.suppress(OSError):
-                self._conn.close()
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(5)
-        self._proc = self._conn = None
-        if self._busy is not None:
-            self._done[self._busy] = None
-        self._busy = None
+        """Stop the worker (a running task is abandoned).  In a forked child (its ``atexit``) only the child's own
+        worker, never the parent's."""
+        with self._owned():
+            if self._conn is not None:
+                with contextlib.suppress(OSError):
+                    self._conn.close()
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(5)
+            self._proc = self._conn = None
+            if self._busy is not None:
+                self._done[self._busy] = None
+            self._busy = None
 
 
 _DEFAULT: BackgroundSolver | None = None

@@ -651,7 +651,9 @@ class OverlapEngine:
         if not done:
             return False
         self._bg_task = None
-        if res is None or res.missing:  # failed, or the worker no longer holds the problem: the next try sends it
+        # failed, or the worker no longer holds the problem: the next try sends it; an answer to another problem (a
+        # result is taken on its key, never on its task id alone: red team 14) is not applied
+        if res is None or res.missing or res.key != key:
             self._bg_sent.discard(key)
             return False
         term = next((t for t in self._pending if self._term_key(t) == key), None)
