@@ -150,3 +150,14 @@ class EveryOtherClock:
     def perf_counter(self) -> float:
         self.k += 1
         return math.inf if self.k % 2 == 0 else 0.0
+
+
+def tri_boxes() -> list[Box]:
+    """Three pairwise overlapping boxes with no common row (Smith et al. 2022, "Making the Most of Parallel
+    Composition in Differential Privacy", PoPETs 2022(1), Prop. 4): γ = 2 weights, a clique of 3."""
+    c3, c4, i = SCHEMA["c3"], SCHEMA["c4"], SCHEMA["i"]
+    return [
+        Box({"c3": CategorySet.of_indices(c3, [0, 1]), "i": IntervalSet.of(i, [Interval(0, 3)])}),
+        Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
+        Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
+    ]

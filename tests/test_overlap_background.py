@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from overlap_support import SCHEMA, assert_sound, boxes, brute_max
+from overlap_support import SCHEMA, assert_sound, boxes, brute_max, tri_boxes
 
-from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
-from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap
+from dpmagic.domain.sets import Box
+from dpmagic.overlap import OverlapEngine, PortfolioConfig, background, max_overlap
 from dpmagic.overlap.background import BackgroundSolver, RegionTask, default_solver
 
 #: HiGHS alone (a zero time limit stops it on these small instances: every kernel-side result is an interval)
@@ -37,15 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SENT: list[bool] = []
 
 
-def _tri() -> list[Box]:
-    """Three pairwise overlapping boxes with no common row (Smith et al. 2022, "Making the Most of Parallel
-    Composition in Differential Privacy", PoPETs 2022(1), Prop. 4): γ = 2 weights."""
-    c3, c4, i = SCHEMA["c3"], SCHEMA["c4"], SCHEMA["i"]
-    return [
-        Box({"c3": CategorySet.of_indices(c3, [0, 1]), "i": IntervalSet.of(i, [Interval(0, 3)])}),
-        Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
-        Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
-    ]
+_tri = tri_boxes
 
 
 @pytest.fixture(scope="module")
@@ -382,7 +374,7 @@ def test_a_worker_that_cannot_start_leaves_the_kernel_re_tightening(monkeypatch)
     false = shutil.which("false")
     if false is None:  # pragma: no cover
         pytest.skip("no `false` here")
-    monkeypatch.setattr(sys, "executable", false)
+    monkeypatch.setattr(background, "_python", lambda: false)
     s = BackgroundSolver()
     try:
         eng = OverlapEngine(SCHEMA, charged="exact", background=s, **STARVED)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, assert_sound, boxes, brute_max, row_load
+from overlap_support import FAST, SCHEMA, assert_sound, boxes, brute_max, row_load, tri_boxes
 
 from dpmagic.accountant.accountant import Accountant
 from dpmagic.accountant.currency import parse_budget
 from dpmagic.accountant.ledger import Ledger
-from dpmagic.domain.sets import Box, CategorySet, Interval, IntervalSet
+from dpmagic.domain.sets import Box, CategorySet
 from dpmagic.errors import BudgetExceededError
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap
 from dpmagic.overlap.engine import HARD_TIME_LIMIT, NEAR_TIME_LIMIT, QUICK_TIME_LIMIT
@@ -32,15 +32,7 @@ weights = st.sampled_from([0.01, 0.037, 0.05, 0.1, 0.083, 0.3, 0.07, 0.5, 1.25])
 workloads = st.lists(st.tuples(boxes(), weights), min_size=1, max_size=8)
 
 
-def _tri() -> list[Box]:
-    """Three pairwise overlapping boxes with no common row (Smith et al. 2022, "Making the Most of Parallel
-    Composition in Differential Privacy", PoPETs 2022(1), Prop. 4): γ = 2 weights, a clique of 3."""
-    c3, c4, i = SCHEMA["c3"], SCHEMA["c4"], SCHEMA["i"]
-    return [
-        Box({"c3": CategorySet.of_indices(c3, [0, 1]), "i": IntervalSet.of(i, [Interval(0, 3)])}),
-        Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
-        Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
-    ]
+_tri = tri_boxes
 
 
 def test_degradation_is_on_by_default_for_charged_engines() -> None:

@@ -156,6 +156,15 @@ def _worker(conn: Any) -> None:  # pragma: no cover - runs in the worker process
             return
 
 
+def _python() -> str:
+    """The interpreter to run the worker with: multiprocessing's choice (``sys.executable``, unless an embedding
+    host such as uWSGI set another with ``multiprocessing.set_executable``)."""
+    from multiprocessing import spawn
+
+    exe = spawn.get_executable()
+    return os.fsdecode(exe) if exe else sys.executable
+
+
 class BackgroundSolver:
     """One worker process solving :class:`RegionTask` s one at a time (module docstring).
 
@@ -221,7 +230,7 @@ class BackgroundSolver:
         env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in [env.get("PYTHONPATH")] if p])
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", f"import dpmagic.overlap.background as b; b._main({theirs.fileno()})"],
+                [_python(), "-c", f"import dpmagic.overlap.background as b; b._main({theirs.fileno()})"],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True,
             )  # fmt: skip

@@ -500,7 +500,9 @@ class OverlapEngine:
         return self._token, self._version
 
     def admit(self, box: Box, weight: float, *, budget: float | None = None) -> Admission:
-        """Compute, once, what adding ``(box, weight)`` does to every bound; the engine does not change.
+        """Compute, once, what adding ``(box, weight)`` does to every bound; the engine's nodes do not change (only an
+        answer the background worker finished meanwhile is applied first: bounds tighten, as the next admission would
+        have them anyway).
 
         ``admission.bounds`` is what :meth:`preview` returns; :meth:`commit` applies it.  Cost: the region
         sub-problem ``max_load_over(box)`` (skipped when the charged bound does not need it, see ``charged``)
