@@ -434,3 +434,68 @@ def test_an_interrupt_in_the_middle_of_an_answer_does_not_hang_the_kernel() -> N
         assert math.isclose(s.result(tid)[1].upper, 1.0)  # type: ignore[union-attr]
     finally:
         s.close()
+
+
+def test_the_pump_keeps_the_worker_busy_between_cells_and_ends_when_idle(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An accountant whose charge leaves a problem in the worker starts a pump thread; with nothing else called in
+    the kernel (an analyst reading the answer), the pump applies the worker's answers and sends the next problems
+    until γ is exact, then ends (and a later charge that needs it starts another)."""
+    import time
+
+    from dpmagic.accountant.accountant import Accountant
+    from dpmagic.accountant.currency import parse_budget
+    from dpmagic.accountant.ledger import Ledger
+
+    solver = BackgroundSolver()
+    monkeypatch.setattr("dpmagic.accountant.accountant.default_solver", lambda: solver)
+    try:
+        acc = Accountant(parse_budget("epsilon=10"), SCHEMA, ledger=Ledger())
+        assert acc.engine.background is solver and acc._pump is None
+        for name, value in {**STARVED, "display_time_limit": 0.0}.items():
+            setattr(acc.engine, name, value)
+        tri = _tri()
+        for i, b in enumerate(tri):
+            acc.charge(b, 0.5, sql=f"q{i}", canonical=f"q{i}")
+        assert acc._pump is not None and acc._pump.is_alive()
+        pump = acc._pump
+        end = time.monotonic() + 60.0
+        while time.monotonic() < end and (pump.is_alive() or not acc.engine.overlap().exact):
+            time.sleep(0.05)
+        assert acc.pump_error is None
+        assert not pump.is_alive() and acc._pump is None
+        g = acc.engine.overlap()
+        assert g.exact and math.isclose(g.upper, 1.0)
+        assert_sound(g, tri, [0.5] * 3)
+        acc.charge(tri[0], 0.5, sql="q3", canonical="q3")  # γ 1.5 (exact: rows of boxes 0 and 2 twice) or pending
+        assert_sound(acc.engine.overlap(), [*tri, tri[0]], [0.5] * 4)
+    finally:
+        solver.close()
+
+
+def test_a_pump_ends_with_its_owner() -> None:
+    """The pump holds its owner weakly: dropping the owner ends the thread."""
+    import gc
+    import threading
+    import time
+
+    from dpmagic.overlap.background import start_pump
+
+    class Owner:
+        def __init__(self) -> None:
+            self.lock = threading.RLock()
+            self.steps = 0
+
+        def background_step(self) -> bool:
+            self.steps += 1
+            return True
+
+    o = Owner()
+    t = start_pump(o, interval=0.01)
+    end = time.monotonic() + 30.0
+    while o.steps < 3 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert o.steps >= 3
+    del o
+    gc.collect()
+    t.join(30.0)
+    assert not t.is_alive()

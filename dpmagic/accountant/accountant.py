@@ -54,7 +54,7 @@ from dpmagic.domain.sets import Box, box_from_json, box_to_json
 from dpmagic.domain.unit import PersonUnit
 from dpmagic.errors import BudgetExceededError, ConfigurationError
 from dpmagic.overlap import Admission, Bounds, OverlapEngine
-from dpmagic.overlap.background import default_solver
+from dpmagic.overlap.background import default_solver, start_pump
 from dpmagic.overlap.engine import ChargeKind
 from dpmagic.overlap.pairs import max_pair_load
 from dpmagic.overlap.person import PERSON_MAX_VARS, max_person_load_over
@@ -289,6 +289,11 @@ class Accountant:
         #: person level: an engine over the boxes projected on the separating columns (docs/people.md §3); the
         #: ledger keeps the full boxes, the projection is applied as they enter it (a replay rebuilds the same)
         self.person_engine: OverlapEngine | None = self._new_engine() if self.unit is not None else None
+        #: the background worker's pump (:func:`~dpmagic.overlap.background.start_pump`): between cells it gives the
+        #: worker the engines' next pending terms and applies its answers; started by a commit that leaves a problem
+        #: in the worker, it ends (``_pump`` None again) when nothing is left; ``pump_error`` is set if a step failed
+        self.pump_error: str | None = None
+        self._pump: threading.Thread | None = None
         self._entry_ids: list[int] = []
         #: the recorded time of each charge this accountant made and has not released yet
         self._charge_times: dict[int, float] = {}
@@ -311,6 +316,20 @@ class Accountant:
         if self._exact is None or term is None or not math.isfinite(term):
             return None
         return max(self._exact, term)
+
+    @_locked
+    def background_step(self) -> bool:
+        """One step of the background worker's pump for both engines; whether either has a problem in the worker."""
+        busy = self.engine.background_step()
+        if self.person_engine is not None:
+            busy = self.person_engine.background_step() or busy
+        return busy
+
+    def _ensure_pump(self) -> None:
+        """Start the pump when a commit left a problem in the worker and none runs (it ends when idle)."""
+        engines = [e for e in (self.engine, self.person_engine) if e is not None]
+        if self.pump_error is None and self._pump is None and any(e.background_busy for e in engines):
+            self._pump = start_pump(self)
 
     def _new_engine(self) -> OverlapEngine:
         # under the replace-one relation the pair search needs no γ, but the fallback 2×bound does
@@ -602,6 +621,7 @@ class Accountant:
         if self.person_engine is not None:
             assert ch.person_admission is not None
             self.person_engine.commit(ch.person_admission)
+        self._ensure_pump()
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
         self._charged, self._charged_as, self._person = ch.after, ch.charged_as, ch.person

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -45,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BackgroundSolver", "RegionTask", "TaskResult", "default_solver", "KEEP"]
+__all__ = ["BackgroundSolver", "RegionTask", "TaskResult", "default_solver", "start_pump", "KEEP"]
 
 #: encoded problems (with their paused searches) the worker keeps, the most recently used
 KEEP = 4
@@ -350,6 +351,51 @@ class BackgroundSolver:
             if self._busy is not None:
                 self._done[self._busy] = None
             self._busy = None
+
+
+#: how often (seconds) a pump thread gives the worker its next problem and applies its answers
+PUMP_INTERVAL = 0.05
+
+
+def start_pump(owner: Any, interval: float = PUMP_INTERVAL) -> threading.Thread:
+    """A daemon thread that keeps the worker busy while the kernel is idle (between cells).
+
+    Without it the worker gets a problem only when an engine commits (one per cell), so an analyst reading an answer
+    leaves it idle after one try.  Every ``interval`` seconds the thread takes ``owner.lock`` *without blocking* (a
+    busy owner is skipped: the kernel's own work always comes first) and calls ``owner.background_step()``, which
+    applies a finished answer and sends the next problem (:meth:`~.engine.OverlapEngine.background_step`).  The
+    thread holds ``owner`` only weakly and ends when it is gone, when a step returns False (nothing left for the
+    worker: the owner starts another pump when a commit leaves a problem there again), or when a step raises
+    (recorded in ``owner.pump_error``: the engines then go on as without it).
+    """
+    ref = weakref.ref(owner)
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            o = ref()
+            if o is None:
+                return
+            if o.lock.acquire(blocking=False):
+                try:
+                    if not o.background_step():
+                        # nothing in the worker: the owner starts a pump again when a commit leaves a problem there
+                        # (``owner._pump`` cleared under its lock, so that a commit never sees a pump about to end)
+                        if getattr(o, "_pump", None) is threading.current_thread():
+                            o._pump = None
+                        return
+                except Exception as exc:  # noqa: BLE001 - the pump stops; the engines work as without it
+                    o.pump_error = repr(exc)
+                    if getattr(o, "_pump", None) is threading.current_thread():
+                        o._pump = None
+                    return
+                finally:
+                    o.lock.release()
+            del o
+
+    t = threading.Thread(target=loop, daemon=True, name="dpmagic-overlap-pump")
+    t.start()
+    return t
 
 
 _DEFAULT: BackgroundSolver | None = None

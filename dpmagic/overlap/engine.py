@@ -69,8 +69,10 @@ term needing more than one commit's ``retighten_seconds`` was never closed and �
 the session).  Where the machine has a second core, the largest admission term goes to a worker process instead
 (:mod:`.background`, session 14: the engine's ``background``; the accountant's engines use the process's shared one):
 it solves the term with 0.5–8 s per try, keeps the paused search between tries, and its result is applied at the
-next admit, commit or :meth:`OverlapEngine.bounds`; meanwhile the kernel does not re-tighten (a bulk load's global
-term stays in the kernel, which holds its paused search).
+next admit, commit or :meth:`OverlapEngine.bounds` — or between cells by the accountant's pump thread
+(:func:`~.background.start_pump`, :meth:`OverlapEngine.background_step`), which keeps the worker busy while the
+kernel is idle; meanwhile the kernel does not re-tighten (a bulk load's global term stays in the kernel, which
+holds its paused search).
 
 Bulk loading (:meth:`OverlapEngine.extend`, :meth:`OverlapEngine.from_boxes`) encodes all boxes at once and
 defers the bounds: γ is then solved once from scratch, the colouring is DSatur on the whole graph (t ≤
@@ -664,6 +666,19 @@ class OverlapEngine:
         self._install(term, res.upper, res.witness, term.resume)
         self._version += 1
         return True
+
+    @property
+    def background_busy(self) -> bool:
+        """Whether a problem of this engine is in the background worker."""
+        return self._bg_task is not None
+
+    def background_step(self) -> bool:
+        """Apply the worker's finished answer and send it the next problem (what a commit does, without a node):
+        for an idle kernel (:func:`~.background.start_pump`); returns whether a problem is in the worker now."""
+        if not self._pending or self.charged not in (None, "exact", "clique"):
+            self._bg_collect()
+            return self._bg_task is not None
+        return self._bg_submit()
 
     def _bg_submit(self) -> bool:
         """Give the worker its next problem when it is idle; returns whether a problem of this engine is in the
