@@ -360,7 +360,7 @@ PUMP_INTERVAL = 0.05
 #: held by a pump for each step (around its owner's lock) and by :func:`os.fork` (``register_at_fork``): a forked
 #: child never inherits an owner's lock held by a pump thread, which does not exist there (the child's first use of
 #: that lock would wait forever)
-_PUMP_GATE = threading.Lock()
+_PUMP_GATE = threading.RLock()  # (re-entrant: a fork inside a step, e.g. a host's preexec_fn, cannot wait for itself)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(
         before=_PUMP_GATE.acquire, after_in_parent=_PUMP_GATE.release, after_in_child=_PUMP_GATE.release
