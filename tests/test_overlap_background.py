@@ -499,3 +499,111 @@ def test_a_pump_ends_with_its_owner() -> None:
     gc.collect()
     t.join(30.0)
     assert not t.is_alive()
+
+
+def test_a_replayed_ledger_starts_the_pump(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Red team 14b: a kernel that rejoins a ledger (a restart, another kernel's charges) replays its charges through
+    the engine's commits, which may leave a problem in the worker as a charge does; the pump starts then too (it
+    was started only by a charge, so a restarted kernel's worker answered once and idled until the next query)."""
+    import time
+
+    from dpmagic.accountant.accountant import Accountant
+    from dpmagic.accountant.currency import parse_budget
+    from dpmagic.accountant.ledger import Ledger
+
+    solver = BackgroundSolver()
+    use: list[BackgroundSolver | None] = [None]  # the first accountant charges without a worker
+
+    def new_engine(self: Accountant) -> OverlapEngine:
+        e = OverlapEngine(self.schema, time_limit=self.time_limit, charged=self.bound, background=use[0])
+        for name, value in {**STARVED, "display_time_limit": 0.0}.items():
+            setattr(e, name, value)
+        return e
+
+    monkeypatch.setattr(Accountant, "_new_engine", new_engine)
+    try:
+        ledger = Ledger()
+        first = Accountant(parse_budget("epsilon=10"), SCHEMA, ledger=ledger)
+        tri = _tri()
+        for i, b in enumerate(tri):
+            first.charge(b, 0.5, sql=f"q{i}", canonical=f"q{i}")
+        assert not first.engine.overlap().exact and first._pump is None
+        use[0] = solver
+        acc = Accountant(parse_budget("epsilon=10"), SCHEMA, ledger=ledger)  # replays the three charges
+        assert acc.engine.background_busy
+        assert acc._pump is not None and acc._pump.is_alive()
+        end = time.monotonic() + 60.0
+        while time.monotonic() < end and acc._pump is not None:
+            time.sleep(0.05)
+        assert acc.pump_error is None and acc._pump is None
+        g = acc.engine.overlap()
+        assert g.exact and math.isclose(g.upper, 1.0)
+        assert_sound(g, tri, [0.5] * 3)
+    finally:
+        solver.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_fork_during_a_pump_step_leaves_the_child_its_owners_lock() -> None:
+    """Red team 14b: a pump step holds its owner's lock; an ``os.fork()`` in the middle of it (an analyst's
+    ``multiprocessing`` pool) gave the child a lock held by a thread that does not exist there, and the child's
+    first charge waited forever.  A fork now waits for the step to end (``_PUMP_GATE``)."""
+    import threading
+
+    from dpmagic.overlap.background import start_pump
+
+    class Owner:
+        def __init__(self) -> None:
+            self.lock = threading.RLock()
+            self.entered = threading.Event()
+            self.go = threading.Event()
+            self._pump: threading.Thread | None = None
+
+        def background_step(self) -> bool:
+            self.entered.set()
+            self.go.wait(30.0)
+            return False
+
+    o = Owner()
+    pump = o._pump = start_pump(o, interval=0.001)
+    assert o.entered.wait(30.0)  # the pump is in its step, holding the owner's lock
+    timer = threading.Timer(0.2, o.go.set)  # (with the gate the fork waits for it; without, it is set meanwhile)
+    timer.start()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0 if o.lock.acquire(timeout=10.0) else 1)
+    _, status = os.waitpid(pid, 0)
+    timer.join()
+    pump.join(30.0)
+    assert not pump.is_alive() and o._pump is None
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child could not take the owner's lock"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_forked_child_starts_its_own_pump(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Red team 14b: a forked child inherits ``_pump`` naming its parent's pump thread, which does not run there; a
+    commit in the child that leaves a problem in the worker starts the child's own pump (it was never started: the
+    stale thread object counted as a running pump)."""
+    from dpmagic.accountant.accountant import Accountant
+    from dpmagic.accountant.currency import parse_budget
+    from dpmagic.accountant.ledger import Ledger
+
+    solver = BackgroundSolver()
+    monkeypatch.setattr("dpmagic.accountant.accountant.default_solver", lambda: solver)
+    try:
+        acc = Accountant(parse_budget("epsilon=10"), SCHEMA, ledger=Ledger())
+        for name, value in {**STARVED, "display_time_limit": 0.0}.items():
+            setattr(acc.engine, name, value)
+        for i, b in enumerate(_tri()):
+            acc.charge(b, 0.5, sql=f"q{i}", canonical=f"q{i}")
+        with acc.lock:  # (no pump step runs at the fork)
+            assert acc._pump is not None and acc._pump.is_alive() and acc.engine.background_busy
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                ok = acc._pump is not None and not acc._pump.is_alive()
+                acc._ensure_pump()
+                os._exit(0 if ok and acc._pump is not None and acc._pump.is_alive() else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child started no pump"
+    finally:
+        solver.close()

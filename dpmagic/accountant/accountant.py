@@ -326,9 +326,11 @@ class Accountant:
         return busy
 
     def _ensure_pump(self) -> None:
-        """Start the pump when a commit left a problem in the worker and none runs (it ends when idle)."""
+        """Start the pump when a commit (a charge, or a replay of the ledger's) left a problem in the worker and none
+        runs (it ends when idle; a pump inherited through ``os.fork()`` does not run in the child)."""
         engines = [e for e in (self.engine, self.person_engine) if e is not None]
-        if self.pump_error is None and self._pump is None and any(e.background_busy for e in engines):
+        running = self._pump is not None and self._pump.is_alive()
+        if self.pump_error is None and not running and any(e.background_busy for e in engines):
             self._pump = start_pump(self)
 
     def _new_engine(self) -> OverlapEngine:
@@ -371,6 +373,8 @@ class Accountant:
             self.engine.add(b, w)
             if self.person_engine is not None:
                 self.person_engine.add(self._project(b), w)
+        if boxes:  # a replay (a restart, another kernel's charges) may leave a problem in the worker as a charge does
+            self._ensure_pump()
         self._seen = events[-1].seq
         if not any(ev.kind in ("charge", "reset", "budget") for ev in events):
             return  # only releases (of charges already counted): the charged bound is unchanged

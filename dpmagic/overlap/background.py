@@ -357,6 +357,16 @@ class BackgroundSolver:
 PUMP_INTERVAL = 0.05
 
 
+#: held by a pump for each step (around its owner's lock) and by :func:`os.fork` (``register_at_fork``): a forked
+#: child never inherits an owner's lock held by a pump thread, which does not exist there (the child's first use of
+#: that lock would wait forever)
+_PUMP_GATE = threading.RLock()  # (re-entrant: a fork inside a step, e.g. a host's preexec_fn, cannot wait for itself)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_PUMP_GATE.acquire, after_in_parent=_PUMP_GATE.release, after_in_child=_PUMP_GATE.release
+    )
+
+
 def start_pump(owner: Any, interval: float = PUMP_INTERVAL) -> threading.Thread:
     """A daemon thread that keeps the worker busy while the kernel is idle (between cells).
 
@@ -376,26 +386,33 @@ def start_pump(owner: Any, interval: float = PUMP_INTERVAL) -> threading.Thread:
             o = ref()
             if o is None:
                 return
-            if o.lock.acquire(blocking=False):
-                try:
-                    if not o.background_step():
-                        # nothing in the worker: the owner starts a pump again when a commit leaves a problem there
-                        # (``owner._pump`` cleared under its lock, so that a commit never sees a pump about to end)
-                        if getattr(o, "_pump", None) is threading.current_thread():
-                            o._pump = None
-                        return
-                except Exception as exc:  # noqa: BLE001 - the pump stops; the engines work as without it
-                    o.pump_error = repr(exc)
-                    if getattr(o, "_pump", None) is threading.current_thread():
-                        o._pump = None
+            with _PUMP_GATE:
+                if not _pump_step(o):
                     return
-                finally:
-                    o.lock.release()
             del o
 
     t = threading.Thread(target=loop, daemon=True, name="dpmagic-overlap-pump")
     t.start()
     return t
+
+
+def _pump_step(o: Any) -> bool:
+    """One step of a pump (under ``_PUMP_GATE``): whether the pump goes on (its owner busy: skipped, it goes on)."""
+    if not o.lock.acquire(blocking=False):
+        return True
+    try:
+        try:
+            if o.background_step():
+                return True
+            # nothing in the worker: the owner starts a pump again when a commit leaves a problem there
+        except Exception as exc:  # noqa: BLE001 - the pump stops; the engines work as without it
+            o.pump_error = repr(exc)
+        # ``owner._pump`` cleared under its lock, so that a commit never sees a pump about to end
+        if getattr(o, "_pump", None) is threading.current_thread():
+            o._pump = None
+        return False
+    finally:
+        o.lock.release()
 
 
 _DEFAULT: BackgroundSolver | None = None
