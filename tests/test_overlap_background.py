@@ -607,3 +607,24 @@ def test_a_forked_child_starts_its_own_pump(monkeypatch) -> None:  # type: ignor
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child started no pump"
     finally:
         solver.close()
+
+
+def test_a_term_the_worker_had_its_share_of_goes_back_to_the_kernel(solver) -> None:  # type: ignore[no-untyped-def]
+    """After ``BACKGROUND_MAX_TRIES`` tries of a term the worker is not sent it again (it would keep the second core
+    busy for the kernel's life): the commit re-tightens in the kernel, as without a worker."""
+    from dataclasses import replace
+
+    from dpmagic.overlap.engine import BACKGROUND_MAX_TRIES
+
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    tri = _tri()
+    for b in tri[:2]:
+        eng.add(b, 0.5)
+    eng.background = None  # the third admission's term stays pending, not sent
+    eng.add(tri[2], 0.5)
+    assert eng._pending and eng._bg_task is None
+    eng._pending = tuple(replace(t, tries=BACKGROUND_MAX_TRIES) for t in eng._pending)
+    eng.background = solver
+    assert eng._bg_submit() is False and eng._bg_task is None
+    eng._pending = tuple(replace(t, tries=BACKGROUND_MAX_TRIES - 1) for t in eng._pending)
+    assert eng._bg_submit() is True and eng._bg_task is not None

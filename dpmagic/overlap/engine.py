@@ -192,6 +192,9 @@ RESUME_MAX_BYTES = 64 * 2**20
 BACKGROUND_SECONDS = 0.5
 #: the most one background try gets (the worker solves one term at a time: a long try delays the others)
 BACKGROUND_MAX_SECONDS = 8.0
+#: tries of one term the worker gets (0.5 + 1 + 2 + 4 + 8 × 4 ≈ 40 s in all): a term it cannot close does not keep the
+#: second core busy for the rest of the kernel's life (red team 14b); the kernel's ``retighten_seconds`` take it over
+BACKGROUND_MAX_TRIES = 8
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -701,6 +704,8 @@ class OverlapEngine:
             return False
         st = self._store
         term = max(self._pending, key=lambda t: t.upper)
+        if term.tries >= BACKGROUND_MAX_TRIES:
+            return False  # the worker had its share (≈ 40 s): the kernel's brief re-tightening goes on with it
         if term.box is None:
             # a bulk load's global term stays in the kernel: its paused search (from the bulk solve) lives there, and
             # its problem — every node — is the costliest to ship (measured at 10,000 registered: p50 44 ms with the
