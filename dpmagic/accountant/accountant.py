@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
@@ -293,6 +294,9 @@ class Accountant:
         #: worker the engines' next pending terms and applies its answers; started by a commit that leaves a problem
         #: in the worker, it ends (``_pump`` None again) when nothing is left; ``pump_error`` is set if a step failed
         self.pump_error: str | None = None
+        #: when this accountant last previewed or charged (``time.monotonic``): its pump acts only after
+        #: ``PUMP_IDLE`` seconds without either, i.e. between cells
+        self.last_active = -math.inf
         self._pump: threading.Thread | None = None
         self._entry_ids: list[int] = []
         #: the recorded time of each charge this accountant made and has not released yet
@@ -502,6 +506,7 @@ class Accountant:
         without solving the overlap again (unless another process charged in between).
         """
         cost = check_cost(cost, f"the query's {self.currency.parameter}")
+        self.last_active = time.monotonic()
         self._sync()
         weight = self.currency.weight(cost)
         before = self.charged_weight
@@ -625,6 +630,7 @@ class Accountant:
         if self.person_engine is not None:
             assert ch.person_admission is not None
             self.person_engine.commit(ch.person_admission)
+        self.last_active = time.monotonic()
         self._ensure_pump()
         self._entry_ids.append(entry_id)
         self._seen = max(self._seen, entry_id)
