@@ -124,20 +124,22 @@ workloads = st.lists(st.tuples(boxes(), weights_st), min_size=0, max_size=9)
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def assert_sound(ov, boxes, weights, schema=SCHEMA):  # type: ignore[no-untyped-def]
+def assert_sound(ov, boxes, weights, schema=SCHEMA, region=None):  # type: ignore[no-untyped-def]
     """An engine or solver result against brute force: lower ≤ γ ≤ upper, exact only when the two are equal (then
-    equal to γ), and the witness's load is the lower end."""
+    equal to γ), and the witness's load is the lower end (``region``: the maximum over it, the witness inside it)."""
     import pytest
 
     from dpmagic.overlap.rounding import is_exact
 
-    truth = brute_max(schema, boxes, weights)
+    truth = brute_max(schema, boxes, weights, region)
     assert ov.lower <= truth + 1e-12 and truth <= ov.upper
     assert ov.exact == is_exact(ov.lower, ov.upper)
     if ov.exact:
         assert ov.lower == pytest.approx(truth, abs=1e-12)
     if ov.witness is not None and boxes:
         assert row_load(boxes, weights, ov.witness) == pytest.approx(ov.lower, abs=1e-12)
+        if region is not None:
+            assert region.contains_row(ov.witness)
 
 
 class EveryOtherClock:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, admit_each, boxes, brute_max, row_load, weights_st
+from overlap_support import FAST, SCHEMA, admit_each, assert_sound, boxes, brute_max, row_load, weights_st
 
 import dpmagic.overlap.scoped as scoped_mod
 from dpmagic.domain.sets import Box, CategorySet
@@ -33,15 +33,7 @@ SCOPED = PortfolioConfig(steps=frozenset({"scoped"}), scoped_max_scope=99.0)
 
 
 def _sound(r, bx, ws, region=None) -> None:
-    truth = brute_max(SCHEMA, bx, ws, region)
-    assert r.lower <= truth + 1e-12 and truth <= r.upper
-    assert r.exact == is_exact(r.lower, r.upper)
-    if r.exact:
-        assert r.lower == pytest.approx(truth, abs=1e-12)
-    if r.witness is not None and bx:
-        assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
-        if region is not None:
-            assert region.contains_row(r.witness)
+    assert_sound(r, bx, ws, region=region)
 
 
 def _problem(bx, ws, region=None):

@@ -573,8 +573,7 @@ class OverlapEngine:
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
         # the worker re-tightens the largest pending term on the second core; without it the kernel does, briefly
-        busy = bool(self._pending) and self.charged in (None, "exact", "clique") and self._bg_submit()
-        if self._pending and not busy and self.retighten_seconds > 0 and self.charged in (None, "exact", "clique"):
+        if self._retightens() and not self._bg_submit() and self.retighten_seconds > 0:
             self.retighten(self.retighten_seconds)
         return q
 
@@ -678,16 +677,21 @@ class OverlapEngine:
     def background_step(self) -> bool:
         """Apply the worker's finished answer and send it the next problem (what a commit does, without a node):
         for an idle kernel (:func:`~.background.start_pump`); returns whether a problem is in the worker now."""
-        if not self._pending or self.charged not in (None, "exact", "clique"):
+        if not self._retightens():
             self._bg_collect()
             return self._bg_task is not None
         return self._bg_submit()
 
+    def _retightens(self) -> bool:
+        """Whether γ's pending terms are worth re-tightening now: some are pending and the charged bound uses γ."""
+        return bool(self._pending) and self.charged in (None, "exact", "clique")
+
     def _bg_submit(self) -> bool:
         """Give the worker its next problem when it is idle; returns whether a problem of this engine is in the
         worker now (then the kernel does not re-tighten: the second core does).  The problem is the largest pending
-        term when it is an admission's (a bulk load's global term stays in the kernel); the worker keeps its paused search, and each later try of the same term continues it with twice the
-        time (``BACKGROUND_SECONDS`` doubling up to ``BACKGROUND_MAX_SECONDS``).
+        term when it is an admission's (a bulk load's global term stays in the kernel); the worker keeps its paused
+        search, and each later try of the same term continues it with twice the time (``BACKGROUND_SECONDS``
+        doubling up to ``BACKGROUND_MAX_SECONDS``).
 
         (Tried and dropped, session 14: γ of all nodes from scratch while the interval is wide, which bounds every
         pending term at once.  On the drill-down sessions it was exact but took 2.3 s at 500 nodes, 11 s at 700 and
