@@ -102,15 +102,24 @@ def _drill_instance(n: int, seed: int = 3) -> Instance:
 
 
 def test_drilldown_plan_is_chosen_by_instance() -> None:
-    """Many live queries, few columns, non-Helly, neither tensor nor scoped search: probe, HiGHS, then the
-    searches; fewer live queries than ``milp_first_min_n``, a Helly instance, too many columns or a small atom
+    """Many live queries, few columns, non-Helly, neither tensor nor scoped search: probe, the pairwise LP (session
+    15), HiGHS, then the searches; fewer live queries than ``milp_first_min_n``, a Helly instance, too many columns or a small atom
     product: not."""
     inst = _drill_instance(40)
     assert not inst.helly
     cfg = PortfolioConfig(tensor_cells=1, scoped_max_columns=0, milp_first_min_n=40, column_first_log10=0.5)
     names = [(s.name, cap is not None) for s, cap in plan(inst, cfg)]
-    assert names == [("graph", True), ("milp", False), ("graph", False), ("columns", False), ("lp", False)]
+    assert names == [
+        ("graph", True),
+        ("pairlp", False),
+        ("milp", False),
+        ("graph", False),
+        ("columns", False),
+        ("lp", False),
+    ]
     assert plan(inst, cfg)[0][1] == cfg.milp_first_probe
+    no_pairs = replace(cfg, steps=cfg.steps - {"pairlp"})
+    assert [(s.name, cap is not None) for s, cap in plan(inst, no_pairs)] == [n for n in names if n[0] != "pairlp"]
     for other in (
         replace(cfg, milp_first_min_n=41),
         replace(cfg, milp_first_max_columns=1),
@@ -125,7 +134,8 @@ def test_drilldown_plan_is_chosen_by_instance() -> None:
     ids = np.arange(40)
     hinst = Instance.of(store, build_problem(store, ids), ids)
     assert hinst.helly
-    assert [s.name for s, _ in plan(hinst, cfg)][:2] != ["graph", "milp"]
+    assert [s.name for s, _ in plan(hinst, cfg)][:2] != ["graph", "pairlp"]
+    assert "pairlp" not in [s.name for s, _ in plan(hinst, cfg)]  # Helly: the step does not apply
 
 
 def test_highs_presolves_small_models_under_a_short_limit(monkeypatch) -> None:

@@ -6,7 +6,7 @@ applicable steps by the instance's features (:class:`Instance`), :func:`run_port
 deadline, each seeded with the best witness so far, and stops at the first exact one.  One object,
 :class:`PortfolioConfig`, configures it (which steps may run, the cost constants, the shares of the time).
 
-Steps (``tensor``, ``scoped``, ``graph``, ``columns``, ``milp``, ``lp``):
+Steps (``tensor``, ``scoped``, ``graph``, ``columns``, ``pairlp``, ``milp``, ``lp``):
 
 * ``tensor`` — the load tensor (:mod:`.tensor`): exact, one numpy computation; alone when its estimate is
   below ``probe_min_seconds`` (the census workload);
@@ -17,6 +17,8 @@ Steps (``tensor``, ``scoped``, ``graph``, ``columns``, ``milp``, ``lp``):
 * ``graph`` — branch and bound over the query graph (:mod:`.gsearch`), also as a short *probe* capped at
   ``probe_share`` of the tensor's estimate when building the query graph is cheap;
 * ``columns`` — branch and bound over columns with tensor leaves (:mod:`.columns`);
+* ``pairlp`` — the pairwise-marginal LP relaxation (:mod:`.pairlp`, issue 28): a certified dual bound, tight on the
+  drill-down regions, and a rounded witness; non-Helly instances of at most ``pairlp_max_columns`` columns;
 * ``milp`` / ``lp`` — HiGHS (:mod:`.milp`): a dual bound with a margin (``lp`` only when the MILP gave none).
 
 Dense analyst instances (issue 28: few columns of few atoms, each query constraining about three of them,
@@ -27,8 +29,9 @@ per cent and its dual bound snaps to the exact value on decimal costs, :class:`~
 Drill-down regions (issue 28, held-out family 2: hundreds of live queries over at most ``milp_first_max_columns``
 columns, non-Helly, a numeric column refined past the scoped search's atom limit, no tensor, an atom product above
 ``column_first_log10``): a graph probe of
-``milp_first_probe`` seconds, then HiGHS (presolved: :data:`~.milp.PRESOLVE_SMALL_NNZ`) with all the time left,
-then the graph and column searches with what it leaves.
+``milp_first_probe`` seconds, then the pairwise-marginal LP (``pairlp_share`` of the time left), then HiGHS
+(presolved: :data:`~.milp.PRESOLVE_SMALL_NNZ`) with all the time left, then the graph and column searches with what
+it leaves.
 
 Order otherwise: the graph search first when the atom product is large (``log₁₀ Π a_c > column_first_log10``: many
 columns, sparse query graphs), else the column search.  In that second case (few small columns: a dense
@@ -55,6 +58,7 @@ from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import BoxStore, Problem
 from dpmagic.overlap.gsearch import GRAPH_MAX_N, GraphData, graph_data, graph_search
 from dpmagic.overlap.milp import MILP_MAX_NNZ, MILP_MAX_VARS, MILP_OVERRUN_PER_NNZ, milp_overlap, milp_size
+from dpmagic.overlap.pairlp import PAIRLP_MIN_SECONDS, pair_lp_bound
 from dpmagic.overlap.rounding import ProblemRounding, is_exact, sum_down
 from dpmagic.overlap.scoped import scoped_fits, scoped_search
 from dpmagic.overlap.tensor import tensor_cost, tensor_max
@@ -62,13 +66,14 @@ from dpmagic.overlap.tensor import tensor_cost, tensor_max
 __all__ = ["PortfolioConfig", "Instance", "Step", "STEPS", "plan", "run_portfolio", "witness_row", "METHODS"]
 
 #: the names of the steps
-STEP_NAMES = frozenset({"tensor", "scoped", "graph", "columns", "milp", "lp"})
+STEP_NAMES = frozenset({"tensor", "scoped", "graph", "columns", "pairlp", "milp", "lp"})
 #: ``solve_overlap(method=...)`` → the steps it may use
 METHODS: dict[str, frozenset[str]] = {
     "auto": STEP_NAMES,
     "bb": frozenset({"tensor", "columns"}),
     "graph": frozenset({"tensor", "graph", "columns"}),
     "milp": frozenset({"milp", "lp"}),
+    "pairlp": frozenset({"pairlp", "milp", "lp"}),
     "scoped": frozenset({"tensor", "scoped"}),
 }
 #: the search a ``method`` tries first
@@ -153,6 +158,14 @@ class PortfolioConfig:
     milp_first_max_columns: int = 12
     milp_first_scope: float = 3.5
     milp_first_probe: float = 0.03
+    #: the pairwise-marginal LP (:mod:`.pairlp`, issue 28 session 15) runs in the drill-down plan right after the
+    #: probe, before HiGHS's integer program, with ``pairlp_share`` of the time left: on the captured drill-down
+    #: regions (drilldown/seed 11, queries 360–700) its certified bound equalled the maximum on every instance
+    #: measured, in 0.1–0.6 s, where the integer program took 1–6 s (benchmarks/results/
+    #: bench_session_issue28_s15_NOTES.md).  It applies to non-Helly instances of at most ``pairlp_max_columns``
+    #: columns (its pairs grow with the square of the columns)
+    pairlp_share: float = 0.9
+    pairlp_max_columns: int = 12
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -347,6 +360,27 @@ def _run_milp(s: _State, deadline: float) -> bool:
     return s.best_val > -math.inf and is_exact(s.best_val, s.upper)
 
 
+def _run_pairlp(s: _State, deadline: float) -> bool:
+    left = deadline - time.perf_counter()
+    if left < PAIRLP_MIN_SECONDS:
+        return False
+    try:
+        ub, at = pair_lp_bound(s.inst.prob, left)
+    except Exception:  # pragma: no cover - HiGHS is an optional tightening
+        return False
+    if ub is None:
+        return False
+    s.tags.append("pairlp")
+    if at is not None:
+        s.offer(at)
+    s.bound(ub)
+    return s.best_val > -math.inf and is_exact(s.best_val, s.upper)
+
+
+def _pairlp_applies(i: Instance, c: PortfolioConfig) -> bool:
+    return len(i.prob.columns) <= c.pairlp_max_columns and not i.helly
+
+
 def _run_lp(s: _State, deadline: float) -> bool:
     if s.milp_upper is not None or deadline - time.perf_counter() <= LP_MIN_SECONDS:
         return False
@@ -369,6 +403,7 @@ STEPS: dict[str, Step] = {
     "scoped": Step("scoped", _scoped_applies, lambda i, c: math.inf, _run_scoped),
     "graph": Step("graph", lambda i, c: i.prob.n <= c.graph_max_n, _graph_cost, _run_graph),
     "columns": Step("columns", lambda i, c: True, lambda i, c: math.inf, _run_columns),
+    "pairlp": Step("pairlp", _pairlp_applies, lambda i, c: math.inf, _run_pairlp),
     "milp": Step("milp", lambda i, c: i.milp_fits(c), lambda i, c: math.inf, _run_milp),
     "lp": Step("lp", lambda i, c: i.milp_fits(c), lambda i, c: math.inf, _run_lp),
 }
@@ -415,6 +450,8 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     ):
         if ok("graph"):
             out.append((STEPS["graph"], cfg.milp_first_probe))
+        if ok("pairlp"):
+            out.append((STEPS["pairlp"], None))  # its bound is the maximum on these regions: before the integer program
         out.append((STEPS["milp"], None))  # all the time left (HiGHS keeps a share): the searches get the rest
         out.extend((STEPS[n], None) for n in ("graph", "columns", "lp") if ok(n))
         return out
@@ -434,7 +471,7 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if searches[0] == "columns" and ok("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
         out.append((STEPS["milp"], None))  # few small columns (dense domain), non-Helly: the integer program early
     out.extend((STEPS[n], None) for n in searches if ok(n))
-    for n in ("milp", "lp"):
+    for n in ("pairlp", "milp", "lp"):
         if ok(n) and all(s.name != n for s, _ in out):
             out.append((STEPS[n], None))
     return out
@@ -486,8 +523,11 @@ def run_portfolio(
             share = left * cfg.milp_reserve_from
         else:
             share = left * cfg.first_share
-        if step.name == "milp" and k > 0 and steps[k - 1][1] is not None and "graph" in rest:
+        before = [c for t, c in steps[:k] if t.name != "pairlp"]
+        if step.name == "milp" and before and before[-1] is not None and "graph" in rest:
             share = left  # the drill-down plan (probe, HiGHS, searches): HiGHS stops early enough for the rest
+        if step.name == "pairlp" and rest:
+            share = left * cfg.pairlp_share
         if step.name == "scoped" and rest:
             share = left if resuming else left * cfg.scoped_share
         elif step.name == "graph" and cap is None and "columns" in rest:
