@@ -212,13 +212,13 @@ def test_dominated_atoms_are_dropped_soundly(data) -> None:
     """The integer program's atom reduction against brute force: every dropped atom has a kept one in every query
     it is in with at least its coefficient, so for every choice of queries to cover the best kept atom is as good
     as the best atom; of identical atoms exactly the first is kept."""
-    from dpmagic.overlap.milp import _undominated
+    from dpmagic.overlap.milp import undominated_atoms
 
     queries, coef = data
     a = len(coef)
     mem = np.array(queries, dtype=bool).T.reshape(a, len(queries))
     c = np.array(coef)
-    kept = _undominated(mem, c)
+    kept = undominated_atoms(mem, c)
     assert len(kept) >= 1 and list(kept) == sorted(set(kept.tolist()))
     ks = set(kept.tolist())
     for b in range(a):

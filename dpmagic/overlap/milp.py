@@ -15,7 +15,7 @@ import numpy as np
 from dpmagic.overlap.encoding import Problem
 from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
 
-__all__ = ["milp_overlap", "milp_margin", "milp_size", "MILP_MAX_VARS", "MILP_MAX_NNZ"]
+__all__ = ["milp_overlap", "milp_margin", "milp_size", "undominated_atoms", "MILP_MAX_VARS", "MILP_MAX_NNZ"]
 
 #: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
 MILP_MAX_VARS = 60_000
@@ -92,7 +92,7 @@ def milp_overlap(
         wm = np.zeros(0)
     # dominated atoms (issue 28): an atom whose multi-column queries are a subset of another's and whose folded
     # coefficient is not larger is never needed (the other one is at least as good in every solution): dropped
-    keep = [_undominated(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(cols))]
+    keep = [undominated_atoms(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(cols))]
     dense = [M[:, k] for M, k in zip(dense, keep)]
     ycoef = np.concatenate([y[k] for y, k in zip(ycol, keep)])
     coefs = np.concatenate([ycoef, wm])
@@ -187,7 +187,7 @@ def milp_overlap(
 DOMINANCE_MAX_WORK = 4_000_000
 
 
-def _undominated(mem: np.ndarray, coef: np.ndarray) -> np.ndarray:
+def undominated_atoms(mem: np.ndarray, coef: np.ndarray) -> np.ndarray:
     """The atoms (sorted indices) of one column that no other atom dominates: ``mem`` (atoms × multi-column
     queries constraining the column) says which atoms each query contains, ``coef`` is each atom's folded weight.
 

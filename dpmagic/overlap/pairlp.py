@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpmagic.overlap.encoding import Problem
+from dpmagic.overlap.milp import undominated_atoms
 from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
 
 if TYPE_CHECKING:  # scipy is imported only when the LP is built (the CLI's import time: issue 11)
@@ -228,15 +229,11 @@ def pair_lp_bound(
     cons = np.stack([~M.all(axis=1) for M in dense], axis=1)
     ncons = cons.sum(axis=1)
     const = w[ncons == 0]
-    widths = [c.a for c in cols]
-    yoff = np.cumsum([0] + widths)
-    ny = int(yoff[-1])
     scale = math.ldexp(1.0, -math.frexp(float(w.max()))[1]) if float(w.max()) > 0 else 1.0
-    cy = np.zeros(ny)
+    ycol = []
     for ci in range(len(cols)):
         one = (ncons == 1) & cons[:, ci]
-        if one.any():
-            cy[yoff[ci] : yoff[ci + 1]] = (w[one] * scale) @ dense[ci][one]
+        ycol.append((w[one] * scale) @ dense[ci][one] if one.any() else np.zeros(cols[ci].a))
     multi = np.flatnonzero(ncons >= 2)
     if len(multi):  # identical multi-column queries are one variable with the summed weight
         key = np.concatenate([M[multi] for M in dense], axis=1)
@@ -246,6 +243,14 @@ def pair_lp_bound(
         multi = multi[first]
     else:
         wm = np.zeros(0)
+    # dominated atoms dropped (same integer optimum, :func:`~.milp.undominated_atoms`): the LP over the kept atoms relaxes
+    # the integer program over them, whose optimum is the maximum; on drill-down regions it halves the numeric columns
+    keep = [undominated_atoms(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(cols))]
+    dense = [M[:, k] for M, k in zip(dense, keep)]
+    cy = np.concatenate([y[k] for y, k in zip(ycol, keep)])
+    widths = [len(k) for k in keep]
+    yoff = np.cumsum([0] + widths)
+    ny = int(yoff[-1])
     zoff = ny
     nvar = ny + len(multi)
     pairs: dict[tuple[int, int], list[int]] = {}
@@ -314,5 +319,5 @@ def pair_lp_bound(
         return None, None
     upper = proven_upper(sum_up([bound_s / scale, *const.tolist()]), 2 * n + 4, scale=float(w.sum()) + 1.0, grid=grid)
     x = res.x
-    atoms = {col.name: int(np.argmax(x[yoff[i] : yoff[i + 1]])) for i, col in enumerate(cols)}
+    atoms = {col.name: int(keep[i][np.argmax(x[yoff[i] : yoff[i + 1]])]) for i, col in enumerate(cols)}
     return upper, atoms
