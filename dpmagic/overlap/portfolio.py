@@ -163,7 +163,8 @@ class PortfolioConfig:
     #: regions (drilldown/seed 11, queries 360–700) its certified bound equalled the maximum on every instance
     #: measured, in 0.1–0.6 s, where the integer program took 1–6 s (benchmarks/results/
     #: bench_session_issue28_s15_NOTES.md).  It applies to non-Helly instances of at most ``pairlp_max_columns``
-    #: columns (its pairs grow with the square of the columns)
+    #: columns (its pairs grow with the square of the columns); it is planned only there (``method="pairlp"`` runs it
+    #: alone with the integer program)
     pairlp_share: float = 0.9
     pairlp_max_columns: int = 12
 
@@ -471,7 +472,11 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if searches[0] == "columns" and ok("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
         out.append((STEPS["milp"], None))  # few small columns (dense domain), non-Helly: the integer program early
     out.extend((STEPS[n], None) for n in searches if ok(n))
-    for n in ("pairlp", "milp", "lp"):
+    # the pairwise LP is not in the tail of a plan with the searches: after them, on the 10,000-registered regions
+    # (thousands of live queries) it used the time left without closing them (admission p50 44.8 → 251 ms,
+    # benchmarks/results/bench_session_issue28_s15_prefilled_tail.md); without them (``method="pairlp"``) it is
+    tail = ("milp", "lp") if ok("columns") else ("pairlp", "milp", "lp")
+    for n in tail:
         if ok(n) and all(s.name != n for s, _ in out):
             out.append((STEPS[n], None))
     return out
