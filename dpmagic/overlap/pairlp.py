@@ -169,17 +169,21 @@ def certified_dual_bound(
     v = np.asarray(v, dtype=np.float64)
     if not (np.all(np.isfinite(u)) and np.all(np.isfinite(v))):
         return math.inf
-    r = c - A.T @ u - E.T @ v
-    mag = np.abs(c) + abs(A).T @ u + abs(E).T @ np.abs(v)
-    k = np.diff(A.tocsc().indptr) + np.diff(E.tocsc().indptr) + 2
-    err = 2.0 * (k + 2) * (_U * mag + _ETA)
-    pos = np.maximum(r + err, 0.0)
-    pos = np.nextafter(pos, math.inf) * (pos > 0)  # the addition r + err rounded up
-    # bᵀu, eᵀv: every b, e is 0 or ±1 here, so each product is exact; the sums are rounded up
-    terms = np.concatenate([pos, b * u, e * v])
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught below: the bound is then inf
+        r = c - A.T @ u - E.T @ v
+        mag = np.abs(c) + abs(A).T @ u + abs(E).T @ np.abs(v)
+        k = np.diff(A.tocsc().indptr) + np.diff(E.tocsc().indptr) + 2
+        err = 2.0 * (k + 2) * (_U * mag + _ETA)
+        pos = np.maximum(r + err, 0.0)
+        pos = np.nextafter(pos, math.inf) * (pos > 0)  # the addition r + err rounded up
+        # bᵀu, eᵀv: every b, e is 0 or ±1 here, so each product is exact; the sums are rounded up
+        terms = np.concatenate([pos, b * u, e * v])
     if not np.all(np.isfinite(terms)):
         return math.inf
-    return sum_up(terms[terms != 0.0].tolist())
+    try:
+        return sum_up(terms[terms != 0.0].tolist())
+    except OverflowError:  # huge multipliers: an intermediate sum past the float range (red team 15)
+        return math.inf
 
 
 def _single_rows(
@@ -229,7 +233,8 @@ def pair_lp_bound(
     cons = np.stack([~M.all(axis=1) for M in dense], axis=1)
     ncons = cons.sum(axis=1)
     const = w[ncons == 0]
-    scale = math.ldexp(1.0, -math.frexp(float(w.max()))[1]) if float(w.max()) > 0 else 1.0
+    # largest scaled weight in [0.5, 1) (exact); weights below 2^-1023 keep scale 2^1023 (2^1024 overflows: red team 15)
+    scale = math.ldexp(1.0, min(-math.frexp(float(w.max()))[1], 1023)) if float(w.max()) > 0 else 1.0
     ycol = []
     for ci in range(len(cols)):
         one = (ncons == 1) & cons[:, ci]
