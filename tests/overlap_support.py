@@ -163,3 +163,18 @@ def tri_boxes() -> list[Box]:
         Box({"c3": CategorySet.of_indices(c3, [1, 2]), "c4": CategorySet.of_indices(c4, [1, 2])}),
         Box({"c3": CategorySet.of_indices(c3, [0, 2]), "c4": CategorySet.of_indices(c4, [0, 1])}),
     ]
+
+
+def problem_of(boxes, weights, region=None, schema=SCHEMA):  # type: ignore[no-untyped-def]
+    """``(store, problem)``: the boxes in a fresh :class:`BoxStore`, the compressed problem of those alive (and
+    overlapping ``region``, restricted to it, when given)."""
+    import numpy as np
+
+    from dpmagic.overlap.encoding import BoxStore, build_problem
+
+    store = BoxStore(schema)
+    store.extend(boxes, weights)
+    ids = np.flatnonzero(store.alive[: store.n])
+    if region is not None:
+        ids = ids[store.overlap_mask(region)[ids]]
+    return store, build_problem(store, ids, region)

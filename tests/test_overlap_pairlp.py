@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, assert_sound, boxes, brute_max, row_load, weights_st
+from overlap_support import FAST, SCHEMA, assert_sound, boxes, brute_max, problem_of, row_load, weights_st
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
@@ -32,15 +32,6 @@ workloads = st.lists(st.tuples(boxes(), any_weights), min_size=1, max_size=9)
 PAIRLP = PortfolioConfig(steps=frozenset({"pairlp"}))
 
 
-def _problem(bx, ws, region=None):
-    store = BoxStore(SCHEMA)
-    store.extend(bx, ws)
-    ids = np.flatnonzero(store.alive[: store.n])
-    if region is not None:
-        ids = ids[store.overlap_mask(region)[ids]]
-    return store, build_problem(store, ids, region)
-
-
 @given(workloads, st.one_of(st.none(), boxes()), st.sampled_from([math.inf, 0.0, 4.0]))
 @FAST
 def test_pair_lp_bound_is_proven(wl, region, pair_max) -> None:
@@ -50,7 +41,7 @@ def test_pair_lp_bound_is_proven(wl, region, pair_max) -> None:
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
     if region is not None and region.is_empty():
         return
-    store, prob = _problem(bx, ws, region)
+    store, prob = problem_of(bx, ws, region)
     if prob.n == 0:
         return
     truth = brute_max(SCHEMA, bx, ws, region)
@@ -84,7 +75,7 @@ def test_certified_dual_bound_holds_for_any_multipliers(wl, data) -> None:
     import dpmagic.overlap.pairlp as pl
 
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
-    store, prob = _problem(bx, ws)
+    store, prob = problem_of(bx, ws)
     if prob.n == 0 or not prob.columns:
         return
     captured = {}

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from overlap_support import FAST, SCHEMA, admit_each, assert_sound, boxes, brute_max, row_load, weights_st
+from overlap_support import FAST, SCHEMA, admit_each, assert_sound, boxes, brute_max, problem_of, row_load, weights_st
 
 import dpmagic.overlap.scoped as scoped_mod
 from dpmagic.domain.sets import Box, CategorySet
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, max_overlap, plan
-from dpmagic.overlap.encoding import BoxStore, build_problem
+from dpmagic.overlap.encoding import BoxStore
 from dpmagic.overlap.maxoverlap import solve_overlap
 from dpmagic.overlap.portfolio import Instance, witness_row
 from dpmagic.overlap.rounding import ProblemRounding, is_exact
@@ -34,15 +34,6 @@ SCOPED = PortfolioConfig(steps=frozenset({"scoped"}), scoped_max_scope=99.0)
 
 def _sound(r, bx, ws, region=None) -> None:
     assert_sound(r, bx, ws, region=region)
-
-
-def _problem(bx, ws, region=None):
-    store = BoxStore(SCHEMA)
-    store.extend(bx, ws)
-    ids = np.flatnonzero(store.alive[: store.n])
-    if region is not None:
-        ids = ids[store.overlap_mask(region)[ids]]
-    return store, build_problem(store, ids, region)
 
 
 @given(workloads)
@@ -64,7 +55,7 @@ def test_scoped_search_from_nothing_finds_the_maximum(wl, region) -> None:
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
     if region is not None and region.is_empty():
         return
-    store, prob = _problem(bx, ws, region)
+    store, prob = problem_of(bx, ws, region)
     if prob.n == 0:
         return
     truth = brute_max(SCHEMA, bx, ws, region)
@@ -121,7 +112,7 @@ def test_scoped_timeout_and_target_are_proven(wl, nodes) -> None:
     """A search stopped after a few nodes (deadline) or on a target reports a proven upper bound and a witness
     whose load is at most the maximum."""
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
-    store, prob = _problem(bx, ws)
+    store, prob = problem_of(bx, ws)
     if prob.n == 0:
         return
     rnd = ProblemRounding.of(prob)
@@ -159,7 +150,7 @@ def test_scoped_is_planned_first_on_small_scopes_only() -> None:
         name = str(rng.choice(["c3", "c4"]))
         col = SCHEMA[name]
         bx.append(Box({name: CategorySet.of_indices(col, rng.choice(col.size, size=2, replace=False).tolist())}))
-    store, prob = _problem(bx, [0.05] * len(bx))
+    store, prob = problem_of(bx, [0.05] * len(bx))
     inst = Instance.of(store, prob, np.arange(len(bx)))
     cfg = PortfolioConfig(tensor_cells=1)
     assert plan(inst, cfg)[0][0].name == "scoped"

@@ -24,7 +24,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from overlap_support import SCHEMA, _candidates, boxes
+from overlap_support import SCHEMA, _candidates, boxes, problem_of
 from scipy.optimize import linprog as _REAL_LINPROG  # the real solver, before any test patches it
 
 import dpmagic.overlap.pairlp as pl
@@ -305,22 +305,13 @@ def test_dominance_with_float_ties_of_folded_weights() -> None:
 extreme_workloads = st.lists(st.tuples(boxes(), extreme_weights), min_size=1, max_size=8)
 
 
-def _problem(bx, ws, region=None):
-    store = BoxStore(SCHEMA)
-    store.extend(bx, ws)
-    ids = np.flatnonzero(store.alive[: store.n])
-    if region is not None:
-        ids = ids[store.overlap_mask(region)[ids]]
-    return store, build_problem(store, ids, region)
-
-
 @given(extreme_workloads, st.one_of(st.none(), boxes()), st.sampled_from([math.inf, 0.0, 4.0]))
 @SOME
 def test_extreme_weight_workloads(wl, region, pair_max) -> None:
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
     if region is not None and region.is_empty():
         return
-    store, prob = _problem(bx, ws, region)
+    store, prob = problem_of(bx, ws, region)
     if prob.n == 0:
         return
     truth = exact_brute_max(SCHEMA, bx, ws, region)
