@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from dpmagic.overlap.encoding import Problem
 from dpmagic.overlap.rounding import grid_of, proven_upper, sum_up
 
-__all__ = ["milp_overlap", "milp_margin", "milp_size", "undominated_atoms", "MILP_MAX_VARS", "MILP_MAX_NNZ"]
+__all__ = [
+    "milp_overlap",
+    "milp_margin",
+    "milp_size",
+    "fold",
+    "Folded",
+    "undominated_atoms",
+    "MILP_MAX_VARS",
+    "MILP_MAX_NNZ",
+]
 
 #: HiGHS is only tried on problems up to this size (variables, non-zeros of the constraint matrix)
 MILP_MAX_VARS = 60_000
@@ -70,35 +80,14 @@ def milp_overlap(
         return 0.0, {}, 0.0
     if not cols:  # no query constrains any column: every row is covered by all of them
         return float(w.sum()), {}, sum_up(w.tolist())
-    # Reformulation (same integer optimum, same LP relaxation): a query constraining no column is a constant; a
-    # query constraining one column c is, for one-hot y, exactly Σ_{atom ∈ q_c} y[c, atom] (its row z_q ≤ Σ y
-    # is tight at the optimum, also in the relaxation, where Σ_{atom ∈ q_c} y ≤ 1), so its weight goes onto
-    # those y's objective coefficients; queries with identical sets on every column are one variable with the
-    # summed weight.  Dense analyst sessions (issue 28) are mostly such queries.
-    dense = [c.dense() for c in cols]
-    cons = np.stack([~M.all(axis=1) for M in dense], axis=1)  # (n, columns): q constrains column c
-    ncons = cons.sum(axis=1)
-    const = float(w[ncons == 0].sum())
-    ycol = [w[ncons == 1] @ (dense[ci][ncons == 1] & cons[ncons == 1, ci, None]) for ci in range(len(cols))]
-    multi = np.flatnonzero(ncons >= 2)
-    if len(multi):
-        key = np.concatenate([M[multi] for M in dense], axis=1)
-        _, first, inv = np.unique(np.packbits(key, axis=1), axis=0, return_index=True, return_inverse=True)
-        inv = inv.ravel()
-        wm = np.zeros(len(first))
-        np.add.at(wm, inv, w[multi])
-        multi = multi[first]
-    else:
-        wm = np.zeros(0)
-    # dominated atoms (issue 28): an atom whose multi-column queries are a subset of another's and whose folded
-    # coefficient is not larger is never needed (the other one is at least as good in every solution): dropped
-    keep = [undominated_atoms(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(cols))]
-    dense = [M[:, k] for M, k in zip(dense, keep)]
-    ycoef = np.concatenate([y[k] for y, k in zip(ycol, keep)])
+    f = fold(prob)
+    dense, cons, multi, wm, keep = f.dense, f.cons, f.multi, f.wm, f.keep
+    const = float(f.const.sum())
+    ycoef = np.concatenate(f.ycol)
     coefs = np.concatenate([ycoef, wm])
     cmax = float(coefs.max()) if len(coefs) else 0.0
     if cmax <= 0.0:  # only constant queries
-        return const, {c.name: 0 for c in cols}, sum_up(w[ncons == 0].tolist())
+        return const, {c.name: 0 for c in cols}, sum_up(f.const.tolist())
     wmax = float(w.max())
     scale = math.ldexp(1.0, -math.frexp(wmax)[1])  # largest scaled weight in [0.5, 1): exact
     offs = np.cumsum([0] + [len(k) for k in keep])
@@ -181,6 +170,51 @@ def milp_overlap(
     x = res.x
     atoms = {c.name: int(keep[i][np.argmax(x[offs[i] : offs[i + 1]])]) for i, c in enumerate(cols)}
     return (float(-res.fun) / scale + const if res.fun is not None else None), atoms, upper
+
+
+@dataclass
+class Folded:
+    """A problem reduced for an LP model (:func:`fold`): ``dense`` (each column's membership over its kept atoms
+    ``keep``), ``cons`` (query × column: constrained), ``const`` (the weights of the queries constraining no column),
+    ``ycol`` (per column, over its kept atoms, the summed weight of the one-column queries covering each), ``multi``
+    (the distinct queries constraining two columns or more) with their summed weights ``wm``."""
+
+    dense: list[np.ndarray]
+    cons: np.ndarray
+    const: np.ndarray
+    ycol: list[np.ndarray]
+    multi: np.ndarray
+    wm: np.ndarray
+    keep: list[np.ndarray]
+
+
+def fold(prob: Problem) -> Folded:
+    """The reformulation the integer program and the pairwise LP (:mod:`.pairlp`) share (same integer optimum, same
+    LP relaxation): a query constraining no column is a constant; a query constraining one column c is, for one-hot
+    y, exactly Σ_{atom ∈ q_c} y[c, atom] (its row z_q ≤ Σ y is tight at the optimum, also in the relaxation, where
+    Σ_{atom ∈ q_c} y ≤ 1), so its weight goes onto those y's objective coefficients; queries with identical sets on
+    every column are one variable with the summed weight (dense analyst sessions, issue 28, are mostly such
+    queries); and dominated atoms are dropped (:func:`undominated_atoms`: an atom whose multi-column queries are a
+    subset of another's and whose folded coefficient is not larger is never needed).  ``prob`` has columns.
+    ``O(Σ_c n a_c)`` plus the dominance test."""
+    w = np.asarray(prob.weights, dtype=np.float64)
+    dense = [c.dense() for c in prob.columns]
+    cons = np.stack([~M.all(axis=1) for M in dense], axis=1)  # (n, columns): q constrains column c
+    ncons = cons.sum(axis=1)
+    ycol = [w[ncons == 1] @ (dense[ci][ncons == 1] & cons[ncons == 1, ci, None]) for ci in range(len(dense))]
+    multi = np.flatnonzero(ncons >= 2)
+    if len(multi):
+        key = np.concatenate([M[multi] for M in dense], axis=1)
+        _, first, inv = np.unique(np.packbits(key, axis=1), axis=0, return_index=True, return_inverse=True)
+        wm = np.zeros(len(first))
+        np.add.at(wm, inv.ravel(), w[multi])
+        multi = multi[first]
+    else:
+        wm = np.zeros(0)
+    keep = [undominated_atoms(dense[ci][multi][cons[multi, ci]].T, ycol[ci]) for ci in range(len(dense))]
+    return Folded(
+        [M[:, k] for M, k in zip(dense, keep)], cons, w[ncons == 0], [y[k] for y, k in zip(ycol, keep)], multi, wm, keep
+    )
 
 
 #: dominance between a column's atoms is tested when ``atoms² · queries`` is at most this (else all are kept)

@@ -472,9 +472,9 @@ def plan(inst: Instance, cfg: PortfolioConfig) -> list[tuple[Step, float | None]
     if searches[0] == "columns" and ok("milp") and not inst.helly and inst.nnz <= cfg.milp_early_nnz:
         out.append((STEPS["milp"], None))  # few small columns (dense domain), non-Helly: the integer program early
     out.extend((STEPS[n], None) for n in searches if ok(n))
-    # the pairwise LP is not in the tail of a plan with the searches: after them, on the 10,000-registered regions
-    # (thousands of live queries) it used the time left without closing them (admission p50 44.8 → 251 ms,
-    # benchmarks/results/bench_session_issue28_s15_prefilled_tail.md); without them (``method="pairlp"``) it is
+    # the pairwise LP is in the tail only of plans without the searches (``method="pairlp"``): it was measured in the
+    # drill-down plan only (in every tail, 10,000 registered looked slower, p50 251 ms, but the code before was as
+    # slow at the same time, 245 ms: benchmarks/results/bench_session_issue28_s15_NOTES.md)
     tail = ("milp", "lp") if ok("columns") else ("pairlp", "milp", "lp")
     for n in tail:
         if ok(n) and all(s.name != n for s, _ in out):
