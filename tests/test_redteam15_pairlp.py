@@ -388,29 +388,18 @@ def test_complement_grid_two_columns() -> None:
 # ------------------------------------------------------------------------------------------------------
 
 
-class _Res:
-    def __init__(self, status, x, ineq, eq):
-        self.status, self.x = status, x
-        self.ineqlin = type("M", (), {"marginals": ineq})()
-        self.eqlin = type("M", (), {"marginals": eq})()
+def _patched_solve(monkeypatch, transform):
+    """``pairlp.solve_lp`` solved for real, then its multipliers replaced by ``transform(u, v)``."""
+    real = pl.solve_lp
 
-
-def _patched_linprog(monkeypatch, transform):
-    """``scipy.optimize.linprog`` solved for real, then its marginals replaced by ``transform(ineq, eq)``."""
-    import scipy.optimize
-
-    real = _REAL_LINPROG
-
-    def fake(c, A_ub=None, b_ub=None, A_eq=None, b_eq=None, **kw):  # type: ignore[no-untyped-def]
-        res = real(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, **kw)
-        ineq = np.asarray(res.ineqlin.marginals) if A_ub is not None else np.zeros(0)
-        eq = np.asarray(res.eqlin.marginals)
-        out = transform(ineq, eq)
-        if out is None:
+    def fake(c, A, b, E, e, time_limit, stop):  # type: ignore[no-untyped-def]
+        res = real(c, A, b, E, e, time_limit, stop)
+        if res is None:
             return res
-        return _Res(res.status, res.x, out[0], out[1])
+        out = transform(res[1], res[2])
+        return res if out is None else (res[0], out[0], out[1])
 
-    monkeypatch.setattr(scipy.optimize, "linprog", fake)
+    monkeypatch.setattr(pl, "solve_lp", fake)
 
 
 TRANSFORMS = {
@@ -434,7 +423,7 @@ TRANSFORMS = {
 )
 def test_bound_holds_for_adversarial_duals(monkeypatch, name, prob) -> None:
     """Whatever multipliers HiGHS reports, the returned bound is ≥ the maximum (or ``None``)."""
-    _patched_linprog(monkeypatch, TRANSFORMS[name])
+    _patched_solve(monkeypatch, TRANSFORMS[name])
     try:
         upper, _ = pair_lp_bound(prob, 30.0)
     except OverflowError:  # fsum's intermediate overflow on huge multipliers: no bound, not a wrong one
@@ -443,20 +432,30 @@ def test_bound_holds_for_adversarial_duals(monkeypatch, name, prob) -> None:
         assert_proven(upper, exact_problem_max(prob))
 
 
-@pytest.mark.parametrize(
-    "res",
-    [
-        _Res(1, None, np.zeros(0), np.zeros(0)),  # time limit
-        _Res(4, np.zeros(0), np.zeros(0), np.zeros(0)),  # numerical trouble
-        _Res(0, None, np.zeros(0), np.zeros(0)),  # optimal but no solution
-    ],
-)
-def test_failed_solve_is_none(monkeypatch, res) -> None:
-    import scipy.optimize
-
-    monkeypatch.setattr(scipy.optimize, "linprog", lambda *a, **k: res)
+def test_no_multipliers_is_none(monkeypatch) -> None:
+    """HiGHS reporting no multipliers at all (a failed solve): no bound."""
+    monkeypatch.setattr(pl, "solve_lp", lambda *a, **k: None)
     prob = _two_col_problem([([0], [0, 1]), ([0, 1], [1]), ([2], [2])], [1.0, 1.0, 1.0])
     assert pair_lp_bound(prob, 30.0) == (None, None)
+
+
+@pytest.mark.parametrize("x", [None, "short"])
+def test_stopped_solve_is_proven_without_witness(monkeypatch, x) -> None:
+    """HiGHS stopped early (time limit, numerical trouble) with no primal point, or one of the wrong length, and
+    whatever multipliers: the certified bound is still ≥ the maximum, and no witness is made up."""
+    real = pl.solve_lp
+
+    def fake(c, A, b, E, e, time_limit, stop):  # type: ignore[no-untyped-def]
+        res = real(c, A, b, E, e, time_limit, stop)
+        assert res is not None
+        return (None if x is None else np.zeros(1), np.zeros_like(res[1]), np.zeros_like(res[2]))
+
+    monkeypatch.setattr(pl, "solve_lp", fake)
+    prob = _two_col_problem([([0], [0, 1]), ([0, 1], [1]), ([2], [2])], [1.0, 2.0, 1.5])
+    upper, atoms = pair_lp_bound(prob, 30.0)
+    assert atoms is None
+    assert upper is not None
+    assert_proven(upper, exact_problem_max(prob))
 
 
 def test_tiny_time_limit_is_none_or_proven() -> None:

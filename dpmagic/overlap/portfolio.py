@@ -366,7 +366,8 @@ def _run_pairlp(s: _State, deadline: float) -> bool:
     if left < PAIRLP_MIN_SECONDS:
         return False
     try:
-        ub, at = pair_lp_bound(s.inst.prob, left)
+        # a bound at the best load (exact) or at the floor (nothing above it) is all this step needs
+        ub, at = pair_lp_bound(s.inst.prob, left, target=max(s.best_val, s.floor))
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
     if ub is None:
