@@ -432,6 +432,22 @@ def test_bound_holds_for_adversarial_duals(monkeypatch, name, prob) -> None:
         assert_proven(upper, exact_problem_max(prob))
 
 
+def test_failed_run_is_no_bound(monkeypatch) -> None:
+    """A HiGHS run that fails (kError) still reports zero multipliers of the right length: no bound is made of them."""
+    import highspy
+    import highspy._core as hcore
+
+    real = hcore._Highs
+
+    class Failing(real):  # type: ignore[misc, valid-type]
+        def run(self):  # type: ignore[no-untyped-def]
+            return highspy.HighsStatus.kError
+
+    monkeypatch.setattr(hcore, "_Highs", Failing)
+    prob = _two_col_problem([([0], [0, 1]), ([0, 1], [1]), ([2], [2])], [1.0, 1.0, 1.0])
+    assert pair_lp_bound(prob, 30.0) == (None, None)
+
+
 def test_no_multipliers_is_none(monkeypatch) -> None:
     """HiGHS reporting no multipliers at all (a failed solve): no bound."""
     monkeypatch.setattr(pl, "solve_lp", lambda *a, **k: None)
@@ -477,7 +493,7 @@ def test_portfolio_sound_when_pairlp_fails(wl) -> None:
 
     truth = exact_brute_max(SCHEMA, bx, ws)
     old = pf.pair_lp_bound
-    for repl in (lambda p, t, *a: (None, None), lambda p, t, *a: (_ for _ in ()).throw(RuntimeError("x"))):
+    for repl in (lambda p, t, *a, **k: (None, None), lambda p, t, *a: (_ for _ in ()).throw(RuntimeError("x"))):
         pf.pair_lp_bound = repl
         try:
             for cfg in (PAIRLP, PortfolioConfig()):

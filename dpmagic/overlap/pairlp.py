@@ -211,9 +211,10 @@ def _single_rows(
 def solve_lp(
     c: np.ndarray, A: sp.csr_matrix, b: np.ndarray, E: sp.csr_matrix, e: np.ndarray, time_limit: float, stop: float
 ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray] | None:
-    """``max {cᵀx : A x ≤ b, E x = e, 0 ≤ x ≤ 1}`` by HiGHS's dual simplex (presolve off, one thread): ``(x, u, v)``
+    """``max {cᵀx : A x ≤ b, E x = e, 0 ≤ x ≤ 1}`` by HiGHS's dual simplex (presolve off): ``(x, u, v)``
     — a primal point (None when HiGHS has none) and the multipliers of the rows of ``A`` (≥ 0 at an optimum) and
-    ``E`` — or None when HiGHS reports no multipliers at all.
+    ``E`` — or None when the run failed (an error, or a status other than optimal, stopped at the target, at the
+    time or at the iteration limit) or HiGHS reports no multipliers.
 
     The multipliers are whatever HiGHS holds when it stops: at an optimum, when its dual bound has fallen below
     ``stop`` (HiGHS's ``objective_bound``: every dual-simplex iterate is dual feasible up to its tolerances, so its
@@ -228,7 +229,7 @@ def solve_lp(
     h = _Highs()
     for key, val in (
         ("output_flag", False), ("solver", "simplex"), ("simplex_strategy", 1), ("presolve", "off"),
-        ("threads", 1), ("time_limit", max(float(time_limit), 1e-6)),
+        ("time_limit", max(float(time_limit), 1e-6)),
     ):  # fmt: skip
         h.setOptionValue(key, val)
     if math.isfinite(stop):
@@ -246,7 +247,15 @@ def solve_lp(
     mat.start_, mat.index_, mat.value_ = M.indptr, M.indices, M.data
     if h.passModel(lp) == highspy.HighsStatus.kError:
         return None
-    h.run()
+    # (``threads`` is left at its default: HiGHS keeps one scheduler per OS thread, and a run asking for another thread
+    # count than that scheduler's fails — with the analyst's own highspy solves in the kernel thread, either way round)
+    if h.run() == highspy.HighsStatus.kError:
+        return None  # a failed run still reports zero multipliers of the right length: not a solve (red team 16)
+    if h.getModelStatus() not in (
+        highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kObjectiveBound,
+        highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit,
+    ):  # fmt: skip
+        return None
     sol = h.getSolution()
     rd = np.asarray(sol.row_dual, dtype=np.float64)
     if len(rd) != M.shape[0]:

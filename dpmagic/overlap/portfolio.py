@@ -366,7 +366,8 @@ def _run_pairlp(s: _State, deadline: float) -> bool:
     if left < PAIRLP_MIN_SECONDS:
         return False
     try:
-        # a bound at the best load (exact) or at the floor (nothing above it) is all this step needs
+        # a bound at the floor (nothing above it) is all this step needs; the best load is a target too, but the LP
+        # optimum is never below it, so there the stop never fires (a stop just above it, within the grid, would)
         ub, at = pair_lp_bound(s.inst.prob, left, target=max(s.best_val, s.floor))
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
