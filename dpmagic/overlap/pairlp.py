@@ -222,9 +222,10 @@ def solve_lp(
     turns *any* multipliers into a proven bound, tight at an optimum and looser before.
     """
     import highspy
+    import scipy.sparse as sp
     from highspy._core import _Highs  # the bare solver: ``highspy.Highs()`` prints HiGHS's banner to fd 1 once
 
-    M = _stack(A, E)
+    M = sp.vstack([A, E]).tocsc()  # HiGHS's column-wise format
     n, m_a = M.shape[1], A.shape[0]
     h = _Highs()
     for key, val in (
@@ -266,13 +267,6 @@ def solve_lp(
     return x, -rd[:m_a], -rd[m_a:]
 
 
-def _stack(A: sp.csr_matrix, E: sp.csr_matrix) -> sp.csc_matrix:
-    """``[A; E]`` column-wise (HiGHS's format)."""
-    import scipy.sparse as sp
-
-    return sp.vstack([A, E]).tocsc()
-
-
 def pair_lp_bound(
     prob: Problem, time_limit: float, pair_max: float = math.inf, target: float = math.inf
 ) -> tuple[float | None, dict[str, int] | None]:
@@ -286,8 +280,8 @@ def pair_lp_bound(
     weight of the queries constraining no column, through :func:`~.rounding.proven_upper` (which also covers the
     float sums folding the one-column queries' weights into ``y``'s objective).
 
-    ``target``: a bound below which the exact LP optimum is not needed (the caller's best load or floor); the dual
-    simplex stops once its bound passes it (measured on the drill-down-wide regions: 20 % less time in all).
+    ``target``: a bound below which the exact LP optimum is not needed (the caller's floor: nothing above it
+    matters); the dual simplex stops once its bound passes it (measured on the drill-down-wide regions: 20 % less time in all).
     """
     deadline = time.perf_counter() + time_limit
     n = prob.n
