@@ -396,13 +396,13 @@ def test_a_stalled_engine_searches_only_above_the_upper_end(monkeypatch: pytest.
     from dpmagic.overlap.engine import DEGRADED_REL_GAP
 
     bx = _tri()
-    seen: list[tuple[float, float]] = []
+    seen: list[tuple[float, float, float]] = []
     Eng = OverlapEngine
     orig = Eng._region
 
-    def spy(self, box, nb, limit, floor=float("-inf"), helly=False, resume=None):  # type: ignore[no-untyped-def]
-        seen.append((limit, floor))
-        return orig(self, box, nb, limit, floor, helly, resume)
+    def spy(self, box, nb, limit, floor=float("-inf"), helly=False, resume=None, soft=float("-inf")):  # type: ignore[no-untyped-def]
+        seen.append((limit, floor, soft))
+        return orig(self, box, nb, limit, floor, helly, resume, soft)
 
     for stalled in (False, True):
         eng = OverlapEngine(SCHEMA, charged="exact", retighten_seconds=0.0)
@@ -417,8 +417,10 @@ def test_a_stalled_engine_searches_only_above_the_upper_end(monkeypatch: pytest.
         monkeypatch.setattr(Eng, "_region", spy)
         eng.admit(bx[2], 0.5)
         monkeypatch.setattr(Eng, "_region", orig)
-        limit, floor = seen[0]
+        limit, floor, soft = seen[0]
         if stalled:
             assert floor == pytest.approx(up - 0.5) and limit <= eng.degraded_time_limit
+            assert soft == pytest.approx(g.lower - 0.5)  # the pairwise LP may still stop at the old floor
         else:
             assert floor == pytest.approx(g.lower - 0.5) and limit >= eng.hard_time_limit
+            assert soft == float("-inf")

@@ -199,6 +199,30 @@ def test_portfolio_stops_once_nothing_is_above_the_floor(wl, frac) -> None:
         assert not {"graph-search", "branch-and-bound"} & set(parts[parts.index("milp") :])
 
 
+@given(workloads, st.floats(0.5, 1.5), st.floats(0.0, 1.0))
+@FAST
+def test_soft_floor_is_sound(wl, frac, soft_frac) -> None:
+    """A soft floor (a degraded admission's γ.lower − w, below its floor γ.upper − w) only moves the pairwise LP's
+    stopping target: the interval stays proven around brute force (γ ≤ upper, or nothing above the floor), the
+    witness's load is the lower end, exact only when equal; a result at most the soft floor is a proven bound."""
+    from dpmagic.overlap.maxoverlap import solve_overlap
+
+    bx, ws = [b for b, _ in wl], [w for _, w in wl]
+    truth = brute_max(SCHEMA, bx, ws)
+    floor = frac * truth
+    soft = floor * soft_frac
+    store = BoxStore(SCHEMA)
+    store.extend(bx, np.asarray(ws))
+    r = solve_overlap(store, floor=floor, soft_floor=soft, config=DRILL)
+    assert r.lower <= truth + 1e-12 and truth <= r.upper + 1e-12  # proven either way (the LP relaxes the max)
+    if r.exact:
+        assert r.lower == pytest.approx(truth, abs=1e-12)
+    if r.witness is not None and bx:
+        assert row_load(bx, ws, r.witness) == pytest.approx(r.lower, abs=1e-12)
+    if truth > floor:
+        _check(r, bx, ws, truth)
+
+
 @given(
     st.integers(1, 7).flatmap(
         lambda a: st.tuples(

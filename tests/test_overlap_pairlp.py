@@ -31,9 +31,15 @@ workloads = st.lists(st.tuples(boxes(), any_weights), min_size=1, max_size=9)
 PAIRLP = PortfolioConfig(steps=frozenset({"pairlp"}))
 
 
-@given(workloads, st.one_of(st.none(), boxes()), st.sampled_from([math.inf, 0.0, 4.0]), st.floats(-1.0, 12.0))
+@given(
+    workloads,
+    st.one_of(st.none(), boxes()),
+    st.sampled_from([math.inf, 0.0, 4.0]),
+    st.floats(-1.0, 12.0),
+    st.sampled_from([None, 0.0, 2.0, 4.0]),
+)
 @FAST
-def test_pair_lp_bound_is_proven(wl, region, pair_max, frac) -> None:
+def test_pair_lp_bound_is_proven(wl, region, pair_max, frac, first) -> None:
     """The bound is ≥ the brute-force maximum (over the region when given), also when pairs of more than
     ``pair_max`` cells get no joint (their queries keep the one-column rows); the witness is a row of the problem's
     domain (inside the region) whose load is at most the bound.
@@ -41,7 +47,9 @@ def test_pair_lp_bound_is_proven(wl, region, pair_max, frac) -> None:
     With a target (HiGHS's dual simplex stops once its bound passes it) the bound is still ≥ the maximum whatever
     the target — below the maximum, at it, between it and the LP optimum, above Σw — and at most the target when the
     target is above the LP optimum.  (Whether HiGHS stops early is a matter of speed, measured in the benchmarks,
-    not of soundness: a solve that ignored the target passes here too.)"""
+    not of soundness: a solve that ignored the target passes here too.)  With a cheaper first stage
+    (``first_pair_max``: only the small pairs' joints, the full LP only when that bound is above the target) every
+    bound is still ≥ the maximum, and at most the target whenever the full LP alone was."""
     bx, ws = [b for b, _ in wl], [w for _, w in wl]
     if region is not None and region.is_empty():
         return
@@ -59,7 +67,7 @@ def test_pair_lp_bound_is_proven(wl, region, pair_max, frac) -> None:
         assert region.contains_row(row)
     full = upper
     for target in (truth * frac, truth, (truth + full) / 2, full, full * 1.5 + 1.0):
-        up, _ = pair_lp_bound(prob, 30.0, pair_max, target=target)
+        up, _ = pair_lp_bound(prob, 30.0, pair_max, target=target, first_pair_max=first)
         assert up is not None
         assert truth <= up
         if target >= full * (1 + 1e-6):
@@ -203,6 +211,74 @@ def test_in_the_drill_down_plan_before_the_integer_program() -> None:
     assert upper <= milp_up * (1 + 1e-6) + 1e-9  # never looser than the integer program's own dual bound ...
     no_pairs = PortfolioConfig(steps=frozenset({"milp", "lp"}))
     assert "pairlp" not in [s.name for s, _ in plan(Instance.of(store, prob, ids), no_pairs)]
+
+
+def test_cheap_first_stage_then_the_full_lp(monkeypatch) -> None:
+    """``first_pair_max``: the cheaper LP (the small pairs' joints only) is solved first; when its proven bound is at
+    most the target the full LP is never built, else the full LP follows and the smaller bound is returned — never
+    above the cheap one, as tight as the full LP alone (up to HiGHS's stop at the target), and ≥ the maximum."""
+    import dpmagic.overlap.pairlp as pl
+
+    schema, bx = _drilldown_like(120, seed=5)
+    ws = [0.01 * (1 + k % 10) for k in range(len(bx))]
+    store = BoxStore(schema)
+    store.extend(bx, ws)
+    prob = build_problem(store, np.flatnonzero(store.alive[: store.n]), None)
+    calls: list[int] = []
+    real = pl.solve_lp
+
+    def counted(c, A, b, E, e, time_limit, stop):
+        calls.append(len(c))
+        return real(c, A, b, E, e, time_limit, stop)
+
+    monkeypatch.setattr(pl, "solve_lp", counted)
+    full, _ = pair_lp_bound(prob, 60.0)
+    cheap, _ = pair_lp_bound(prob, 60.0, pair_max=20.0)
+    assert full is not None and cheap is not None and full < cheap  # the big pairs matter on this instance
+    calls.clear()
+    up, _ = pair_lp_bound(prob, 60.0, target=full * 0.5, first_pair_max=20.0)
+    assert len(calls) == 2 and calls[0] < calls[1]  # cheap first (fewer variables), then the full LP
+    assert up is not None and up == pytest.approx(full, rel=1e-9) and up <= cheap
+    calls.clear()
+    up, _ = pair_lp_bound(prob, 60.0, target=math.inf, first_pair_max=20.0)
+    assert len(calls) == 1 and up == pytest.approx(full, rel=1e-9)  # no target: the optimum is wanted, one LP
+    calls.clear()
+    up, _ = pair_lp_bound(prob, 60.0, target=cheap * 1.01, first_pair_max=20.0)
+    assert len(calls) == 1 and up is not None and up <= cheap * 1.01  # proven at the target by the cheap LP alone
+    calls.clear()
+    up, _ = pair_lp_bound(prob, 60.0, target=full * 0.5, first_pair_max=1e9)
+    assert len(calls) == 1  # no pair is dropped by the first stage: one LP
+    truth_lb = row_load(bx, ws, witness_row(store, prob, pair_lp_bound(prob, 60.0)[1] or {}))
+    assert truth_lb <= full
+
+
+def test_target_half_a_lattice_step_above_the_best_load(monkeypatch) -> None:
+    """On decimal costs (a lattice of step δ) the portfolio asks the LP only for a bound less than δ/2 above the best
+    load (such a bound snaps to it), and the result is still sound and exact when the portfolio says so."""
+    import dpmagic.overlap.portfolio as pf
+
+    schema, bx = _drilldown_like(60, seed=7)
+    ws = [round(0.013 * (1 + k % 7), 3) for k in range(len(bx))]
+    seen: list[tuple[float, float, float]] = []
+    real = pf.pair_lp_bound
+
+    def spy(prob, time_limit, *a, **k):
+        out = real(prob, time_limit, *a, **k)
+        seen.append((k["target"], out[0] if out[0] is not None else math.nan, time_limit))
+        return out
+
+    monkeypatch.setattr(pf, "pair_lp_bound", spy)
+    r = max_overlap(bx, ws, schema, config=PAIRLP)
+    assert seen, "the pairwise LP ran"
+    lower = r.lower
+    # the target is a load of the problem (a multiple of 0.001: the best load when the LP started) plus δ/2
+    t = seen[0][0]
+    assert round(t - 0.0005, 3) == pytest.approx(t - 0.0005, abs=1e-12) and t - 0.0005 <= lower + 1e-12, (seen, lower)
+    store = BoxStore(schema)
+    store.extend(bx, ws)
+    assert row_load(bx, ws, r.witness) == pytest.approx(lower)
+    if r.exact:
+        assert r.upper - r.lower <= 1e-9 * r.upper
 
 
 def test_solving_prints_nothing() -> None:

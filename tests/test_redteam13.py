@@ -191,8 +191,8 @@ def _timing_out(orig, data):  # type: ignore[no-untyped-def]
     raised to a proven bound of the region's load (the neighbours' Σw, or — a narrow interval — the true upper end
     raised by 0.1% / 0.5%), inexact; so admissions really end capped (real starved searches rarely do)."""
 
-    def timing_out(self, box, nb, limit, floor=-math.inf, helly=False, resume=None):  # type: ignore[no-untyped-def]
-        res = orig(self, box, nb, limit, floor, helly, resume)
+    def timing_out(self, box, nb, limit, floor=-math.inf, helly=False, resume=None, soft=-math.inf):  # type: ignore[no-untyped-def]
+        res = orig(self, box, nb, limit, floor, helly, resume, soft)
         if data.draw(st.integers(0, 3), label="time out") == 0 or not nb.size:
             return res
         how = data.draw(st.sampled_from(["sum", 1.001, 1.005]), label="raised to")
@@ -375,8 +375,8 @@ def test_only_a_search_that_used_its_cap_stalls_the_engine(slack: float) -> None
     orig = OverlapEngine._region
     limits: list[float] = []
 
-    def narrow(self, box, nb, limit, floor=-math.inf, helly=False, resume=None):  # type: ignore[no-untyped-def]
-        res = orig(self, box, nb, limit, floor, helly, resume)
+    def narrow(self, box, nb, limit, floor=-math.inf, helly=False, resume=None, soft=-math.inf):  # type: ignore[no-untyped-def]
+        res = orig(self, box, nb, limit, floor, helly, resume, soft)
         limits.append(limit)
         up = res.upper * 1.001  # a proven upper end (res.upper is one), 0.1% above: within the slack
         return replace(res, upper=up, exact=is_exact(res.lower, up))

@@ -849,9 +849,11 @@ class OverlapEngine:
         floor: float = -math.inf,
         helly: bool = False,
         resume: dict[str, Any] | None = None,
+        soft_floor: float = -math.inf,
     ) -> OverlapResult:
         """``max_load_over(box)`` restricted to the neighbours ``nb``, with cheap certificates first.  ``resume``:
-        the search's resumable state (a second call with it continues the first one's timed-out search)."""
+        the search's resumable state (a second call with it continues the first one's timed-out search);
+        ``soft_floor``: see :func:`~.maxoverlap.solve_overlap`."""
         st = self._store
         if len(nb) == 0:
             row = {name: vs.some_value() for name, vs in box.constraints.items()}  # any row of the box
@@ -889,7 +891,7 @@ class OverlapEngine:
         if res is None:
             res = solve_overlap(
                 st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
-                terms=self._term_up if math.isfinite(floor) else None, resume=resume,
+                terms=self._term_up if math.isfinite(floor) else None, resume=resume, soft_floor=soft_floor,
             )  # fmt: skip
         if best_row is not None and res.lower < best:
             up = max(res.upper, best)
@@ -938,7 +940,7 @@ class OverlapEngine:
             return _Admission(box, w, qid, False, nb, None, color, _omega(w, math.inf, False, (qid,)))
         # γ_new = max(γ_old, w + R): when ω is not derived from R, only R > γ_old.lower − w matters (an R below
         # it leaves the interval as it was: its term w + floor is at most γ_old.lower and drops out)
-        floor = -math.inf
+        floor = soft = -math.inf
         degraded = False
         g = self._gamma
         if not need_clique and g is not None:
@@ -949,7 +951,9 @@ class OverlapEngine:
             near = budget is not None and g.lower <= budget < g.upper + w
             wide = g.upper > (1.0 + DEGRADED_REL_GAP) * g.lower
             if not g.exact and (wide or self._stalled) and not near:
-                floor = max(floor, g.upper - w)
+                # the pairwise LP's bound still stops at the old floor when it gets there in time (then the admission
+                # adds no pending term: the interval can close again without the worker)
+                floor, soft = max(floor, g.upper - w), floor
                 degraded = True
         helly = is_helly_box(box) and bool(st.helly[nb].all())
         # uncharged engines (every bound exact) search for the whole limit at once
@@ -965,7 +969,7 @@ class OverlapEngine:
             quick = min(quick, self.degraded_time_limit)
         resume: dict[str, Any] = {}
         capped = False
-        region = self._region(box, nb, quick, floor, helly, resume)
+        region = self._region(box, nb, quick, floor, helly, resume, soft)
         if not region.exact and limit > quick:
             lo = max(self._gamma.lower if self._gamma is not None else 0.0, region.lower + w)
             up = max(self._gamma.upper if self._gamma is not None else 0.0, add_up(w, region.upper))
@@ -974,7 +978,7 @@ class OverlapEngine:
             # a second search resumes the first one's scoped search (other steps start from scratch)
             on = (near or (not degraded and up > (1.0 + self.charge_rel_slack) * lo)) and cap > quick
             if on:
-                more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly, resume)
+                more = self._region(box, nb, max(0.0, cap - (time.perf_counter() - t0)), floor, helly, resume, soft)
                 region = _tighter(region, more)
             # the cap was used: searched on up to it, or the one search already had it (a result within
             # ``charge_rel_slack`` that did not search on is not capped: red team 13)

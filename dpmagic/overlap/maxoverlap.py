@@ -73,6 +73,7 @@ def solve_overlap(
     config: PortfolioConfig | None = None,
     terms: np.ndarray | None = None,
     resume: dict[str, Any] | None = None,
+    soft_floor: float = -math.inf,
 ) -> OverlapResult:
     """Max over rows x (in ``region``) of the load of the nodes ``ids`` (default: all registered).
 
@@ -95,6 +96,8 @@ def solve_overlap(
     live sets without one.  ``resume`` (optional, the caller's, one per problem: the same ``store`` nodes ``ids``
     and ``region`` at every call): the encoded problem and a timed-out scoped search are kept there, and the next
     call resumes that search instead of encoding and searching again (issue 28: re-tightening a pending term).
+    ``soft_floor`` (≤ ``floor``): a bound worth proving if it comes cheaply, not needed (a degraded admission: a
+    region proven at most γ.lower − w leaves no pending term); only the pairwise LP's stopping target uses it.
     """
     cfg = (config or PortfolioConfig()).with_method(method)
     t0 = time.perf_counter()
@@ -125,7 +128,9 @@ def solve_overlap(
         grace = OVERRUN_SHARE * time_limit + OVERRUN_SECONDS
         inst = Instance.of(store, prob, ids)
         vterms = None if terms is None else np.asarray(terms, dtype=np.float64)[ids]
-        atoms, upper, _, used = run_portfolio(inst, deadline, rnd, cfg, grace, floor, upper_hint, vterms, resume)
+        atoms, upper, _, used = run_portfolio(
+            inst, deadline, rnd, cfg, grace, floor, upper_hint, vterms, resume, soft_floor=min(soft_floor, floor)
+        )
     else:
         upper = 0.0
     witness = witness_row(store, prob, atoms)

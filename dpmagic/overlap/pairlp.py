@@ -38,7 +38,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -225,12 +226,13 @@ def solve_lp(
     import scipy.sparse as sp
     from highspy._core import _Highs  # the bare solver: ``highspy.Highs()`` prints HiGHS's banner to fd 1 once
 
+    t0 = time.perf_counter()
     M = sp.vstack([A, E]).tocsc()  # HiGHS's column-wise format
     n, m_a = M.shape[1], A.shape[0]
     h = _Highs()
     for key, val in (
         ("output_flag", False), ("solver", "simplex"), ("simplex_strategy", 1), ("presolve", "off"),
-        ("time_limit", max(float(time_limit), 1e-6)),
+        ("time_limit", max(float(time_limit), 1e-6)),  # set again below, net of the model's passing
     ):  # fmt: skip
         h.setOptionValue(key, val)
     if math.isfinite(stop):
@@ -248,6 +250,9 @@ def solve_lp(
     mat.start_, mat.index_, mat.value_ = M.indptr, M.indices, M.data
     if h.passModel(lp) == highspy.HighsStatus.kError:
         return None
+    # the time limit counts from this call: stacking and passing the model (≈ 0.1 µs per non-zero) are not HiGHS's
+    # to overrun (red team 16 measured up to 0.49 µs per non-zero past the limit without this)
+    h.setOptionValue("time_limit", max(float(time_limit) - (time.perf_counter() - t0), 1e-6))
     # (``threads`` is left at its default: HiGHS keeps one scheduler per OS thread, and a run asking for another thread
     # count than that scheduler's fails — with the analyst's own highspy solves in the kernel thread, either way round)
     if h.run() == highspy.HighsStatus.kError:
@@ -267,8 +272,32 @@ def solve_lp(
     return x, -rd[:m_a], -rd[m_a:]
 
 
+@dataclass
+class _Pair:
+    """One co-constrained pair of columns: the multi-column queries constraining both (indices into ``multi``),
+    their atom and class memberships, and the class of each kept atom."""
+
+    c1: int
+    c2: int
+    ks: list[int]
+    A1: np.ndarray
+    A2: np.ndarray
+    g1: np.ndarray
+    B1: np.ndarray
+    g2: np.ndarray
+    B2: np.ndarray
+
+    @property
+    def cells(self) -> int:
+        return int(self.B1.shape[1] * self.B2.shape[1])
+
+
 def pair_lp_bound(
-    prob: Problem, time_limit: float, pair_max: float = math.inf, target: float = math.inf
+    prob: Problem,
+    time_limit: float,
+    pair_max: float = math.inf,
+    target: float = math.inf,
+    first_pair_max: float | None = None,
 ) -> tuple[float | None, dict[str, int] | None]:
     """A proven upper bound of the maximum load of ``prob`` from the pairwise-marginal LP, and a candidate
     witness (per column the atom of largest ``y``; its load is recomputed exactly by the caller).
@@ -280,8 +309,16 @@ def pair_lp_bound(
     weight of the queries constraining no column, through :func:`~.rounding.proven_upper` (which also covers the
     float sums folding the one-column queries' weights into ``y``'s objective).
 
-    ``target``: a bound below which the exact LP optimum is not needed (the caller's floor: nothing above it
-    matters); the dual simplex stops once its bound passes it (measured on the drill-down-wide regions: 20 % less time in all).
+    ``pair_max``: pairs of more than this many cells (classes × classes) get no joint; every multi-column query
+    then keeps its one-column rows too (a weaker relaxation, still an upper bound).  ``target``: a bound below
+    which the exact LP optimum is not needed (the caller's floor: nothing above it matters); the dual simplex stops
+    once its bound passes it (measured on the drill-down-wide regions: 20 % less time in all).
+
+    ``first_pair_max``: with a finite ``target``, first solve the cheaper LP with only the pairs of at most that many
+    cells (when it drops some), and the full one only when that bound is above ``target``.  The cheaper LP is a relaxation of the full
+    one, so each bound is proven; the smaller of the two is returned.  On regions where ``target`` is the floor, far
+    above the LP optimum, the cheap LP is often enough (measured on the drill-down-wide degraded regions:
+    benchmarks/results/bench_session_issue28_s17_NOTES.md).
     """
     deadline = time.perf_counter() + time_limit
     n = prob.n
@@ -297,6 +334,54 @@ def pair_lp_bound(
     # folded as for the integer program (the LP over the kept atoms relaxes the integer program over them, whose
     # optimum is the maximum; on drill-down regions dropping dominated atoms halves the numeric columns)
     f = fold(prob)
+    dense, cons, multi = f.dense, f.cons, f.multi
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, q in enumerate(multi):
+        for pr in itertools.combinations(np.flatnonzero(cons[q]).tolist(), 2):
+            groups.setdefault(pr, []).append(k)
+    pairs: list[_Pair] = []
+    for (c1, c2), ks in groups.items():
+        if time.perf_counter() > deadline:
+            return None, None
+        Q = multi[ks]
+        A1, A2 = dense[c1][Q], dense[c2][Q]
+        g1, B1 = _classes(A1)
+        g2, B2 = _classes(A2)
+        pairs.append(_Pair(c1, c2, ks, A1, A2, g1, B1, g2, B2))
+    caps = [pair_max]
+    if (
+        first_pair_max is not None
+        and math.isfinite(target)
+        and any(first_pair_max < p.cells <= pair_max for p in pairs)
+    ):
+        caps.insert(0, min(pair_max, first_pair_max))
+    best: tuple[float | None, dict[str, int] | None] = (None, None)
+    for cap in caps:
+        upper, atoms = _solve_stage(prob, f, pairs, cap, scale, grid, target, deadline)
+        if upper is not None and (best[0] is None or upper < best[0]):
+            best = (upper, atoms if atoms is not None else best[1])
+        elif atoms is not None and best[1] is None:
+            best = (best[0], atoms)
+        if best[0] is not None and best[0] <= target:
+            break  # proven at most the target: the full LP is not needed (never so without a target: one stage)
+    return best
+
+
+def _solve_stage(
+    prob: Problem,
+    f: Any,
+    pairs: list[_Pair],
+    pair_max: float,
+    scale: float,
+    grid: float,
+    target: float,
+    deadline: float,
+) -> tuple[float | None, dict[str, int] | None]:
+    """The LP with the joints of the pairs of at most ``pair_max`` cells, solved within ``deadline``: its proven
+    bound (None: too large, no time, no multipliers) and witness (see :func:`pair_lp_bound`)."""
+    n = prob.n
+    cols = prob.columns
+    w = np.asarray(prob.weights, dtype=np.float64)
     dense, cons, multi, keep, const = f.dense, f.cons, f.multi, f.keep, f.const
     cy = np.concatenate(f.ycol) * scale
     wm = f.wm * scale
@@ -305,28 +390,21 @@ def pair_lp_bound(
     ny = int(yoff[-1])
     zoff = ny
     nvar = ny + len(multi)
-    pairs: dict[tuple[int, int], list[int]] = {}
-    for k, q in enumerate(multi):
-        for pr in itertools.combinations(np.flatnonzero(cons[q]).tolist(), 2):
-            pairs.setdefault(pr, []).append(k)
     eq, ub = _Rows(), _Rows()
     for ci in range(len(cols)):
         eq.add(np.arange(yoff[ci], yoff[ci + 1]), np.ones(widths[ci]), 1.0)
     dropped = False
-    for (c1, c2), ks in pairs.items():
+    for pr in pairs:
         if time.perf_counter() > deadline:
             return None, None
-        Q = multi[ks]
-        A1, A2 = dense[c1][Q], dense[c2][Q]
-        g1, B1 = _classes(A1)
-        g2, B2 = _classes(A2)
+        c1, c2, g1, B1, g2, B2 = pr.c1, pr.c2, pr.g1, pr.B1, pr.g2, pr.B2
         K1, K2 = B1.shape[1], B2.shape[1]
         if pair_max < K1 * K2:
             dropped = True
             continue
         o = nvar
         nvar += K1 * K2
-        if nvar > PAIRLP_MAX_VARS or len(Q) * K1 * K2 > PAIRLP_MAX_CELLS:
+        if nvar > PAIRLP_MAX_VARS or len(pr.ks) * K1 * K2 > PAIRLP_MAX_CELLS:
             return None, None
         # marginals: Σ_j p[i, j] = y(class i of c1), Σ_i p[i, j] = y(class j of c2)
         for K, g, yo, step, inner in ((K1, g1, yoff[c1], K2, 1), (K2, g2, yoff[c2], 1, K2)):
@@ -340,7 +418,8 @@ def pair_lp_bound(
                 np.concatenate([np.ones(len(c_p)), -np.ones(len(c_y))]),
                 np.zeros(K),
             )
-        _pair_rows(ub, B1, B2, A1, A2, zoff + np.asarray(ks, dtype=np.int64), o, int(yoff[c1]), int(yoff[c2]))
+        ks = np.asarray(pr.ks, dtype=np.int64)
+        _pair_rows(ub, B1, B2, pr.A1, pr.A2, zoff + ks, o, int(yoff[c1]), int(yoff[c2]))
         if ub.nnz + eq.nnz > PAIRLP_MAX_NNZ:
             return None, None
     if dropped:  # some pairs have no joint: every multi-column query keeps its one-column rows

@@ -167,6 +167,12 @@ class PortfolioConfig:
     #: alone with the integer program)
     pairlp_share: float = 0.9
     pairlp_max_columns: int = 12
+    #: the pairwise LP first solves the cheaper LP with only the pairs of at most this many cells (classes ×
+    #: classes; None: the full LP at once), and the full one only when that bound is not at most the target (the
+    #: floor or the best load).  Measured on 35 degraded drill-down-wide regions (session 17) within 0.15 s: the full LP
+    #: proved the floor on 9, the cheap one first on 25 (400 cells: 20, 100: 22); without a limit the two stages
+    #: took 15 % less time in all than the full LP alone (benchmarks/results/bench_session_issue28_s17_NOTES.md)
+    pairlp_first_cells: float | None = 200.0
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> PortfolioConfig:
@@ -276,6 +282,8 @@ class _State:
     probing: bool = False
     terms: np.ndarray | None = None
     resume: dict[str, Any] | None = None
+    cfg: PortfolioConfig = field(default_factory=lambda: PortfolioConfig())
+    soft_floor: float = -math.inf
 
     def offer(self, atoms: dict[str, int]) -> None:
         if not atoms and self.best_atoms:
@@ -365,10 +373,19 @@ def _run_pairlp(s: _State, deadline: float) -> bool:
     left = deadline - time.perf_counter()
     if left < PAIRLP_MIN_SECONDS:
         return False
+    # the soft floor when there is one (the LP's bound usually passes it soon after the floor), else the floor
+    floor = s.soft_floor if math.isfinite(s.soft_floor) else s.floor
+    target = max(s.best_val, floor)
+    lat = s.rnd.lattice
+    if lat is not None and s.best_val >= floor:
+        # on a decimal lattice (δ = 10^-digits) a bound less than half a step above the best load snaps to it
+        # (:meth:`~.rounding.DecimalLattice.snap`), which proves the best load exact; the LP optimum is never below
+        # the best load, so a stop at the best load itself would never fire.  (Where neg + pos, the lattice's
+        # float error, is not far below half a step, the snap may not reach it: the bound is still proven.)
+        target = s.best_val + 0.5 * 10.0**-lat.digits
     try:
-        # a bound at the floor (nothing above it) is all this step needs; the best load is a target too, but the LP
-        # optimum is never below it, so there the stop never fires (a stop just above it, within the grid, would)
-        ub, at = pair_lp_bound(s.inst.prob, left, target=max(s.best_val, s.floor))
+        # a bound at the floor (nothing above it) is all this step needs, or one that snaps to the best load
+        ub, at = pair_lp_bound(s.inst.prob, left, target=target, first_pair_max=s.cfg.pairlp_first_cells)
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
     if ub is None:
@@ -494,6 +511,7 @@ def run_portfolio(
     target: float = math.inf,
     terms: np.ndarray | None = None,
     resume: dict[str, Any] | None = None,
+    soft_floor: float = -math.inf,
 ) -> tuple[dict[str, int], float, bool, str]:
     """Exact γ of ``inst`` within ``deadline``: (atoms of the best witness, proven upper bound, exact, tag).
 
@@ -501,13 +519,14 @@ def run_portfolio(
     plus ``grace``).  ``floor``: only loads above it matter (the searches prune against it); ``target``: a
     proven bound at which a search may stop.  ``resume``: the caller's state for this problem (see
     :func:`~.scoped.scoped_search`); a paused scoped search there is resumed with all the time (it is closest to
-    finishing: the other steps would start from scratch).
+    finishing: the other steps would start from scratch).  ``soft_floor`` (≤ ``floor``): the pairwise LP stops at it
+    rather than at the floor (a bound there is worth its time: see :func:`~.maxoverlap.solve_overlap`).
     """
     steps = plan(inst, cfg)
     if [s.name for s, _ in steps] == ["tensor"]:
         value, named = tensor_max(inst.prob)
         return named, rnd.up(value), True, "tensor"
-    s = _State(inst, rnd, floor, target, terms=terms, resume=resume)
+    s = _State(inst, rnd, floor, target, terms=terms, resume=resume, cfg=cfg, soft_floor=min(soft_floor, floor))
     resuming = resume is not None and resume.get("search") is not None
     s.offer(_first_witness(inst.prob))
     exact = False
