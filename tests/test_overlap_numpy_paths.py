@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from overlap_support import SCHEMA, brute_clique, brute_max, workloads
+from overlap_support import SCHEMA, boxes, brute_clique, brute_max, row_load, workloads
 from scipy.sparse.csgraph import connected_components
 
 from dpmagic.domain.schema import NumericColumn
@@ -130,6 +130,46 @@ def test_tensor_numpy_path_matches_brute_force(wl):
     v_sp, _ = tensor.tensor_max(prob)
     assert v_np == pytest.approx(v_sp, abs=1e-12)
     assert v_np == pytest.approx(brute_max(SCHEMA, bx, ws), abs=1e-12)
+
+
+@settings(max_examples=120, deadline=None)
+@given(workloads, st.one_of(st.none(), boxes()), st.booleans())
+def test_tensor_split_by_value_matches_brute_force(wl, region, numpy_rows):
+    """The tensor evaluated one value of a split column at a time (session 17: each slice from the queries containing
+    the value only; forced here on small problems) gives the same maximum as the whole tensor and brute force, and
+    its atoms are a row of the region whose load is that maximum; both difference-row paths."""
+    from dpmagic.overlap.portfolio import witness_row
+
+    wl = [(b, w) for b, w in wl if not b.is_empty()]
+    if region is not None and region.is_empty():
+        return
+    bx = [b for b, _ in wl]
+    ws = [w for _, w in wl]
+    store = BoxStore(SCHEMA)
+    store.extend(bx, np.array(ws, dtype=float))
+    ids = np.arange(len(bx))
+    if region is not None:
+        ids = ids[store.overlap_mask(region)[ids]] if len(ids) else ids
+    prob = build_problem(store, ids, region)
+    if prob.n == 0:
+        return  # the portfolio never evaluates an empty problem's tensor
+    whole, _ = tensor.tensor_max(prob)
+    orig_split, orig_rows = tensor.SPLIT_MIN_ENTRIES, tensor._difference_rows
+    try:
+        tensor.SPLIT_MIN_ENTRIES = -1
+        if numpy_rows:
+            tensor._difference_rows = partial(orig_rows, use_scipy=False)  # type: ignore[assignment]
+        value, atoms = tensor.tensor_max(prob)
+    finally:
+        tensor.SPLIT_MIN_ENTRIES, tensor._difference_rows = orig_split, orig_rows  # type: ignore[assignment]
+    sub = [bx[i] for i in ids.tolist()]
+    sw = [ws[i] for i in ids.tolist()]
+    assert value == pytest.approx(whole, abs=1e-12)
+    assert value == pytest.approx(brute_max(SCHEMA, sub, sw, region), abs=1e-12)
+    row = witness_row(store, prob, atoms)
+    assert row_load(sub, sw, row) == pytest.approx(value, abs=1e-12)
+    if region is not None:
+        assert region.contains_row(row)
 
 
 @settings(max_examples=300, deadline=None)

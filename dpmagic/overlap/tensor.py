@@ -71,8 +71,21 @@ def _difference_rows(
     return out
 
 
+#: the tensor is evaluated one value of a split column at a time once it has more than this many Khatri–Rao entries
+#: (queries × cells of the other columns): each slice takes only the queries containing that value, which on the
+#: PUMS drill-down regions (416–844 queries, 6 columns, 2–5·10⁷ entries) took 0.03–0.06 s instead of 0.13–0.68 s
+#: (session 17, benchmarks/results/bench_session_issue28_s17_NOTES.md)
+SPLIT_MIN_ENTRIES = 1 << 20
+
+
 def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
-    """Maximum load over the whole compressed domain of ``prob`` and one maximising atom per column."""
+    """Maximum load over the whole compressed domain of ``prob`` and one maximising atom per column.
+
+    The load of a cell is the weight of the queries covering it, so a query not containing value ``v`` of a column
+    contributes nothing to the cells with ``v``: above :data:`SPLIT_MIN_ENTRIES` the cells are evaluated per value
+    of the largest column besides the cumulative-sum axis, each from the queries containing it only (the same terms
+    with the zero ones left out, so the same rounding bound).  ``O(n · Π a_c)`` in the worst case, and memory for one
+    slice."""
     cols = prob.columns
     w = prob.weights
     n = prob.n
@@ -80,28 +93,65 @@ def _tensor_atoms(prob: Problem) -> tuple[float, dict[int, int]]:
         return float(w.sum()), {}
     b = int(np.argmax([c.a for c in cols]))
     A = [i for i in range(len(cols)) if i != b]
-    K = khatri_rao(prob, A)
-    cells_a = K.shape[1]
-    Kw = K * w[:, None]
     cb = cols[b]
+    dims = [cols[i].a for i in A]
+    cells_a = math.prod(dims) if dims else 1
+    split: int | None = None
+    if A and n > 0 and cells_a * n > SPLIT_MIN_ENTRIES:
+        split = max(A, key=lambda i: cols[i].a)
+        if cols[split].a < 2:
+            split = None
     if cb.is_runs:
         rs, re = cb.runs()
         slots = rs.shape[1]
-        qi = np.repeat(np.arange(n), slots)
+        qi_all = np.repeat(np.arange(n), slots)
         keep = (rs < re).ravel()
-        qi = qi[keep]
-        r = np.concatenate([rs.ravel()[keep], re.ravel()[keep]])
-        L = np.cumsum(_difference_rows(r, qi, Kw, cb.a + 1), axis=0)[:-1]
+        qi_all = qi_all[keep]
+        starts, ends = rs.ravel()[keep], re.ravel()[keep]
+
+    def slice_loads(K: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """Loads (b atoms × cells of ``K``) from the queries ``rows`` (None: all; ``K``: their Khatri–Rao rows)."""
+        Kw = K * (w if rows is None else w[rows])[:, None]
+        if cb.is_runs:
+            if rows is None:
+                qi, s0, e0 = qi_all, starts, ends
+            else:
+                pos = np.full(n, -1, dtype=np.int64)
+                pos[rows] = np.arange(len(rows))
+                m = pos[qi_all] >= 0
+                qi, s0, e0 = pos[qi_all[m]], starts[m], ends[m]
+            return np.cumsum(_difference_rows(np.concatenate([s0, e0]), qi, Kw, cb.a + 1), axis=0)[:-1]
+        Mb = cb.dense() if rows is None else cb.dense()[rows]
+        return Mb.T.astype(np.float64) @ Kw
+
+    if split is None:
+        L = slice_loads(khatri_rao(prob, A), None)
+        flat = int(np.argmax(L))
+        value = float(L.flat[flat])
+        ib, ia = divmod(flat, cells_a)
+        idx = [int(v) for v in np.unravel_index(ia, dims)] if dims else []
     else:
-        L = cb.dense().T.astype(np.float64) @ Kw
-    flat = int(np.argmax(L))
-    value = float(L.flat[flat])
-    ib, ia = divmod(flat, cells_a)
-    atoms = {b: ib}
-    dims = [cols[i].a for i in A]
-    if dims:
-        for i, v in zip(A, np.unravel_index(ia, dims)):
-            atoms[i] = int(v)
+        rest = [i for i in A if i != split]
+        rdims = [cols[i].a for i in rest]
+        K_rest = khatri_rao(prob, rest)  # n × cells of the other columns, shared by every slice
+        Ms = cols[split].dense()
+        value, ib, idx = -math.inf, 0, []
+        for v in range(cols[split].a):
+            rows = np.flatnonzero(Ms[:, v])
+            if len(rows) == 0:
+                L = np.zeros((cb.a, 1))  # no query holds v: every cell with it has load 0
+            else:
+                L = slice_loads(K_rest[rows], rows)
+            flat = int(np.argmax(L))
+            val = float(L.flat[flat])
+            if val > value:
+                ib, ir = divmod(flat, L.shape[1])
+                sub = dict(zip(rest, (int(x) for x in np.unravel_index(ir, rdims)))) if rest and len(rows) else {}
+                sub[split] = v
+                value, idx = val, [sub.get(i, 0) for i in A]
+    atoms = {b: int(ib)}
+    for i, v in zip(A, idx):
+        atoms[i] = int(v)
     return value, atoms
 
 
