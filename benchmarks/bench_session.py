@@ -279,8 +279,29 @@ def run_dense(
             "exact_share": sum(1 for x in ratios if x == 1.0) / max(1, len(ratios)),
             "loadavg_after": list(os.getloadavg()),
         }
+        _release(s)
+        del s, eng
     out["peak_rss_mb"] = _rss_mb()
     return out
+
+
+def _release(s: Any) -> None:
+    """Drop a finished session so that the next one gets the shared background worker to itself (session 17: the
+    timing wrappers' reference cycle kept each session alive, and its pump went on sending the worker its pending
+    terms while the next variant ran), and wait (untimed, at most 30 s) for the worker's task in flight."""
+    import gc
+
+    from dpmagic.overlap.background import default_solver
+
+    eng = s.accountant.engine
+    vars(eng).pop("admit", None)  # the timing wrappers (instance attributes): their reference cycle
+    vars(eng).pop("commit", None)
+    del eng, s
+    gc.collect()
+    bg = default_solver()
+    t_end = pc() + 30.0
+    while bg is not None and not bg.idle() and pc() < t_end:
+        time.sleep(0.05)
 
 
 def run_dense_prefilled(n: int, k: int, max_s: float) -> dict[str, Any]:

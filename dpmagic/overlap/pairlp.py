@@ -30,7 +30,9 @@ Mathematical Programming 99:283–296, 2004); it is evaluated here with every fl
 (Higham 2002, §3.1) and rounded up, so a dual solution that HiGHS left slightly infeasible only loosens it.
 Complexity: building is ``O(Σ_pairs (n_cd K_c K_d))``; the LP is solved by HiGHS's dual simplex through highspy
 (presolve off: measured 2–3× faster on these models), within a time limit, stopping early once its bound passes the
-caller's target; the multipliers it holds when it stops, optimal or not, give the bound.
+caller's target; the multipliers it holds when it stops, optimal or not, give the bound.  With a target, a cheaper
+LP (the small pairs' joints only, a relaxation of this one) may be solved first, and this one only when that bound
+is above the target (``first_pair_max``).
 """
 
 from __future__ import annotations

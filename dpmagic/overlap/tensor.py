@@ -4,7 +4,8 @@ The axis with most atoms is the *ordered axis* B; the other axes A are combined 
 Kronecker) membership matrix ``K`` (n × Π_A a_c); the loads are ``cumsum(Dᵀ (w·K))`` where D is the sparse ±1
 difference matrix of the queries' runs along B (a prefix is two non-zeros).  Cost ``O(n·cells_A + nnz(D)·cells_A
 + cells)``; :func:`tensor_cost` gives the two sizes so a caller can decide whether to start it (one numpy
-computation, not interruptible).  The Khatri–Rao product is built here only.
+computation, not interruptible).  The Khatri–Rao product is built here only.  Large tensors are evaluated one value
+of a split column at a time, each slice from the queries containing it (:data:`SPLIT_MIN_ENTRIES`).
 """
 
 from __future__ import annotations
