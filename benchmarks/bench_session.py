@@ -218,6 +218,8 @@ def run_dense(
             warm = _session(df, schema)
             for sql, eps in log(5, seed=999, schema=schema, variant=variant):
                 warm.query(sql, epsilon=eps, fresh=True)  # imports and first-call costs, outside the timed runs
+            del warm
+            _worker_settled()
         s = _session(df, schema)
         eng = s.accountant.engine
         config = _dense_engine(eng)
@@ -279,28 +281,28 @@ def run_dense(
             "exact_share": sum(1 for x in ratios if x == 1.0) / max(1, len(ratios)),
             "loadavg_after": list(os.getloadavg()),
         }
-        _release(s)
+        # drop this session before the next variant (session 17: the timing wrappers' reference cycle kept each one
+        # alive, and its pump went on sending the shared worker its pending terms while the next variant ran)
+        vars(eng).pop("admit", None)
+        vars(eng).pop("commit", None)
         del s, eng
+        r = None
+        _worker_settled()
     out["peak_rss_mb"] = _rss_mb()
     return out
 
 
-def _release(s: Any) -> None:
-    """Drop a finished session so that the next one gets the shared background worker to itself (session 17: the
-    timing wrappers' reference cycle kept each session alive, and its pump went on sending the worker its pending
-    terms while the next variant ran), and wait (untimed, at most 30 s) for the worker's task in flight."""
+def _worker_settled() -> None:
+    """Collect the dropped sessions, then wait (untimed, at most 30 s; not for a broken worker) for the shared
+    background worker's task in flight, so that the next session gets the worker to itself."""
     import gc
 
     from dpmagic.overlap.background import default_solver
 
-    eng = s.accountant.engine
-    vars(eng).pop("admit", None)  # the timing wrappers (instance attributes): their reference cycle
-    vars(eng).pop("commit", None)
-    del eng, s
     gc.collect()
     bg = default_solver()
     t_end = pc() + 30.0
-    while bg is not None and not bg.idle() and pc() < t_end:
+    while bg is not None and not bg.broken and not bg.idle() and pc() < t_end:
         time.sleep(0.05)
 
 

@@ -262,3 +262,28 @@ def test_time_limit_overrun_is_bounded(t, m, k):
         elapsed = time.perf_counter() - t0
         assert elapsed <= 1.1 * limit + 0.3, (limit, elapsed, r.method)
         assert r.upper >= r.lower and math.isfinite(r.upper)
+
+
+def test_rounding_counts_every_run_of_the_difference_rows() -> None:
+    """Red team 17: a query of k disjoint intervals adds 2k terms to the tensor's difference rows, so the error bound
+    counts two per run (it counted two per query): 20 queries of 15 unit intervals each."""
+    from dpmagic.domain.schema import NumericColumn, Schema
+    from dpmagic.domain.sets import Box, Interval, IntervalSet
+    from dpmagic.overlap.encoding import BoxStore, build_problem
+    from dpmagic.overlap.rounding import ProblemRounding
+
+    col = NumericColumn("i", "int", 0, 330)
+    schema = Schema({"i": col})
+    bx = []
+    for q in range(20):
+        ivs = [Interval(float(q + 20 * k), float(q + 20 * k), True, True) for k in range(15)]
+        bx.append(Box({"i": IntervalSet.of(col, ivs)}))
+    store = BoxStore(schema)
+    store.extend(bx, np.full(20, 0.1))
+    prob = build_problem(store, np.arange(20), None)
+    (c,) = prob.columns
+    assert c.is_runs
+    rs, re = c.runs()
+    runs = int(np.count_nonzero(rs < re))
+    assert runs >= 20 * 15
+    assert ProblemRounding.of(prob).n_terms >= 2 * 20 + 2 * runs + c.a

@@ -385,7 +385,10 @@ def _run_pairlp(s: _State, deadline: float) -> bool:
         target = s.best_val + 0.5 * 10.0**-lat.digits
     try:
         # a bound at the floor (nothing above it) is all this step needs, or one that snaps to the best load
-        ub, at = pair_lp_bound(s.inst.prob, left, target=target, first_pair_max=s.cfg.pairlp_first_cells)
+        # the cheap first stage only where the target is a floor above the best load: a tight target (the best load)
+        # is seldom within reach of the weaker LP, which would then only delay the full one (red team 17)
+        first = s.cfg.pairlp_first_cells if floor > s.best_val else None
+        ub, at = pair_lp_bound(s.inst.prob, left, target=target, first_pair_max=first)
     except Exception:  # pragma: no cover - HiGHS is an optional tightening
         return False
     if ub is None:

@@ -203,8 +203,8 @@ class ProblemRounding:
 
     Every value a solver computes (a load, a column sum, a colouring bound, a tensor cell) is a float64
     evaluation with at most ``n_terms`` additions of ± weights whose partial sums are bounded by ``total``
-    (Σw rounded up): ``n`` for a sum of weights, ``n`` more for the tensor's difference rows and the pruning
-    comparisons, plus the longest cumulative-sum axis.  :meth:`up` turns such a value into a proven bound.
+    (Σw rounded up): ``n`` for a sum of weights, ``n`` more for the pruning comparisons, two per run of the runs
+    column with most runs (the tensor's difference rows), plus the longest cumulative-sum axis.  :meth:`up` turns such a value into a proven bound.
     """
 
     n_terms: int
@@ -216,9 +216,15 @@ class ProblemRounding:
     def of(cls, prob: Problem) -> ProblemRounding:
         w = np.asarray(prob.weights, dtype=np.float64)
         longest = max((c.a for c in prob.columns), default=0)
+        # a runs column's difference rows add two terms per run (a query with several intervals has several runs:
+        # red team 17 found 2n too few there), summed over all its runs
+        runs = max(
+            (int(np.count_nonzero(c.rs < c.re)) for c in prob.columns if c.rs is not None and c.re is not None),
+            default=0,
+        )
         grid = grid_of(w)
         lattice = DecimalLattice.of(w)
-        return cls(2 * len(w) + longest + 4, sum_up(w.tolist()), grid, lattice)
+        return cls(2 * len(w) + 2 * runs + longest + 4, sum_up(w.tolist()), grid, lattice)
 
     def up(self, x: float) -> float:
         """A float ≥ the exact value whose float64 evaluation on this problem gave ``x`` (a load: a sum of some
