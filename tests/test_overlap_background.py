@@ -17,6 +17,7 @@ import textwrap
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ from overlap_support import SCHEMA, assert_sound, boxes, brute_max, tri_boxes
 
 from dpmagic.domain.sets import Box
 from dpmagic.overlap import OverlapEngine, PortfolioConfig, background, max_overlap
+from dpmagic.overlap import engine as engine_module
 from dpmagic.overlap.background import BackgroundSolver, RegionTask, default_solver
 
 #: HiGHS alone (a zero time limit stops it on these small instances: every kernel-side result is an interval)
@@ -35,6 +37,8 @@ workloads = st.lists(st.tuples(boxes(), weights), min_size=1, max_size=8)
 ROOT = Path(__file__).resolve().parents[1]
 #: per admission of the property test: whether it left a problem to the worker (the test checks it happened)
 SENT: list[bool] = []
+#: ... and whether that problem was a snapshot (every node from scratch, session 18)
+SNAPS: list[bool] = []
 
 
 _tri = tri_boxes
@@ -57,12 +61,19 @@ def _drain(eng: OverlapEngine, solver: BackgroundSolver, rounds: int = 40) -> No
         eng._bg_collect()
 
 
-@given(workloads)
+@pytest.mark.parametrize("snapshot_min_terms", [engine_module.SNAPSHOT_MIN_TERMS, 1])
+@given(wl=workloads)
 @settings(max_examples=40, deadline=None)
-def test_worker_results_keep_every_bound_sound_and_close_gamma(solver, wl) -> None:  # type: ignore[no-untyped-def]
+def test_worker_results_keep_every_bound_sound_and_close_gamma(solver, snapshot_min_terms, wl) -> None:  # type: ignore[no-untyped-def]
     """A starved engine (no kernel-side search succeeds) with the worker, after three boxes it cannot close alone: after every admission (a result may be
     applied in it) the bounds are sound; once the worker has solved what is pending γ is exact and equals brute
-    force and a from-scratch solve."""
+    force and a from-scratch solve.  Run with the default snapshot rule and with a snapshot (every node from
+    scratch) for every pending term."""
+    with patch.object(engine_module, "SNAPSHOT_MIN_TERMS", snapshot_min_terms):
+        _property_run(solver, wl)
+
+
+def _property_run(solver: BackgroundSolver, wl: list[tuple[Box, float]]) -> None:
     eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
     bs: list = []
     ws: list[float] = []
@@ -70,6 +81,7 @@ def test_worker_results_keep_every_bound_sound_and_close_gamma(solver, wl) -> No
     for b, w in [(t, 0.5) for t in _tri()] + list(wl):
         eng.add(b, w)
         SENT.append(eng._bg_task is not None)
+        SNAPS.append(eng._bg_task is not None and eng._bg_task[1][2] == "snapshot")
         bs.append(b)
         ws.append(w)
         assert_sound(eng.overlap(), bs, ws)
@@ -87,6 +99,7 @@ def test_the_property_test_exercised_the_worker() -> None:
     """The property test above is only evidence when some of its admissions left a problem to the worker."""
     if SENT:  # (run alone, this test has nothing to check)
         assert sum(SENT) >= 10, f"{sum(SENT)} of {len(SENT)} admissions left a problem to the worker"
+        assert sum(SNAPS) >= 5, f"{sum(SNAPS)} of {len(SENT)} admissions left a snapshot to the worker"
 
 
 def test_a_pending_term_is_closed_by_the_worker_and_the_kernel_does_not_retighten(solver) -> None:  # type: ignore[no-untyped-def]
@@ -314,12 +327,19 @@ def test_an_overdue_task_is_given_up(monkeypatch) -> None:  # type: ignore[no-un
 steps = st.lists(st.tuples(st.sampled_from(["add", "stale", "bounds", "answer"]), boxes(), weights), max_size=8)
 
 
-@given(steps)
+@pytest.mark.parametrize("snapshot_min_terms", [engine_module.SNAPSHOT_MIN_TERMS, 1])
+@given(ops=steps)
 @settings(max_examples=30, deadline=None)
-def test_interleaved_admissions_bounds_and_answers_stay_sound(solver, ops) -> None:  # type: ignore[no-untyped-def]
+def test_interleaved_admissions_bounds_and_answers_stay_sound(solver, snapshot_min_terms, ops) -> None:  # type: ignore[no-untyped-def]
     """Any interleaving of admissions, commits of an admission computed before an answer was applied (recomputed:
     its state is stale), ``bounds()`` and the worker's answers: every bound stays sound against brute force, and
-    so does every admission's own bound (what the accountant charged) for the nodes it was computed for."""
+    so does every admission's own bound (what the accountant charged) for the nodes it was computed for.  With the
+    default snapshot rule and with a snapshot for every pending term (its answer applied after later admissions)."""
+    with patch.object(engine_module, "SNAPSHOT_MIN_TERMS", snapshot_min_terms):
+        _interleaved_run(solver, ops)
+
+
+def _interleaved_run(solver: BackgroundSolver, ops: list[tuple[str, Box, float]]) -> None:
     eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
     bs: list = []
     ws: list[float] = []
@@ -624,7 +644,85 @@ def test_a_term_the_worker_had_its_share_of_goes_back_to_the_kernel(solver) -> N
     eng.add(tri[2], 0.5)
     assert eng._pending and eng._bg_task is None
     eng._pending = tuple(replace(t, tries=BACKGROUND_MAX_TRIES) for t in eng._pending)
+    eng._snap_n = len(eng)  # no node since the last snapshot: the term itself is the worker's next problem
     eng.background = solver
     assert eng._bg_submit() is False and eng._bg_task is None
     eng._pending = tuple(replace(t, tries=BACKGROUND_MAX_TRIES - 1) for t in eng._pending)
     assert eng._bg_submit() is True and eng._bg_task is not None
+
+
+# -- snapshots (session 18) ---------------------------------------------------------------------------------------
+def _two_triangles(eng: OverlapEngine) -> tuple[list[Box], list[float]]:
+    """Two copies of the triangle (weights 0.5 and 0.25), added to the starved ``eng`` without its worker: every
+    admission after the second leaves a pending term (γ = 1.5)."""
+    bg, eng.background = eng.background, None
+    bs = _tri() + _tri()
+    ws = [0.5] * 3 + [0.25] * 3
+    for b, w in zip(bs, ws):
+        eng.add(b, w)
+    eng.background = bg
+    return bs, ws
+
+
+def test_a_snapshot_bounds_every_earlier_term_at_once(solver) -> None:  # type: ignore[no-untyped-def]
+    """Several terms pending: the worker is sent γ of every node from scratch (a snapshot) instead of one term; its
+    answer replaces all of them, γ is exact and equals brute force, and every node's term is at most γ."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    bs, ws = _two_triangles(eng)
+    assert len(eng._pending) >= 2 and not eng.overlap().exact
+    assert eng._bg_submit() and eng._bg_task is not None and eng._bg_task[1] == (eng._token, 6, "snapshot")
+    assert solver.wait(eng._bg_task[0], 60.0) and eng._bg_collect()
+    g = eng.overlap()
+    assert_sound(g, bs, ws)
+    assert g.exact and math.isclose(g.upper, brute_max(SCHEMA, bs, ws)) and eng._pending == ()
+    assert (eng._term_up[:6] <= g.upper).all()
+    assert eng._bg_submit() is False  # nothing pending: nothing sent
+
+
+def test_a_snapshot_keeps_the_terms_of_later_admissions(solver) -> None:  # type: ignore[no-untyped-def]
+    """Admissions while the snapshot is in the worker: its answer bounds only the nodes before it (one global term
+    replaces theirs), the later admissions' terms stay, and every bound stays sound; the next snapshot closes γ."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    bs, ws = _two_triangles(eng)
+    assert eng._bg_submit() and eng._bg_task is not None
+    task = eng._bg_task
+    eng.background = None  # the answer is not collected during these admissions
+    for b in _tri():
+        eng.add(b, 0.125)
+        bs.append(b)
+        ws.append(0.125)
+    later = {t.n for t in eng._pending if t.n >= 6}
+    assert later
+    eng.background = solver
+    assert solver.wait(task[0], 60.0) and eng._bg_collect()
+    assert {t.n for t in eng._pending if t.box is not None} == later  # the later terms, and only those, stay
+    assert all(t.n >= 6 for t in eng._pending)
+    assert_sound(eng.overlap(), bs, ws)
+    assert_sound(eng.bounds().overlap, bs, ws)
+    _drain(eng, solver)
+    g = eng.overlap()
+    assert g.exact and math.isclose(g.upper, brute_max(SCHEMA, bs, ws))
+    assert_sound(g, bs, ws)
+
+
+def test_a_snapshot_that_bounds_nothing_backs_off_and_the_kernel_never_resolves_one(solver) -> None:  # type: ignore[no-untyped-def]
+    """A snapshot answer above every term it would replace changes no term and makes the next 2 (then 4, ...)
+    submissions skip snapshots; a kept snapshot term (its bound above γ's lower end) is never re-tightened in the
+    kernel (only a later snapshot re-solves the whole problem)."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=None, **{**STARVED, "retighten_seconds": 0.0})
+    bs, ws = _two_triangles(eng)
+    before = eng._pending
+    eng._install_snapshot(6, 1e9, None)
+    assert eng._pending == before and eng._snap_skip == 2 and eng._snap_fails == 1
+    eng._snap_n = 0
+    largest = max(eng._pending, key=lambda t: t.upper)
+    assert [eng._snapshot_due(largest) for _ in range(3)] == [False, False, True]
+    g = eng.overlap()
+    mid = (g.lower + g.upper) / 2  # a proven bound in this test only if it is at least γ (it is: γ = g.lower)
+    assert mid >= brute_max(SCHEMA, bs, ws)
+    eng._install_snapshot(6, mid, None)
+    (snap,) = eng._pending
+    assert snap.snapshot and snap.box is None and snap.upper == mid and eng._snap_fails == 0
+    assert_sound(eng.overlap(), bs, ws)
+    eng.retighten(1.0)
+    assert eng._pending == (snap,) and eng._pending[0].tries == 0

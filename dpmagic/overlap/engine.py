@@ -195,6 +195,14 @@ BACKGROUND_MAX_SECONDS = 8.0
 #: tries of one term the worker gets (0.5 + 1 + 2 + 4 + 8 × 4 ≈ 40 s in all): a term it cannot close does not keep the
 #: second core busy for the rest of the kernel's life (red team 14b); the kernel's ``retighten_seconds`` take it over
 BACKGROUND_MAX_TRIES = 8
+#: the worker solves γ of every node registered so far from scratch (a *snapshot*, :meth:`OverlapEngine._bg_submit`)
+#: instead of one term while at least ``SNAPSHOT_MIN_TERMS`` terms are pending (or the largest one was tried once),
+#: up to this many nodes (session 18: on the drill-down sessions the snapshot took 0.6 s at 400 nodes, 1.8 s at 650,
+#: 3.4 s at 800 and 8.2 s at 1,000, exact each time)
+SNAPSHOT_MAX_NODES = 3000
+SNAPSHOT_MIN_TERMS = 2
+#: the time limit of one snapshot (a timed-out one that bounds no term backs off: 2, 4, 8, ... submissions skip it)
+SNAPSHOT_SECONDS = 8.0
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
@@ -260,6 +268,9 @@ class _Term:
     #: the encoded problem and the paused scoped search of this term's (unchanging) problem, when its last search
     #: timed out (:func:`~.maxoverlap.solve_overlap` ``resume``): re-tightening continues it
     resume: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: a global term from the worker's snapshot (``box`` None): only a later snapshot re-solves it (the kernel never
+    #: re-tightens the whole problem; a bulk load's global term is the kernel's)
+    snapshot: bool = False
 
 
 @dataclass
@@ -372,6 +383,11 @@ class OverlapEngine:
         self.background = background
         self._bg_task: tuple[int, tuple[Any, ...]] | None = None
         self._bg_sent: set[tuple[Any, ...]] = set()
+        #: snapshots (:data:`SNAPSHOT_MAX_NODES`): the node count of the last one sent, and its back-off (submissions
+        #: still to skip, and the failures in a row that set it)
+        self._snap_n = 0
+        self._snap_skip = 0
+        self._snap_fails = 0
         #: an admission's region search ran to its cap and γ stayed inexact: later admissions are degraded (as
         #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`; cleared by the ``_gamma`` setter)
         self._stalled = False
@@ -589,10 +605,14 @@ class OverlapEngine:
         if g is None or not self._pending:
             return g is not None and g.exact
         t0 = time.perf_counter()
-        while self._pending and time.perf_counter() - t0 < seconds:
+        while time.perf_counter() - t0 < seconds:
             g = self._gamma
             assert g is not None
-            term = max(self._pending, key=lambda t: t.upper)
+            # a snapshot's global term is the worker's (only a later snapshot re-solves the whole problem)
+            own = [t for t in self._pending if not t.snapshot]
+            if not own:
+                break
+            term = max(own, key=lambda t: t.upper)
             left = seconds - (time.perf_counter() - t0)
             base = self.quick_time_limit if self.quick_time_limit is not None else QUICK_TIME_LIMIT
             # (a zero quick limit would never grow: the doubling tries start from at least a millisecond, and the
@@ -662,12 +682,62 @@ class OverlapEngine:
         if res is None or res.missing or res.key != key:
             self._bg_sent.discard(key)
             return False
+        if key[2] == "snapshot":
+            if self._gamma is None:  # a bulk load meanwhile: γ is solved from scratch anyway
+                return False
+            self._install_snapshot(key[1], res.upper, res.witness)
+            self._version += 1
+            return True
         term = next((t for t in self._pending if self._term_key(t) == key), None)
         if term is None or self._gamma is None:  # dropped meanwhile (a witness passed it; a bulk load)
             return False
         self._install(term, res.upper, res.witness, term.resume)
         self._version += 1
         return True
+
+    def _install_snapshot(self, n: int, upper: float, witness: dict[str, Any] | None) -> None:
+        """The worker's snapshot: ``upper`` is a proven bound of the maximum load among the nodes before ``n``.
+
+        A row whose last covering node is before ``n`` has at most that load (no node from there up to the last one
+        covers it), so one global term ``(n, upper)`` replaces every term of a node before ``n`` (and a global term
+        of at most ``n`` nodes); the terms of later admissions stay.  It is applied only when it is below the largest
+        term it replaces (else the snapshot backs off: :data:`SNAPSHOT_SECONDS`).  Every node before ``n`` gets a
+        term of at most ``upper`` (the same argument), and the witness's load now raises γ's lower end."""
+        g = self._gamma
+        assert g is not None
+        self._ensure_term_cap()
+        self._term_up[:n] = np.minimum(self._term_up[:n], upper)
+        best = g
+        if witness is not None:
+            row = self._complete_all(witness)
+            lr, mr, _ = self._row_load(row, None)  # its load now (loads only grow)
+            if lr > g.lower:
+                best = OverlapResult(lr, max(lr, g.upper), False, row, mr, g.method, g.seconds)
+        covered = [t for t in self._pending if (t.n < n if t.box is not None else t.n <= n)]
+        terms = self._pending
+        if covered and upper < max(t.upper for t in covered):
+            terms = tuple(t for t in terms if all(t is not c for c in covered))
+            terms += (_Term(n, None, 0.0, upper, snapshot=True),)
+            self._snap_fails = 0
+        else:
+            self._snap_fails += 1
+            self._snap_skip = 2 ** min(self._snap_fails, 10)
+        self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
+        self._pending = _keep_resumes(self._pending)
+
+    def _complete_all(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """``row`` with a declared value for every column some node constrains (a witness found among fewer nodes
+        may lack the later ones' columns)."""
+        out = dict(row)
+        for name, cs in self._store.cols.items():
+            if name not in out:
+                col = cs.column
+                out[name] = (
+                    col.values[0]
+                    if isinstance(col, CategoricalColumn)
+                    else (int(col.lower) if col.is_int else float(col.lower))
+                )
+        return out
 
     @property
     def background_busy(self) -> bool:
@@ -708,6 +778,12 @@ class OverlapEngine:
             return False
         st = self._store
         term = max(self._pending, key=lambda t: t.upper)
+        if self._snapshot_due(term):
+            return self._bg_snapshot(bg, g)
+        own = [t for t in self._pending if not t.snapshot]  # a snapshot's global term: only a later snapshot
+        if not own:
+            return False
+        term = max(own, key=lambda t: t.upper)
         if term.tries >= BACKGROUND_MAX_TRIES:
             return False  # the worker had its share (≈ 40 s): the kernel's brief re-tightening goes on with it
         if term.box is None:
@@ -733,6 +809,42 @@ class OverlapEngine:
         if tid is None:
             return False
         self._bg_sent.add(key)
+        self._bg_task = (tid, key)
+        return True
+
+    def _snapshot_due(self, largest: _Term) -> bool:
+        """Whether the worker's next problem is a snapshot (γ of every node so far from scratch, bounding all the
+        pending terms at once) rather than the largest term: several terms pending, or the largest one tried
+        before or a snapshot's own; new nodes since the last snapshot; at most ``SNAPSHOT_MAX_NODES``; no bulk
+        load's global term pending (the kernel holds its paused search); not backing off."""
+        n = self._store.n
+        if n > SNAPSHOT_MAX_NODES or n <= self._snap_n:
+            return False
+        if any(t.box is None and not t.snapshot for t in self._pending):
+            return False
+        if not (len(self._pending) >= SNAPSHOT_MIN_TERMS or largest.tries >= 1 or largest.snapshot):
+            return False
+        if self._snap_skip > 0:
+            self._snap_skip -= 1
+            return False
+        return True
+
+    def _bg_snapshot(self, bg: BackgroundSolver, g: OverlapResult) -> bool:
+        """Send the worker the snapshot of every node so far, needed only above γ's lower end (an answer at most
+        that proves γ exact up to the later admissions' terms); γ's upper end is its proven hint."""
+        st = self._store
+        n = st.n
+        ids = np.flatnonzero(st.alive[:n])
+        key = (self._token, n, "snapshot")
+        boxes = [st.boxes[i] for i in ids.tolist()]
+        task = RegionTask(
+            key, self.schema, boxes, st.weights[ids].copy(), None, None, g.upper, g.lower, SNAPSHOT_SECONDS,
+            self.solver,
+        )  # fmt: skip
+        tid = bg.submit(task)
+        if tid is None:
+            return False
+        self._snap_n = n
         self._bg_task = (tid, key)
         return True
 
