@@ -602,8 +602,7 @@ class _Search:
             return False
         if top <= 0.0:
             # no live query can add (weights are positive): every completion of the row has load ``fixed``
-            self.best, self.best_x = fixed, list(self.x)
-            return self.best >= self.target
+            return self._flat(j, fixed)
         # the same live queries with free columns below another prefix: their added load is bounded (memo)
         key = np.packbits(alive[lv.free]).tobytes()
         known = self.memo[j].get(key)
@@ -632,6 +631,12 @@ class _Search:
                    a_next, _EMPTY, kids)
         )  # fmt: skip
         return None
+
+    def _flat(self, j: int, fixed: float) -> bool:
+        """A node fixing the first ``j`` columns below which every row has load ``fixed`` (> ``best``): it is the new
+        incumbent; returns whether the target is reached.  (:mod:`.topset` collects such nodes instead.)"""
+        self.best, self.best_x = fixed, list(self.x)
+        return self.best >= self.target
 
     def _tables(
         self, j: int, lv: _Level, alive: np.ndarray, rest: np.ndarray
