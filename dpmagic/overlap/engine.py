@@ -106,19 +106,21 @@ Measured on this 2-core machine (shared, so ±50%; ``python benchmarks/bench_ove
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from dpmagic.domain.schema import CategoricalColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet
-from dpmagic.overlap.background import BackgroundSolver, RegionTask
+from dpmagic.overlap.background import BackgroundSolver, RegionTask, TopTask
 from dpmagic.overlap.clique import max_weight_clique
 from dpmagic.overlap.encoding import BoxStore, is_helly_box
 from dpmagic.overlap.graph import (
@@ -134,6 +136,7 @@ from dpmagic.overlap.portfolio import PortfolioConfig
 from dpmagic.overlap.result import OverlapResult
 from dpmagic.overlap.rounding import add_up, is_exact, sum_down, sum_up
 from dpmagic.overlap.scoped import scoped_state_nbytes
+from dpmagic.overlap.topset import TOP_CAP, TopCells, TopSet, enumerate_top
 
 __all__ = ["OverlapEngine", "Admission", "Bounds", "ChargeKind", "DSATUR_MAX"]
 
@@ -203,10 +206,68 @@ SNAPSHOT_MAX_NODES = 3000
 SNAPSHOT_MIN_TERMS = 2
 #: the time limit of one snapshot (a timed-out one that bounds no term backs off: 2, 4, 8, ... submissions skip it)
 SNAPSHOT_SECONDS = 8.0
+#: top sets (:mod:`.topset`): computed by the worker when it has no pending term to re-tighten, for engines of at
+#: least ``TOP_MIN_NODES`` nodes charging γ, again after every ``TOP_REFRESH`` admissions, with cells above
+#: ``(1 − TOP_REL) · γ.lower`` (at most ``TOP_CAP``) within ``TOP_SECONDS``; a set more than ``TOP_MAX_GAP`` nodes
+#: behind the engine is not installed (every later node would be added to it)
+TOP_MIN_NODES = 300
+TOP_REFRESH = 16
+TOP_REL = 0.15
+TOP_SECONDS = 8.0
+TOP_MAX_GAP = 1024
+#: the later nodes' maximum overlap within a box (:meth:`OverlapEngine._top_bound`): for at most this many, searched
+#: for at most this long
+TOP_LATER_MAX = 256
+TOP_LATER_SECONDS = 0.02
+TOP_LATER_MARGIN = 1e-9
+#: a bulk load's top set, in the kernel (:meth:`OverlapEngine._bulk_top`)
+TOP_BULK_MIN_NODES = 2000
+TOP_BULK_SECONDS = 4.0
 #: pooled rows moved into a new box (column by column) before any search
 PROJECT_ROWS = 4
 #: rows of the overlap matrix computed at once when colouring in bulk
 _BLOCK = 512
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_BLAS: Any = None
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """The BLAS thread pools limited to one thread inside (threadpoolctl; nothing without it).
+
+    An engine with a background worker runs its searches on one core while the worker has the other: numpy's default
+    pool of two OpenBLAS threads spins against the worker.  Measured (2-core VM, session 18, the 10,000-query dense
+    prefill, 300 more admissions): p50 221 → 16 ms and γ exact throughout instead of inexact from the first
+    admission, the worker's top sets 8.4 → 2.0 s with the kernel busy (the worker's own pool: ``WORKER_THREADS_ENV``
+    in :mod:`.background`).  Cost: about 11 µs per call."""
+    global _BLAS
+    if _BLAS is None:
+        try:
+            from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+            _BLAS = ThreadpoolController()
+        except Exception:  # noqa: BLE001 - no threadpoolctl (or no pool it knows): the default pools
+            _BLAS = False
+    if _BLAS is False:
+        yield
+        return
+    with _BLAS.limit(limits=1, user_api="blas"):
+        yield
+
+
+def _kernel_threads(method: _F) -> _F:
+    """Run ``method`` with one BLAS thread when the engine has a background worker (:func:`_one_blas_thread`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: OverlapEngine, *args: Any, **kwargs: Any) -> Any:
+        if self.background is None:
+            return method(self, *args, **kwargs)
+        with _one_blas_thread():
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -388,6 +449,14 @@ class OverlapEngine:
         self._snap_n = 0
         self._snap_skip = 0
         self._snap_fails = 0
+        #: the top set (:mod:`.topset`) admissions check before a region search; the node count the worker holds for
+        #: the next top task (:class:`~.background.TopTask`), that of the last one sent, and the back-off after one
+        #: that found nothing (submissions still to skip, failures in a row)
+        self._top: TopSet | None = None
+        self._top_sent_n = 0
+        self._top_asked_n = 0
+        self._top_skip = 0
+        self._top_fails = 0
         #: an admission's region search ran to its cap and γ stayed inexact: later admissions are degraded (as
         #: with a wide interval) until γ is exact again (:data:`DEGRADE_AFTER_CAP`; cleared by the ``_gamma`` setter)
         self._stalled = False
@@ -439,6 +508,7 @@ class OverlapEngine:
             self._gamma = None
             self._clique = None
             self._pending, self._exact_up = (), 0.0
+            self._top = None  # (a top set in the worker meanwhile is installed only within TOP_MAX_GAP nodes)
         return ids
 
     # -- the container ------------------------------------------------------------------------------------
@@ -481,6 +551,7 @@ class OverlapEngine:
         return self._current_gamma().members
 
     # -- queries ------------------------------------------------------------------------------------------
+    @_kernel_threads
     def max_load_over(self, box: Box, *, time_limit: float | None = None) -> OverlapResult:
         """``max over x in box`` of the current load, with ``[lower, upper]``, exactness and a witness in the box.
 
@@ -491,10 +562,12 @@ class OverlapEngine:
         limit = self.time_limit if time_limit is None else min(float(time_limit), self.time_limit)
         return solve_overlap(self._store, region=box, time_limit=limit, upper_hint=hint, config=self.solver)
 
+    @_kernel_threads
     def overlap(self) -> OverlapResult:
         """γ_w alone (cheaper than :meth:`bounds` after a bulk load: no colouring or clique needed)."""
         return self._current_gamma()
 
+    @_kernel_threads
     def bounds(self, *, refine: bool = True) -> Bounds:
         """All four bounds, consistently ordered (see the module docstring).
 
@@ -520,6 +593,7 @@ class OverlapEngine:
         """(this engine's identity, a counter bumped by every change of its nodes or of its colouring)."""
         return self._token, self._version
 
+    @_kernel_threads
     def admit(self, box: Box, weight: float, *, budget: float | None = None) -> Admission:
         """Compute, once, what adding ``(box, weight)`` does to every bound; the engine's nodes do not change (only an
         answer the background worker finished meanwhile is applied first: bounds tighten, as the next admission would
@@ -566,6 +640,7 @@ class OverlapEngine:
         """The bounds as if ``(box, weight)`` were added, without changing the engine."""
         return self.admit(box, weight).bounds
 
+    @_kernel_threads
     def commit(self, admission: Admission) -> int:
         """Register the admitted node, installing the state computed by :meth:`admit` (nothing is solved again
         when the engine did not change since; otherwise the admission is recomputed first).  Returns its id."""
@@ -586,13 +661,17 @@ class OverlapEngine:
         if adm._capped and DEGRADE_AFTER_CAP and not adm._gamma.exact:
             self._stalled = True
         self._update_pool(adm.box, adm.weight, adm._rows)
+        if self._top is not None:
+            self._top.add(adm.box, adm.weight)
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
         # the worker re-tightens the largest pending term on the second core; without it the kernel does, briefly
         if self._retightens() and not self._bg_submit() and self.retighten_seconds > 0:
             self.retighten(self.retighten_seconds)
+        self._bg_top()
         return q
 
+    @_kernel_threads
     def retighten(self, seconds: float) -> bool:
         """Spend up to ``seconds`` re-solving the largest pending term of γ's upper bound (:class:`_Term`): its
         paused scoped search resumed with all of it when it has one, else a fresh solve with twice the time of its
@@ -681,7 +760,11 @@ class OverlapEngine:
         # result is taken on its key, never on its task id alone: red team 14) is not applied
         if res is None or res.missing or res.key != key:
             self._bg_sent.discard(key)
+            if key[2] == "top":
+                self._top_sent_n = 0  # the worker may hold none of the nodes now: the next top task sends them all
             return False
+        if key[2] == "top":
+            return self._install_top(res.cells)
         if key[2] == "snapshot":
             if self._gamma is None:  # a bulk load meanwhile: γ is solved from scratch anyway
                 return False
@@ -695,7 +778,7 @@ class OverlapEngine:
         self._version += 1
         return True
 
-    def _install_snapshot(self, n: int, upper: float, witness: dict[str, Any] | None) -> None:
+    def _install_snapshot(self, n: int, upper: float, witness: dict[str, Any] | None, *, backoff: bool = True) -> None:
         """The worker's snapshot: ``upper`` is a proven bound of the maximum load among the nodes before ``n``.
 
         A row whose last covering node is before ``n`` has at most that load (no node from there up to the last one
@@ -719,11 +802,83 @@ class OverlapEngine:
             terms = tuple(t for t in terms if all(t is not c for c in covered))
             terms += (_Term(n, None, 0.0, upper, snapshot=True),)
             self._snap_fails = 0
-        else:
+        elif backoff:
             self._snap_fails += 1
             self._snap_skip = 2 ** min(self._snap_fails, 10)
         self._gamma, self._exact_up, self._pending = _settle(best, self._exact_up, terms)
         self._pending = _keep_resumes(self._pending)
+
+    def _install_top(self, cells: TopCells | None) -> bool:
+        """The worker's top set: installed (its ``acc`` brought up to date with the nodes registered since) unless
+        it found nothing (back-off), is older than the one held, or is more than :data:`TOP_MAX_GAP` nodes behind;
+        its bound of γ of its nodes is applied as a snapshot (:meth:`_install_snapshot`).  Returns whether it was
+        installed."""
+        st = self._store
+        if cells is None:
+            self._top_fails += 1
+            self._top_skip = 2 ** min(self._top_fails, 10)
+            return False
+        self._top_fails = 0
+        if self._gamma is None or cells.n > st.n or st.n - cells.n > TOP_MAX_GAP:
+            return False
+        if self._top is not None and self._top.cells.n >= cells.n:
+            return False
+        top = TopSet(cells, self.schema)
+        for k in range(cells.n, st.n):
+            if st.alive[k]:
+                top.add(st.boxes[k], float(st.weights[k]))
+        self._top = top
+        self._install_snapshot(cells.n, cells.upper, cells.rows[0] if cells.rows else None, backoff=False)
+        self._version += 1
+        return True
+
+    def _bulk_top(self) -> None:
+        """After γ of a bulk load (:meth:`extend`) of at least ``TOP_BULK_MIN_NODES`` nodes is solved from scratch:
+        the kernel enumerates the top set itself, for at most ``TOP_BULK_SECONDS`` (the worker's first would come
+        only after several admissions, each searching thousands of nodes: measured at 10,000 registered, the first
+        nine took 0.1–0.4 s each, the rest 25 ms at the median)."""
+        g = self._gamma
+        st = self._store
+        if g is None or self.charged not in ("exact", "chromatic") or st.n < TOP_BULK_MIN_NODES:
+            return
+        threshold = max(0.0, (1.0 - TOP_REL) * g.lower)
+        self._install_top(enumerate_top(st, threshold, time.perf_counter() + TOP_BULK_SECONDS, cap=TOP_CAP))
+        self._top_asked_n = st.n
+
+    def _bg_top(self) -> bool:
+        """Send the worker a top task (:class:`~.background.TopTask`) when it is idle and has nothing else of this
+        engine to do: at least ``TOP_MIN_NODES`` nodes, γ charged with a floor (``charged`` "exact" or
+        "chromatic"), ``TOP_REFRESH`` admissions since the last one, not backing off.  Returns whether one was
+        sent.  Only the nodes the worker does not hold yet are shipped."""
+        bg = self.background
+        st = self._store
+        g = self._gamma
+        if bg is None or bg.broken or self._bg_task is not None or g is None:
+            return False
+        if self.charged not in ("exact", "chromatic") or st.n < TOP_MIN_NODES:
+            return False
+        if st.n < self._top_asked_n + TOP_REFRESH:
+            return False
+        if self._top_skip > 0:
+            self._top_skip -= 1
+            return False
+        if not bg.idle():
+            return False
+        n, base = st.n, self._top_sent_n
+        if base > n:
+            base = 0
+        key = (self._token, n, "top")
+        task = TopTask(
+            key, self.schema, base, list(st.boxes[base:n]), st.weights[base:n].copy(),
+            max(0.0, (1.0 - TOP_REL) * g.lower), TOP_CAP, TOP_SECONDS,
+        )  # fmt: skip
+        tid = bg.submit(task)
+        if tid is None:
+            return False
+        self._top_asked_n = n
+        self._top_sent_n = n
+        self._bg_task = (tid, key)
+        return True
 
     def _complete_all(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """``row`` with a declared value for every column some node constrains (a witness found among fewer nodes
@@ -744,13 +899,16 @@ class OverlapEngine:
         """Whether a problem of this engine is in the background worker."""
         return self._bg_task is not None
 
+    @_kernel_threads
     def background_step(self) -> bool:
         """Apply the worker's finished answer and send it the next problem (what a commit does, without a node):
         for an idle kernel (:func:`~.background.start_pump`); returns whether a problem is in the worker now."""
         if not self._retightens():
             self._bg_collect()
-            return self._bg_task is not None
-        return self._bg_submit()
+        else:
+            self._bg_submit()
+        self._bg_top()
+        return self._bg_task is not None
 
     def _retightens(self) -> bool:
         """Whether γ's pending terms are worth re-tightening now: some are pending and the charged bound uses γ."""
@@ -772,11 +930,15 @@ class OverlapEngine:
             return False
         self._bg_collect()
         if self._bg_task is not None:
-            return True
+            return self._bg_task[1][2] != "top"  # (a top task does not re-tighten the pending terms)
         g = self._gamma
         if not self._pending or g is None or not bg.idle():
             return False
         st = self._store
+        if st.n > SNAPSHOT_MAX_NODES and self._bg_top():
+            # too many nodes for a snapshot: a top set bounds every earlier term at once (and certifies admissions);
+            # the kernel re-tightens meanwhile (a top task is not a term's re-solve)
+            return False
         term = max(self._pending, key=lambda t: t.upper)
         if self._snapshot_due(term):
             return self._bg_snapshot(bg, g)
@@ -976,14 +1138,20 @@ class OverlapEngine:
             row = self._complete_row(old.witness, box)
             if box.contains_row(row):
                 return OverlapResult(old.lower, old.upper, True, row, old.members, "witness-in-box", 0.0)
-        # R ≤ γ_old ≤ χ_old: a proven target for the searches
+        # R ≤ γ_old ≤ χ_old: a proven target for the searches (and the top set's bound, when there is one)
         hint = min(old.upper if old is not None else math.inf, sum_up(self._cm.tolist()))
-        # known heavy rows (the pool), moved into the box column by column (the value of largest load with the
-        # other columns fixed): the best one's exact load is a lower bound of R; when it reaches γ_old, R is exact
+        top = self._top_upper(box, nb, floor, helly)
+        top_rows: list[tuple[dict[str, Any], float]] = []
+        if top is not None:
+            hint = min(hint, top[0])
+            top_rows = [(r, math.inf) for r in top[1]]
+        # known heavy rows (the pool, after the rows of the top set's heaviest cells in the box), moved into the box
+        # column by column (the value of largest load with the other columns fixed): the best one's exact load is a
+        # lower bound of R; when it reaches the hint, R is exact
         best_row, best = None, -math.inf
         members: tuple[int, ...] = ()
         tried = 0
-        for row, load in self._pool:
+        for row, load in top_rows + self._pool:
             if load <= best:
                 break
             r = _complete_in(row, box)
@@ -1000,6 +1168,8 @@ class OverlapEngine:
         if best_row is not None:
             floor = max(floor, best)
         res = self._term_bound(box, nb, floor, helly, best_row)
+        if res is None and top is not None and top[0] <= floor:
+            res = self._floor_result(box, top[0], best_row, "top-set")
         if res is None:
             res = solve_overlap(
                 st, nb, region=box, time_limit=limit, upper_hint=hint, floor=floor, config=self.solver,
@@ -1037,6 +1207,49 @@ class OverlapEngine:
         lower, members, _ = self._row_load(row, None)
         upper = max(upper, lower)
         return OverlapResult(lower, upper, is_exact(lower, upper), row, members, "term-bound", 0.0)
+
+    def _top_upper(
+        self, box: Box, nb: np.ndarray, floor: float, helly: bool
+    ) -> tuple[float, list[dict[str, Any]]] | None:
+        """A proven bound of R = ``max_load_over(box)`` from the top set (:meth:`.topset.TopSet.bound`: the cells
+        the box meets, the threshold plus the load of the neighbours registered since the set's nodes), and rows of
+        the (at most two) heaviest cells the box meets; None without a top set, a finite floor or in a Helly region
+        (the load tensor is cheap there).  The later neighbours' own maximum overlap within the box is searched (for
+        at most ``TOP_LATER_SECONDS``) only when their weight would decide the bound.  Cost ``O(cells ·
+        constraints + |nb|)``."""
+        top = self._top
+        if top is None or not math.isfinite(floor) or helly or len(nb) == 0:
+            return None
+        later = nb[nb >= top.cells.n]
+        wl = sum_up(self._store.weights[later].tolist())
+        m = top.meets(box)
+        inside = top.inside(box)
+        target = max(inside, floor)
+        if add_up(top.cells.threshold, wl) > target and 0 < len(later) <= TOP_LATER_MAX:
+            # needed only above target − T, lowered by far more than a search's rounding slack (its proven bound of
+            # a load at most the floor may exceed the floor by a few ulps; T + that would then miss the target)
+            need = -sum_up((top.cells.threshold, -target)) - TOP_LATER_MARGIN * max(1.0, abs(target))
+            r = solve_overlap(
+                self._store, later, region=box, time_limit=TOP_LATER_SECONDS, upper_hint=wl, floor=need,
+                config=self.solver,
+            )  # fmt: skip
+            wl = min(wl, r.upper)
+        upper = top.bound(box, wl)
+        rows: list[dict[str, Any]] = []
+        if m.any():
+            ids = np.flatnonzero(m)
+            heavy = ids[np.argsort(-(top.cells.loads[ids] + top.acc[ids]), kind="stable")[:2]]
+            rows = [dict(top.cells.rows[int(i)]) for i in heavy]
+        return upper, rows
+
+    def _floor_result(self, box: Box, upper: float, row: dict[str, Any] | None, method: str) -> OverlapResult:
+        """R proven at most ``upper`` (at most the floor): ``row``'s load (default any row of the box) is the
+        lower end."""
+        if row is None:
+            row = {name: vs.some_value() for name, vs in box.constraints.items()}  # any row of the box
+        lower, members, _ = self._row_load(row, None)
+        upper = max(upper, lower)
+        return OverlapResult(lower, upper, is_exact(lower, upper), row, members, method, 0.0)
 
     def _admission(self, box: Box, w: float, budget: float | None = None) -> _Admission:
         st = self._store
@@ -1222,6 +1435,7 @@ class OverlapEngine:
                 self._pending, self._exact_up = (), g.upper
             else:
                 self._pending, self._exact_up = (_Term(self._store.n, None, 0.0, g.upper),), 0.0
+            self._bulk_top()
         return self._gamma
 
     def _current_clique(self) -> OverlapResult:

@@ -19,10 +19,12 @@ with 10,000 registered).  A *top set* proves it once for many admissions:
   weight of the nodes registered since ``n`` that meet it.  A row in cell ``C`` has load at most
   ``load(C) + acc(C)``; a row in no cell has load at most ``T + (weight of the later nodes meeting the box)``.  So
 
-      R ≤ max( max over the cells C meeting the box of load(C) + acc(C),  T + Σ_{k ≥ n, box_k ∩ box ≠ ∅} w_k ),
+      R ≤ max( max over the cells C meeting the box of load(C) + acc(C),  T + L ),
 
-  in ``O(cells · constraints)``; when that is at most the floor the admission needs no search.  Otherwise it searches
-  as before.
+  where ``L`` bounds the load of the later nodes alone over the box: the weight of those meeting it
+  (``O(cells · constraints)`` in all), or, when that is not enough, their maximum overlap within the box (a search
+  over tens of nodes instead of thousands).  When the bound is at most the floor the admission needs no search;
+  otherwise it searches as before.
 
 The cells' loads are the search's float sums through :meth:`~.rounding.ProblemRounding.up` (proven upper bounds), and
 so is ``T``; ``acc`` and the sums above are rounded up.  A top set also bounds γ of its nodes: ``γ_{<n} ≤ max(T,
@@ -241,12 +243,15 @@ class TopSet:
         m = self.meets(box)
         self.acc[m] = np.nextafter(self.acc[m] + float(weight), math.inf)
 
-    def bound(self, box: Box, later: float) -> float:
-        """A proven bound of the maximum load over ``box`` (``later``: a proven bound of the weight of the nodes
-        registered since ``cells.n`` that meet the box)."""
-        out = add_up(self.cells.threshold, later)
+    def inside(self, box: Box) -> float:
+        """A proven bound of the maximum load over the rows of ``box`` in the cells (−inf: it meets none)."""
         m = self.meets(box)
-        if m.any():
-            inside = np.nextafter(self.cells.loads[m] + self.acc[m], math.inf)
-            out = max(out, float(inside.max()))
-        return out
+        if not m.any():
+            return -math.inf
+        return float(np.nextafter(self.cells.loads[m] + self.acc[m], math.inf).max())
+
+    def bound(self, box: Box, later: float) -> float:
+        """A proven bound of the maximum load over ``box``.  ``later``: a proven bound of the maximum over the box's
+        rows of the load of the nodes registered since ``cells.n`` (their weight meeting the box bounds it; so does
+        their own maximum overlap within the box, a much smaller problem)."""
+        return max(add_up(self.cells.threshold, later), self.inside(box))
