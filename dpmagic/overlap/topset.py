@@ -47,7 +47,7 @@ from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import BoxStore, Problem, _CatStore, _LazyNumericValues, _NumStore, build_problem
-from dpmagic.overlap.rounding import ProblemRounding, add_up
+from dpmagic.overlap.rounding import ProblemRounding, add_up, sum_up
 from dpmagic.overlap.scoped import _Search, scoped_fits
 
 __all__ = ["TopCells", "TopSet", "enumerate_top", "TOP_CAP"]
@@ -137,7 +137,12 @@ def enumerate_top(
     ids = np.flatnonzero(store.alive[: store.n])
     prob = build_problem(store, ids, None)
     if not prob.columns:
-        return None
+        # no node constrains anything: every row has the same load (one cell, the whole domain)
+        total = sum_up(store.weights[ids].tolist())
+        t = max(0.0, float(threshold))
+        if total > t:
+            return TopCells(store.n, t, np.array([total]), {}, {}, [dict(prob.defaults)])
+        return TopCells(store.n, max(t, total), np.zeros(0), {}, {}, [])
     if not scoped_fits(prob, max_atoms, max_columns):
         return None
     rnd = ProblemRounding.of(prob)
