@@ -37,8 +37,10 @@ workloads = st.lists(st.tuples(boxes(), weights), min_size=1, max_size=8)
 ROOT = Path(__file__).resolve().parents[1]
 #: per admission of the property test: whether it left a problem to the worker (the test checks it happened)
 SENT: list[bool] = []
-#: ... and whether that problem was a snapshot (every node from scratch, session 18)
+#: ... and whether that problem was a snapshot (every node from scratch, session 18), or a top set standing in for
+#: one (session 19)
 SNAPS: list[bool] = []
+TOPS: list[bool] = []
 
 
 _tri = tri_boxes
@@ -61,15 +63,20 @@ def _drain(eng: OverlapEngine, solver: BackgroundSolver, rounds: int = 40) -> No
         eng._bg_collect()
 
 
-@pytest.mark.parametrize("snapshot_min_terms", [engine_module.SNAPSHOT_MIN_TERMS, 1])
+@pytest.mark.parametrize(
+    "snapshot_min_terms,top_as_snapshot", [(engine_module.SNAPSHOT_MIN_TERMS, True), (1, True), (1, False)]
+)
 @given(wl=workloads)
 @settings(max_examples=40, deadline=None)
-def test_worker_results_keep_every_bound_sound_and_close_gamma(solver, snapshot_min_terms, wl) -> None:  # type: ignore[no-untyped-def]
+def test_worker_results_keep_every_bound_sound_and_close_gamma(solver, snapshot_min_terms, top_as_snapshot, wl) -> None:  # type: ignore[no-untyped-def]
     """A starved engine (no kernel-side search succeeds) with the worker, after three boxes it cannot close alone: after every admission (a result may be
     applied in it) the bounds are sound; once the worker has solved what is pending γ is exact and equals brute
     force and a from-scratch solve.  Run with the default snapshot rule and with a snapshot (every node from
-    scratch) for every pending term."""
-    with patch.object(engine_module, "SNAPSHOT_MIN_TERMS", snapshot_min_terms):
+    scratch, or a top set standing in for it) for every pending term."""
+    with (
+        patch.object(engine_module, "SNAPSHOT_MIN_TERMS", snapshot_min_terms),
+        patch.object(engine_module, "TOP_AS_SNAPSHOT", top_as_snapshot),
+    ):
         _property_run(solver, wl)
 
 
@@ -82,6 +89,7 @@ def _property_run(solver: BackgroundSolver, wl: list[tuple[Box, float]]) -> None
         eng.add(b, w)
         SENT.append(eng._bg_task is not None)
         SNAPS.append(eng._bg_task is not None and eng._bg_task[1][2] == "snapshot")
+        TOPS.append(eng._bg_task is not None and eng._bg_task[1][2] == "top")
         bs.append(b)
         ws.append(w)
         assert_sound(eng.overlap(), bs, ws)
@@ -100,6 +108,7 @@ def test_the_property_test_exercised_the_worker() -> None:
     if SENT:  # (run alone, this test has nothing to check)
         assert sum(SENT) >= 10, f"{sum(SENT)} of {len(SENT)} admissions left a problem to the worker"
         assert sum(SNAPS) >= 5, f"{sum(SNAPS)} of {len(SENT)} admissions left a snapshot to the worker"
+        assert sum(TOPS) >= 5, f"{sum(TOPS)} of {len(SENT)} admissions left a top set to the worker"
 
 
 def test_a_pending_term_is_closed_by_the_worker_and_the_kernel_does_not_retighten(solver) -> None:  # type: ignore[no-untyped-def]
@@ -664,7 +673,13 @@ def _two_triangles(eng: OverlapEngine) -> tuple[list[Box], list[float]]:
     return bs, ws
 
 
-def test_a_snapshot_bounds_every_earlier_term_at_once(solver) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def no_top(monkeypatch):  # type: ignore[no-untyped-def]
+    """Snapshots as the scoped search from scratch (no top set standing in for them)."""
+    monkeypatch.setattr(engine_module, "TOP_AS_SNAPSHOT", False)
+
+
+def test_a_snapshot_bounds_every_earlier_term_at_once(solver, no_top) -> None:  # type: ignore[no-untyped-def]
     """Several terms pending: the worker is sent γ of every node from scratch (a snapshot) instead of one term; its
     answer replaces all of them, γ is exact and equals brute force, and every node's term is at most γ."""
     eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
@@ -679,7 +694,7 @@ def test_a_snapshot_bounds_every_earlier_term_at_once(solver) -> None:  # type: 
     assert eng._bg_submit() is False  # nothing pending: nothing sent
 
 
-def test_a_snapshot_keeps_the_terms_of_later_admissions(solver) -> None:  # type: ignore[no-untyped-def]
+def test_a_snapshot_keeps_the_terms_of_later_admissions(solver, no_top) -> None:  # type: ignore[no-untyped-def]
     """Admissions while the snapshot is in the worker: its answer bounds only the nodes before it (one global term
     replaces theirs), the later admissions' terms stay, and every bound stays sound; the next snapshot closes γ."""
     eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
@@ -726,3 +741,41 @@ def test_a_snapshot_that_bounds_nothing_backs_off_and_the_kernel_never_resolves_
     assert_sound(eng.overlap(), bs, ws)
     eng.retighten(1.0)
     assert eng._pending == (snap,) and eng._pending[0].tries == 0
+
+
+def test_a_top_set_stands_in_for_a_due_snapshot(solver) -> None:  # type: ignore[no-untyped-def]
+    """Several terms pending and the scoped enumeration applies: the worker is sent a top task instead of the
+    snapshot; its answer bounds every earlier term at once (γ exact, equal to brute force, nothing pending), and the
+    top set is installed for later admissions, whose bounds stay sound."""
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **STARVED)
+    bs, ws = _two_triangles(eng)
+    assert len(eng._pending) >= 2 and not eng.overlap().exact
+    assert eng._bg_submit() and eng._bg_task is not None and eng._bg_task[1] == (eng._token, 6, "top")
+    assert eng._bg_submit()  # in flight: it stands in for a snapshot, so the kernel does not re-tighten
+    assert solver.wait(eng._bg_task[0], 60.0) and eng._bg_collect()
+    g = eng.overlap()
+    assert_sound(g, bs, ws)
+    assert g.exact and math.isclose(g.upper, brute_max(SCHEMA, bs, ws)) and eng._pending == ()
+    assert eng._top is not None and eng._top.cells.n == 6
+    for b in _tri():
+        eng.add(b, 0.125)
+        bs.append(b)
+        ws.append(0.125)
+        assert_sound(eng.overlap(), bs, ws)
+        assert_sound(eng.bounds().overlap, bs, ws)
+
+
+def test_a_top_set_that_does_not_apply_falls_back_to_the_snapshot(solver) -> None:  # type: ignore[no-untyped-def]
+    """Where the enumeration does not apply (here: at most one atom per column allowed) the top task's empty answer
+    backs off, and the next due snapshots are the scoped search from scratch, which closes γ."""
+    cfg = PortfolioConfig(steps=frozenset({"milp"}), scoped_max_atoms=1)
+    eng = OverlapEngine(SCHEMA, charged="exact", background=solver, **{**STARVED, "solver": cfg})
+    bs, ws = _two_triangles(eng)
+    assert eng._bg_submit() and eng._bg_task is not None and eng._bg_task[1][2] == "top"
+    assert solver.wait(eng._bg_task[0], 60.0) and not eng._bg_collect()
+    assert eng._top is None and eng._top_skip == 2 and eng._bg_task is None
+    assert eng._bg_submit() and eng._bg_task is not None and eng._bg_task[1][2] == "snapshot"
+    _drain(eng, solver)
+    g = eng.overlap()
+    assert_sound(g, bs, ws)
+    assert g.exact and math.isclose(g.upper, brute_max(SCHEMA, bs, ws))

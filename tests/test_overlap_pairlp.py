@@ -200,8 +200,9 @@ def test_in_the_drill_down_plan_before_the_integer_program() -> None:
     store.extend(bx, ws)
     ids = np.flatnonzero(store.alive[: store.n])
     prob = build_problem(store, ids, None)
-    assert max(c.a for c in prob.columns) > PortfolioConfig().scoped_max_atoms
-    names = [s.name for s, _ in plan(Instance.of(store, prob, ids), PortfolioConfig())]
+    cfg = PortfolioConfig(scoped_max_atoms=64)  # (the default, 256 since session 19, takes this instance)
+    assert max(c.a for c in prob.columns) > cfg.scoped_max_atoms
+    names = [s.name for s, _ in plan(Instance.of(store, prob, ids), cfg)]
     assert names[:3] == ["graph", "pairlp", "milp"], names
     inc, atoms, milp_up = milp_overlap(prob, 60.0)
     upper, _ = pair_lp_bound(prob, 60.0)
@@ -209,7 +210,7 @@ def test_in_the_drill_down_plan_before_the_integer_program() -> None:
     best = row_load(bx, ws, witness_row(store, prob, atoms))
     assert best <= upper
     assert upper <= milp_up * (1 + 1e-6) + 1e-9  # never looser than the integer program's own dual bound ...
-    no_pairs = PortfolioConfig(steps=frozenset({"milp", "lp"}))
+    no_pairs = PortfolioConfig(steps=frozenset({"milp", "lp"}), scoped_max_atoms=64)
     assert "pairlp" not in [s.name for s, _ in plan(Instance.of(store, prob, ids), no_pairs)]
 
 

@@ -101,6 +101,9 @@ class TopTask:
     threshold: float
     cap: int
     time_limit: float
+    #: the scoped search's size limits (the engine's ``PortfolioConfig.scoped_max_atoms`` / ``scoped_max_columns``)
+    max_atoms: int = 256
+    max_columns: int = 12
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,10 @@ def _solve_top(task: TopTask, held: OrderedDict[tuple[Any, ...], tuple[Any, dict
     held[skey] = (store, {}, None)
     while len(held) > KEEP:
         held.popitem(last=False)
-    cells = enumerate_top(store, task.threshold, time.perf_counter() + task.time_limit, cap=task.cap)
+    cells = enumerate_top(
+        store, task.threshold, time.perf_counter() + task.time_limit, cap=task.cap, max_atoms=task.max_atoms,
+        max_columns=task.max_columns,
+    )  # fmt: skip
     if cells is None:
         return TaskResult(task.key, math.inf, None)
     witness = cells.rows[0] if cells.rows else None

@@ -27,7 +27,8 @@ searches' column-sum and colouring bounds are weak there, the integer program's 
 per cent and its dual bound snaps to the exact value on decimal costs, :class:`~.rounding.DecimalLattice`).
 
 Drill-down regions (issue 28, held-out family 2: hundreds of live queries over at most ``milp_first_max_columns``
-columns, non-Helly, a numeric column refined past the scoped search's atom limit, no tensor, an atom product above
+columns, non-Helly, a numeric column refined past the scoped search's atom limit — since session 19 256 atoms, so
+most drill-down regions go to the scoped search — no tensor, an atom product above
 ``column_first_log10``): a graph probe of
 ``milp_first_probe`` seconds, then the pairwise-marginal LP (``pairlp_share`` of the time left), then HiGHS
 (presolved: :data:`~.milp.PRESOLVE_SMALL_NNZ`) with all the time left, then the graph and column searches with what
@@ -131,9 +132,14 @@ class PortfolioConfig:
     #: constrain on average at most ``scoped_max_scope`` of them (its bound charges each query to one column).
     #: 12 columns: the dense analyst sessions' region problems have at most 11 (7 categorical + 4 numeric); the
     #: sparse generator's (mixed_analyst_log) have 14, where it took 0.2–2 s (CPU) on admissions the graph search
-    #: solves in milliseconds (measured: benchmarks/results/bench_session_issue28_s9.md, p99 0.16 s → 7.4 s with 16)
+    #: solves in milliseconds (measured: benchmarks/results/bench_session_issue28_s9.md, p99 0.16 s → 7.4 s with 16).
+    #: 256 atoms (64 until session 19): the drill-down sessions refine capital-gain past 100 atoms (118 at 800
+    #: queries of drilldown/seed11), and there the scoped search solved γ from scratch in 0.02 / 0.28 / 0.91 s at
+    #: 500 / 800 / 1,000 queries where the drill-down plan (probe, pairwise LP) took 0.32 / 1.08 / 2.55 s
+    #: (drilldown-wide/seed12 at 1,000: 1.99 s against 8.92 s; PUMS: 0.18 against 0.36 s); back to back, the
+    #: drill-down session stayed exact to the end (benchmarks/results/bench_session_issue28_s19_NOTES.md)
     scoped_max_columns: int = 12
-    scoped_max_atoms: int = 64
+    scoped_max_atoms: int = 256
     scoped_max_scope: float = 3.5
     scoped_share: float = 0.8
     #: the share of the time the graph search gets when it runs first (``log₁₀ Π a_c > column_first_log10``:
@@ -143,7 +149,8 @@ class PortfolioConfig:
     #: the graph search timed out on admissions it solves in 0.42–0.53 s, and each timeout left γ inexact
     #: (measured: benchmarks/results/bench_session_issue28_s10.md)
     graph_first_share: float = 0.9
-    #: drill-down regions (issue 28, held-out family 2): many live queries (at least ``milp_first_min_n``) over at
+    #: drill-down regions (issue 28, held-out family 2; since session 19 mostly the scoped search's, above): many
+    #: live queries (at least ``milp_first_min_n``) over at
     #: most ``milp_first_max_columns`` columns, queries constraining on average at most ``milp_first_scope`` of
     #: them, non-Helly, neither the tensor nor the scoped search applicable (a numeric column refined past
     #: ``scoped_max_atoms`` atoms): a graph probe of ``milp_first_probe`` seconds, then HiGHS with all the time

@@ -128,7 +128,7 @@ def enumerate_top(
     deadline: float,
     *,
     cap: int = TOP_CAP,
-    max_atoms: int = 64,
+    max_atoms: int = 256,
     max_columns: int = 12,
 ) -> TopCells | None:
     """Every cell of the nodes of ``store`` with load above ``threshold`` (see the module docstring), or None when
