@@ -55,7 +55,7 @@ def _checked(eng: OverlapEngine, bs: list[Box], ws: list[float]) -> list[tuple[B
     frac=st.sampled_from([0.0, 0.5, 0.8, 0.95, 1.0]),
     cap=st.sampled_from([1, 2, 4, 4096]),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)  # (the evidence counts below are then fixed)
 def test_admissions_answered_from_a_top_set_are_sound(
     wl: list[tuple[Box, float]], at: int, frac: float, cap: int
 ) -> None:
@@ -111,7 +111,7 @@ TIGHT: list[bool] = []
     cap=st.sampled_from([1, 3, 4096]),
     later_max=st.sampled_from([0, 256]),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, derandomize=True)  # (the evidence counts below are then fixed)
 def test_the_top_set_s_bound_over_a_box_is_at_least_its_maximum(first, later, probes, frac, cap, later_max) -> None:  # type: ignore[no-untyped-def]
     """``_top_upper`` (cells met, threshold plus the later nodes' weight or their own overlap within the box, with any
     floor) is at least the brute-force maximum load over the box, for every node registered so far."""
@@ -237,3 +237,37 @@ def test_a_bulk_load_enumerates_its_top_set_in_the_kernel(bulk, more) -> None:  
         bs.append(b)
         ws.append(w)
         assert_sound(eng.overlap(), bs, ws)
+
+
+def test_a_column_outside_the_schema_keeps_the_top_set_sound() -> None:
+    """A box may constrain a column the engine's schema does not declare (the store takes the column from the value
+    set): the top set reads it the same way, so the later node's weight is in its cells and its bound over a box
+    stays at least the brute-force maximum (red team 19: the top set raised there and missed the node's weight)."""
+    from dpmagic.domain.schema import Schema
+    from dpmagic.domain.sets import CategorySet, Interval, IntervalSet
+
+    inner = Schema({k: SCHEMA[k] for k in ("c3", "c4", "i")})  # "f" not declared
+    c3, f = SCHEMA["c3"], SCHEMA["f"]
+
+    def cat(*v: str) -> CategorySet:
+        return CategorySet.of_values(c3, list(v))
+
+    def fi(a: float, b: float) -> IntervalSet:
+        return IntervalSet.of(f, [Interval(a, b, True, True)])
+
+    eng = OverlapEngine(inner, charged="exact")
+    bs = [Box({"c3": cat("c")}), Box({"c3": cat("a")}), Box({"c3": cat("a"), "f": fi(0, 2)})]
+    ws = [10.0, 1.0, 1.0]
+    for b, w in zip(bs, ws):
+        eng.add(b, w)
+    cells = enumerate_top(eng.store, 0.0, time.perf_counter() + 10.0)
+    assert cells is not None and eng._install_top(cells)
+    later = Box({"f": fi(0, 1)})
+    eng.add(later, 5.0)
+    bs.append(later)
+    ws.append(5.0)
+    assert eng._top is not None
+    probe = Box({"c3": cat("a", "b")})
+    got = eng._top_upper(probe, eng.neighbors(probe), 13.0, False)
+    assert got is not None and got[0] >= brute_max(SCHEMA, bs, ws, probe) - 1e-12
+    assert_sound(eng.overlap(), bs, ws)

@@ -671,7 +671,10 @@ class OverlapEngine:
             self._stalled = True
         self._update_pool(adm.box, adm.weight, adm._rows)
         if self._top is not None:
-            self._top.add(adm.box, adm.weight)
+            try:
+                self._top.add(adm.box, adm.weight)
+            except Exception:  # noqa: BLE001 - a top set that missed a node must not be used again (red team 19)
+                self._top = None
         if self.recolor and q + 1 >= max(64, 2 * self._last_recolor) and q + 1 <= RECOLOR_MAX:
             self._full_recolor(keep_better=True)
         # the worker re-tightens the largest pending term on the second core; without it the kernel does, briefly
@@ -833,9 +836,12 @@ class OverlapEngine:
         if self._top is not None and self._top.cells.n >= cells.n:
             return False
         top = TopSet(cells, self.schema)
-        for k in range(cells.n, st.n):
-            if st.alive[k]:
-                top.add(st.boxes[k], float(st.weights[k]))
+        try:
+            for k in range(cells.n, st.n):
+                if st.alive[k]:
+                    top.add(st.boxes[k], float(st.weights[k]))
+        except Exception:  # noqa: BLE001 - a set missing a later node's weight is not installed
+            return False
         self._top = top
         self._install_snapshot(cells.n, cells.upper, cells.rows[0] if cells.rows else None, backoff=False)
         self._version += 1

@@ -229,7 +229,9 @@ class TopSet:
                 assert isinstance(vs, IntervalSet)
                 h = self._helpers.get(name)
                 if h is None:
-                    col = self.schema[name]
+                    # the column as the store takes it (:meth:`~.encoding.BoxStore.column_of`: a column outside the
+                    # schema comes with the value set; red team 19)
+                    col = self.schema[name] if name in self.schema else vs.column  # noqa: SIM401 (no .get)
                     assert isinstance(col, NumericColumn)
                     h = self._helpers[name] = _NumStore(col, 0, 0)
                 s, e = h.set_keys(vs)
