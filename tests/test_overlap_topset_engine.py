@@ -207,7 +207,10 @@ def test_a_worker_that_lost_the_nodes_answers_missing_and_the_next_task_sends_th
         eng.add(bx, 0.5)
     _wait(eng, solver)
     key = (eng._token, 99, "top")
-    tid = solver.submit(TopTask(key, SCHEMA, 7, [], np.zeros(0), 0.0, 8, 5.0))
+    cfg = eng.solver
+    tid = solver.submit(
+        TopTask(key, SCHEMA, 7, [], np.zeros(0), 0.0, 8, 5.0, cfg.scoped_max_atoms, cfg.scoped_max_columns)
+    )
     assert tid is not None and solver.wait(tid, 30.0)
     eng._bg_task = (tid, key)
     eng._top_sent_n = 3

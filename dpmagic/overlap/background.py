@@ -102,8 +102,8 @@ class TopTask:
     cap: int
     time_limit: float
     #: the scoped search's size limits (the engine's ``PortfolioConfig.scoped_max_atoms`` / ``scoped_max_columns``)
-    max_atoms: int = 256
-    max_columns: int = 12
+    max_atoms: int
+    max_columns: int
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,8 @@ SNAPSHOT_SECONDS = 8.0
 #: behind the engine is not installed (every later node would be added to it).  3,000 (= ``SNAPSHOT_MAX_NODES``; 300
 #: in session 18): below it the scoped search answers admissions about as fast, and keeping the set up to date cost
 #: more than it saved — measured back to back (session 19, 2-core VM): held-out dense p50 / p99 14.0 / 188 ms with
-#: 300, 12.2 / 157 ms with 3,000; drill-down 7.0 / 149 → 5.8 / 143 ms, both exact; drill-down-wide 1.068 / 1.073.
+#: 300, 12.2 / 157 ms with 3,000; drill-down 7.0 / 149 → 5.8 / 143 ms, both exact; drill-down-wide 1.068 / 1.073
+#: (benchmarks/results/bench_session_issue28_s19_NOTES.md, change 6).
 #: Smaller engines still get top sets standing in for snapshots (``TOP_AS_SNAPSHOT``)
 TOP_MIN_NODES = 3000
 TOP_REFRESH = 16
@@ -974,12 +975,11 @@ class OverlapEngine:
         if self._snapshot_due(term):
             # a top set bounds γ of its nodes as a snapshot does and certifies later admissions too; the scoped
             # search from scratch when the enumeration does not apply (backing off after it found nothing)
-            if not TOP_AS_SNAPSHOT:
-                pass
-            elif self._top_skip > 0:
-                self._top_skip -= 1
-            elif self._bg_top(snapshot=True):
-                return True
+            if TOP_AS_SNAPSHOT:
+                if self._top_skip > 0:
+                    self._top_skip -= 1
+                elif self._bg_top(snapshot=True):
+                    return True
             return self._bg_snapshot(bg, g)
         own = [t for t in self._pending if not t.snapshot]  # a snapshot's global term: only a later snapshot
         if not own:

@@ -47,6 +47,7 @@ from dpmagic.domain.schema import CategoricalColumn, NumericColumn, Schema
 from dpmagic.domain.sets import Box, CategorySet, IntervalSet
 from dpmagic.overlap.deadline import SearchTimeout
 from dpmagic.overlap.encoding import BoxStore, Problem, _CatStore, _LazyNumericValues, _NumStore, build_problem
+from dpmagic.overlap.portfolio import PortfolioConfig
 from dpmagic.overlap.rounding import ProblemRounding, add_up, sum_up
 from dpmagic.overlap.scoped import _Search, scoped_fits
 
@@ -128,8 +129,8 @@ def enumerate_top(
     deadline: float,
     *,
     cap: int = TOP_CAP,
-    max_atoms: int = 256,
-    max_columns: int = 12,
+    max_atoms: int = PortfolioConfig.scoped_max_atoms,
+    max_columns: int = PortfolioConfig.scoped_max_columns,
 ) -> TopCells | None:
     """Every cell of the nodes of ``store`` with load above ``threshold`` (see the module docstring), or None when
     the problem does not fit the scoped search (``max_atoms``, ``max_columns``) or the deadline passes first.
@@ -142,7 +143,7 @@ def enumerate_top(
         t = max(0.0, float(threshold))
         if total > t:
             return TopCells(store.n, t, np.array([total]), {}, {}, [dict(prob.defaults)])
-        return TopCells(store.n, max(t, total), np.zeros(0), {}, {}, [])
+        return TopCells(store.n, t, np.zeros(0), {}, {}, [])
     if not scoped_fits(prob, max_atoms, max_columns):
         return None
     rnd = ProblemRounding.of(prob)
